@@ -1,0 +1,91 @@
+"""Typed schemas for the config groups that the framework itself interprets.
+
+Groups that name a class with ``_target_`` (model, datamodule, task, optimizer,
+scheduler, loggers, callbacks) are checked against that class's signature instead
+(see ``validate.py``), so a user's own class gets the same checks as ours.
+
+The schemas are plain dataclasses read by our own validator rather than OmegaConf
+structured configs: OmegaConf stops at the first bad key, and we report every
+problem at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Union
+
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+ACCELERATORS = ("auto", "cpu", "cuda", "mps")
+
+
+@dataclass
+class TrainerConfig:
+    """Lightning-compatible trainer options (same names, same meaning)."""
+
+    accelerator: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    # Number of devices (processes for multi-process strategies) per node.
+    devices: int = 1
+    num_nodes: int = 1
+    precision: Literal["32-true", "bf16-mixed", "16-mixed"] = "32-true"
+    max_epochs: Optional[int] = 10
+    # Optimizer steps; -1 or null = no limit.
+    max_steps: Optional[int] = -1
+    # float in (0, 1]: fraction of a training epoch; int: every N training batches.
+    val_check_interval: Union[int, float] = 1.0
+    check_val_every_n_epoch: int = 1
+    # float: fraction of the batches; int: number of batches.
+    limit_train_batches: Union[int, float] = 1.0
+    limit_val_batches: Union[int, float] = 1.0
+    limit_test_batches: Union[int, float] = 1.0
+    # true or N: run N (1 for true) batches of train/val/test, no loggers, no checkpoints.
+    fast_dev_run: Union[bool, int] = False
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: Optional[float] = None
+    gradient_clip_algorithm: Literal["norm", "value"] = "norm"
+    log_every_n_steps: int = 50
+    deterministic: bool = False
+    enable_progress_bar: bool = True
+
+
+@dataclass
+class StrategyConfig:
+    """Options shared by every strategy."""
+
+    name: str = "auto"
+    # Process-group timeout (s): a hung collective fails instead of waiting forever.
+    timeout_s: float = 1800.0
+
+
+@dataclass
+class SingleConfig(StrategyConfig):
+    name: str = "single"
+
+
+@dataclass
+class AutoConfig(StrategyConfig):
+    name: str = "auto"
+
+
+# name -> schema; the distributed strategies register theirs in framework.strategies.
+STRATEGY_SCHEMAS: dict[str, type] = {"auto": AutoConfig, "single": SingleConfig}
+
+
+@dataclass
+class RootConfig:
+    """Top-level keys of ``conf/train.yaml`` besides the groups."""
+
+    name: Optional[str] = None
+    # null: a random seed is drawn, logged and written to results.json.
+    seed: Optional[int] = 42
+    train: bool = True
+    test: bool = True
+    # Where a run writes; filled in by the entry point (Hydra's run dir).
+    output_dir: Optional[str] = None
+    model: dict = field(default_factory=dict)
+    datamodule: dict = field(default_factory=dict)
+    task: dict = field(default_factory=dict)
+    optimizer: dict = field(default_factory=dict)
+    scheduler: Optional[dict] = None
+    strategy: dict = field(default_factory=dict)
+    trainer: dict = field(default_factory=dict)
+    logger: Optional[dict] = None
+    callbacks: Optional[dict] = None

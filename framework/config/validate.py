@@ -1,0 +1,252 @@
+"""Validate a composed config before any process starts, reporting every problem at once.
+
+Checks, in one pass:
+- keys the framework interprets (root, trainer, strategy) against typed schemas:
+  unknown key (with the closest valid key), wrong type, value outside a choice set;
+- ``???`` values that were never filled in, and interpolations that do not resolve;
+- every ``_target_``: it imports (the original ImportError is shown) and its keys bind
+  to the callable's signature (unknown argument with the closest name, missing argument);
+- the topology against this machine: accelerator, devices, strategy, batch divisibility.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+import typing
+from typing import Any, Iterable, Literal, Union
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from framework.config.errors import ConfigError
+from framework.config.schemas import RootConfig, TrainerConfig
+
+# Keys the framework reads from a component node and removes before instantiating it.
+FRAMEWORK_KEYS = {
+    "scheduler": {"interval", "frequency"},
+}
+# Arguments the framework supplies at run time (e.g. parameters exist only after wrapping).
+RUNTIME_ARGS = {
+    "optimizer": {"params"},
+    "scheduler": {"optimizer"},
+}
+_HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` listing every problem in ``cfg``; return None when it is valid."""
+    problems: list[str] = []
+    for key in OmegaConf.missing_keys(cfg):
+        problems.append(f"{key}: missing value ('???'); set it on the command line, e.g. {key}=...")
+    container = _resolve(cfg, problems)
+    if container is None:
+        raise ConfigError(problems)
+
+    check_schema(container, RootConfig, "", problems, ignore={"hydra"})
+    check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
+    _check_trainer_values(container.get("trainer") or {}, problems)
+
+    for group in ("model", "datamodule", "task", "optimizer"):
+        node = container.get(group)
+        if not isinstance(node, dict) or not node:
+            problems.append(f"{group}: missing; choose an option of the '{group}' group, e.g. {group}=...")
+            continue
+        check_target(node, group, problems, group)
+    scheduler = container.get("scheduler")
+    if scheduler:
+        check_target(scheduler, "scheduler", problems, "scheduler")
+        interval = scheduler.get("interval", "epoch")
+        if interval not in ("step", "epoch"):
+            problems.append(f"scheduler.interval: {interval!r} is not one of 'step', 'epoch'")
+    for group in ("logger", "callbacks"):
+        for name, node in (container.get(group) or {}).items():
+            if node is None:
+                continue
+            if not isinstance(node, dict):
+                problems.append(f"{group}.{name}: expected a mapping with '_target_', got {node!r}")
+                continue
+            check_target(node, f"{group}.{name}", problems, group)
+
+    # Topology checks need the strategy class; import here to keep config/ free of torch at import.
+    from framework.strategies import check_strategy
+
+    check_strategy(container, problems)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _resolve(cfg: DictConfig, problems: list[str]) -> dict | None:
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception as err:  # omegaconf raises several types; all mean "does not resolve"
+        key = getattr(err, "full_key", "") or "?"
+        problems.append(f"{key}: cannot resolve interpolation: {err}".split("\n")[0])
+        return None
+
+
+def check_schema(node: Any, schema: type, path: str, problems: list[str], ignore: Iterable[str] = ()) -> None:
+    """Check ``node``'s keys and value types against the dataclass ``schema``."""
+    prefix = f"{path}." if path else ""
+    if not isinstance(node, dict):
+        problems.append(f"{path or '<root>'}: expected a mapping, got {type(node).__name__}")
+        return
+    hints = typing.get_type_hints(schema)
+    valid = [f.name for f in dataclasses.fields(schema)]
+    for key, value in node.items():
+        if key in ignore:
+            continue
+        if key not in hints:
+            problems.append(unknown_key_message(f"{prefix}{key}", key, valid))
+            continue
+        expected = hints[key]
+        if value is not None and not _is_mapping_type(expected) and not type_ok(value, expected):
+            problems.append(f"{prefix}{key}: expected {type_name(expected)}, got {_describe(value)}")
+
+
+def unknown_key_message(full_key: str, key: str, valid: Iterable[str]) -> str:
+    valid = sorted(valid)
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"{full_key}: unknown key{hint} (valid keys: {', '.join(valid)})"
+
+
+def _is_mapping_type(tp: Any) -> bool:
+    return tp is dict or typing.get_origin(tp) is dict or (
+        typing.get_origin(tp) is Union and any(a is dict for a in typing.get_args(tp))
+    )
+
+
+def type_ok(value: Any, tp: Any) -> bool:
+    """Is ``value`` (a plain container value) acceptable for annotation ``tp``?"""
+    if tp is Any or tp is inspect.Parameter.empty:
+        return True
+    origin = typing.get_origin(tp)
+    if origin is Union:
+        return any(type_ok(value, arg) for arg in typing.get_args(tp))
+    if origin is Literal:
+        return value in typing.get_args(tp)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin in (list, tuple) or tp in (list, tuple):
+        return isinstance(value, (list, tuple))
+    return True  # annotations we do not model are not checked
+
+
+def type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin is Union:
+        return " or ".join(type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
+    def positive(key: str) -> None:
+        value = trainer.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            problems.append(f"trainer.{key}: must be >= 1, got {value}")
+
+    for key in ("devices", "num_nodes", "accumulate_grad_batches", "log_every_n_steps", "check_val_every_n_epoch"):
+        positive(key)
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "val_check_interval"):
+        value = trainer.get(key)
+        if isinstance(value, float) and not 0.0 <= value <= 1.0:
+            problems.append(f"trainer.{key}: a float is a fraction in [0, 1], got {value}; use an int for a count")
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            problems.append(f"trainer.{key}: must be >= 0, got {value}")
+    if trainer.get("val_check_interval") in (0, 0.0):
+        problems.append("trainer.val_check_interval: must be > 0; use trainer.limit_val_batches=0 to skip validation")
+    max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
+    if (max_epochs is None or max_epochs == -1) and (max_steps is None or max_steps == -1) and not trainer.get("fast_dev_run"):
+        problems.append("trainer.max_epochs / trainer.max_steps: both unlimited; set one of them")
+
+
+def import_target(path: str) -> Any:
+    """Import ``a.b.C`` (module path, then attributes). Raises ImportError with the cause."""
+    parts = path.split(".")
+    last_error: Exception | None = None
+    for cut in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            obj = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            # Only "this module does not exist" means try a shorter prefix; an import error
+            # *inside* an existing module is the user's real problem and is reported as is.
+            if err.name is not None and module_name.startswith(err.name):
+                last_error = err
+                continue
+            raise
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                raise ImportError(f"module '{obj.__name__}' has no attribute '{attr}'")
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(str(last_error) if last_error else f"cannot import {path!r}")
+
+
+def check_target(node: dict, path: str, problems: list[str], group: str) -> None:
+    """Check that ``node._target_`` imports and that ``node``'s keys bind to its signature."""
+    target = node.get("_target_")
+    if not isinstance(target, str) or not target:
+        problems.append(f"{path}._target_: missing; every '{group}' config names a class or function in _target_")
+        return
+    try:
+        obj = import_target(target)
+    except Exception as err:
+        problems.append(f"{path}._target_: cannot import '{target}': {type(err).__name__}: {err}")
+        return
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: nothing more to check
+    params = signature.parameters
+    accepts_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    skip = FRAMEWORK_KEYS.get(group, set())
+    supplied = RUNTIME_ARGS.get(group, set())
+    names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    for key, value in node.items():
+        if key in _HYDRA_KEYS or key in skip:
+            continue
+        if key not in params:
+            if not accepts_kwargs:
+                problems.append(unknown_key_message(f"{path}.{key}", key, [n for n in names if n not in supplied])
+                                .replace("unknown key", f"unknown argument of {target}"))
+            continue
+        annotation = _annotation(obj, key, params[key])
+        if value is not None and not type_ok(value, annotation):
+            problems.append(f"{path}.{key}: expected {type_name(annotation)}, got {_describe(value)}")
+        if isinstance(value, dict) and "_target_" in value:
+            check_target(value, f"{path}.{key}", problems, group="")
+    for name, param in params.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name in supplied:
+            continue
+        if param.default is inspect.Parameter.empty and name not in node:
+            problems.append(f"{path}.{name}: missing required argument of {target}")
+    # A class may check its own values against the machine (e.g. a data directory exists).
+    check_config = getattr(obj, "check_config", None)
+    if callable(check_config):
+        problems.extend(check_config(**{k: v for k, v in node.items() if k not in _HYDRA_KEYS}))
+
+
+def _annotation(obj: Any, name: str, param: inspect.Parameter) -> Any:
+    try:
+        hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
+        return hints.get(name, Any)
+    except Exception:  # unresolvable forward references: do not type-check this argument
+        return Any if isinstance(param.annotation, str) else param.annotation

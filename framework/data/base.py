@@ -1,0 +1,71 @@
+"""A small DataModule base: datasets in, DataLoaders with the GLOBAL batch size out.
+
+The engine re-creates each DataLoader with a per-rank batch size (global / data-parallel
+size) and a sampler from the strategy, as Lightning does, so a datamodule never needs to
+know whether it runs distributed. Any object with ``setup(stage)`` and
+``train/val/test_dataloader()`` returning map-style DataLoaders works the same way.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Subset
+
+
+class DataModule:
+    def __init__(self, batch_size: int, num_workers: int = 0, input_shape: Optional[list] = None,
+                 num_classes: Optional[int] = None):
+        # input_shape / num_classes describe the data; models read them by interpolation
+        # (${datamodule.num_classes}); subclasses check them against the data in setup().
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.input_shape = list(input_shape) if input_shape is not None else None
+        self.num_classes = num_classes
+        self.train_set: Optional[Dataset] = None
+        self.val_set: Optional[Dataset] = None
+        self.test_set: Optional[Dataset] = None
+
+    def setup(self, stage: str) -> None:
+        """Create ``train_set``/``val_set``/``test_set``; ``stage`` is "fit", "validate" or "test"."""
+        raise NotImplementedError
+
+    def _loader(self, dataset: Optional[Dataset], shuffle: bool) -> Optional[DataLoader]:
+        if dataset is None:
+            return None
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> Optional[DataLoader]:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> Optional[DataLoader]:
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self) -> Optional[DataLoader]:
+        return self._loader(self.test_set, shuffle=False)
+
+    def _check_shape(self, sample_shape, num_classes: int, source: str) -> None:
+        shape = list(sample_shape)
+        if self.input_shape is not None and self.input_shape != shape:
+            raise ValueError(f"datamodule.input_shape: {self.input_shape} does not match the data "
+                             f"({shape}) of {source}")
+        if self.num_classes is not None and self.num_classes != num_classes:
+            raise ValueError(f"datamodule.num_classes: {self.num_classes} does not match the data "
+                             f"({num_classes} classes) of {source}")
+
+
+def split_indices(n: int, fractions: list[float], seed: int) -> list[list[int]]:
+    """Split range(n) by a seeded permutation into len(fractions)+1 parts (the rest last)."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    parts, start = [], 0
+    for fraction in fractions:
+        size = int(round(n * fraction))
+        parts.append(perm[start:start + size])
+        start += size
+    parts.append(perm[start:])
+    return parts
+
+
+def split_dataset(dataset: Dataset, fractions: list[float], seed: int) -> list[Subset]:
+    return [Subset(dataset, idx) for idx in split_indices(len(dataset), fractions, seed)]

@@ -1,0 +1,1 @@
+"""The training engine: loop, precision, seeding, scheduler stepping, results."""

@@ -1,0 +1,329 @@
+"""The training engine: one fit / validate / test loop for every strategy.
+
+The strategy is injected; the loop never asks which one it has. It reads the loss from
+the device only at logging steps (``log_every_n_steps``), so it adds no host sync to a step.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import replace
+from typing import Callable, Optional
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+
+from framework.callbacks import EVENTS
+from framework.config.schemas import TrainerConfig
+from framework.engine.precision import Precision
+from framework.engine.scheduler import SchedulerSpec
+from framework.strategies.base import Strategy
+
+log = logging.getLogger(__name__)
+
+
+def _unlimited(value: Optional[int]) -> bool:
+    return value is None or value == -1
+
+
+def limit_batches(total: int, limit: int | float) -> int:
+    """Lightning's limit_*_batches: a float is a fraction of ``total``, an int a count."""
+    if isinstance(limit, float):
+        return total if limit == 1.0 else int(total * limit)
+    return min(total, limit)
+
+
+def batch_size_of(batch) -> int:
+    while isinstance(batch, (list, tuple)):
+        batch = batch[0]
+    if isinstance(batch, dict):
+        return batch_size_of(next(iter(batch.values())))
+    return batch.shape[0]
+
+
+def move_to_device(batch, device: torch.device):
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: move_to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+class Trainer:
+    """Runs fit / validate / test on this rank.
+
+    State that callbacks read: ``global_step`` (optimizer steps), ``current_epoch``,
+    ``should_stop`` (set it to stop after the current batch), ``logged_metrics``
+    (latest value of every metric), ``model``, ``optimizer``, ``strategy``, ``loggers``.
+    """
+
+    def __init__(self, config: TrainerConfig, strategy: Strategy, task, loggers=(), callbacks=(), seed: int = 0):
+        if config.fast_dev_run:
+            # Lightning's meaning: N batches of each loop, one epoch, nothing written by loggers.
+            n = 1 if config.fast_dev_run is True else int(config.fast_dev_run)
+            config = replace(config, max_epochs=1, max_steps=n, limit_train_batches=n, limit_val_batches=n,
+                             limit_test_batches=n, val_check_interval=1.0, check_val_every_n_epoch=1,
+                             log_every_n_steps=1)
+            loggers = ()
+        self.config = config
+        self.strategy = strategy
+        self.task = task
+        self.seed = seed
+        self.precision = Precision(config.precision, strategy.device)
+        self.loggers = list(loggers) if strategy.is_global_zero else []
+        self.callbacks = list(callbacks)
+        self._hooks = {e: [getattr(cb, e) for cb in self.callbacks if callable(getattr(cb, e, None))]
+                       for e in EVENTS}
+        self._null = contextlib.nullcontext()
+        self._move = strategy.device.type != "cpu"
+        self.model: Optional[torch.nn.Module] = None
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.scheduler = None
+        self.global_step = 0
+        self.current_epoch = 0
+        self.epochs_run = 0
+        self.should_stop = False
+        self.step_completed = False
+        self.num_training_batches = 0
+        self.global_batch_size = 0
+        self.micro_batch_global_size = 0
+        self.logged_metrics: dict[str, float] = {}
+        self.step_times: list[float] = []  # seconds per optimizer step, data loading included
+        self.train_samples = 0
+        self._eval_names: dict[str, list[str]] = {}
+        self._last_val_step = -1
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.strategy.is_global_zero
+
+    # ---------------------------------------------------------------- public loops
+    def fit(self, model: torch.nn.Module, datamodule, optimizer_factory: Callable,
+            scheduler: Optional[SchedulerSpec] = None) -> None:
+        """Train ``model`` on ``datamodule``; the strategy wraps it and builds the optimizer."""
+        datamodule.setup("fit")
+        self.model, self.optimizer = self.strategy.setup(model, optimizer_factory)
+        train_loader = self._loader(datamodule.train_dataloader(), train=True)
+        val_loader = None
+        if self.config.limit_val_batches != 0:
+            val_loader = self._loader(datamodule.val_dataloader(), train=False)
+        self.num_training_batches = limit_batches(len(train_loader), self.config.limit_train_batches)
+        if scheduler is not None:
+            self.scheduler = scheduler.build(self.optimizer, self._scheduler_intervals(scheduler.interval))
+            self._scheduler_spec = scheduler
+        self._run_guarded("fit", lambda: self._fit_loop(train_loader, val_loader))
+
+    def validate(self, datamodule) -> dict[str, float]:
+        datamodule.setup("validate")
+        self._require_model()
+        loader = self._loader(datamodule.val_dataloader(), train=False)
+        return self._run_guarded("validate", lambda: self._evaluate(loader, "val"))
+
+    def test(self, datamodule, model: Optional[torch.nn.Module] = None) -> dict[str, float]:
+        """Run the test loop on the trained model (or on ``model``, set up by the strategy)."""
+        datamodule.setup("test")
+        if model is not None:
+            self.model, _ = self.strategy.setup(model, None)
+        self._require_model()
+        loader = self._loader(datamodule.test_dataloader(), train=False)
+        return self._run_guarded("test", lambda: self._evaluate(loader, "test"))
+
+    # ---------------------------------------------------------------- internals
+    def _require_model(self) -> None:
+        if self.model is None:
+            raise RuntimeError("no model: call fit() first or pass model= to test()")
+
+    def _call(self, event: str, *args) -> None:
+        for hook in self._hooks[event]:
+            hook(self, *args)
+
+    def _run_guarded(self, stage: str, body: Callable):
+        try:
+            return body()
+        except BaseException as err:
+            self._call("on_exception", err)
+            raise
+
+    def _loader(self, loader: Optional[DataLoader], train: bool) -> Optional[DataLoader]:
+        """Re-create ``loader`` with the per-rank batch and the strategy's sampler."""
+        if loader is None:
+            return None
+        if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None:
+            raise ValueError("datamodule: the engine shards map-style datasets with a batch_size; "
+                             "an IterableDataset or a custom batch_sampler cannot be split across ranks")
+        global_batch = loader.batch_size
+        world = self.strategy.data_parallel_world()
+        if global_batch % world:
+            raise ValueError(f"datamodule.batch_size: the global batch {global_batch} does not divide "
+                             f"across {world} data-parallel ranks")
+        length = len(loader.dataset)
+        if train:
+            if length < global_batch:
+                raise ValueError(f"datamodule.batch_size: the global batch {global_batch} is larger than the "
+                                 f"training set ({length} samples)")
+            self.global_batch_size = global_batch * self.config.accumulate_grad_batches
+            self.micro_batch_global_size = global_batch
+        shuffle = train and isinstance(loader.sampler, RandomSampler)
+        # Training drops the tail that does not fill a global batch: every rank then runs
+        # the same number of equal steps, and 1 rank and N ranks see the same batches.
+        sampler = self.strategy.sampler(length, shuffle, self.seed, global_batch if train else None)
+        return DataLoader(loader.dataset, batch_size=global_batch // world, sampler=sampler,
+                          num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+                          pin_memory=self.strategy.device.type == "cuda", drop_last=False,
+                          persistent_workers=loader.persistent_workers, worker_init_fn=loader.worker_init_fn,
+                          timeout=loader.timeout)
+
+    def _scheduler_intervals(self, interval: str) -> int:
+        """How many times the scheduler will step in this run (for T_max / total_steps = null)."""
+        epochs = self.config.max_epochs
+        steps_per_epoch = math.ceil(self.num_training_batches / self.config.accumulate_grad_batches)
+        if interval == "epoch":
+            if _unlimited(epochs):
+                return max(1, math.ceil(self.config.max_steps / max(1, steps_per_epoch)))
+            return max(1, epochs)
+        total = math.inf if _unlimited(epochs) else epochs * steps_per_epoch
+        if not _unlimited(self.config.max_steps):
+            total = min(total, self.config.max_steps)
+        return max(1, int(total))
+
+    def _val_every(self, n: int) -> int:
+        interval = self.config.val_check_interval
+        if isinstance(interval, float):
+            return max(1, int(n * interval)) if interval < 1.0 else max(1, n)
+        return max(1, interval)
+
+    def _fit_loop(self, train_loader: DataLoader, val_loader: Optional[DataLoader]) -> None:
+        cfg = self.config
+        model, optimizer, strategy, precision, task = self.model, self.optimizer, self.strategy, self.precision, self.task
+        accum, n = cfg.accumulate_grad_batches, self.num_training_batches
+        max_steps = None if _unlimited(cfg.max_steps) else cfg.max_steps
+        max_epochs = None if _unlimited(cfg.max_epochs) else cfg.max_epochs
+        val_every = self._val_every(n)
+        step_scheduler = self.scheduler if (self.scheduler and self._scheduler_spec.interval == "step") else None
+        epoch_scheduler = self.scheduler if (self.scheduler and self._scheduler_spec.interval == "epoch") else None
+        frequency = self._scheduler_spec.frequency if self.scheduler else 1
+        log_every, batch_end_hooks = cfg.log_every_n_steps, self._hooks["on_train_batch_end"]
+        self._call("on_fit_start")
+        epoch = self.current_epoch
+        while n > 0 and not self.should_stop and (max_epochs is None or epoch < max_epochs) \
+                and (max_steps is None or self.global_step < max_steps):
+            self.current_epoch = epoch
+            train_loader.sampler.set_epoch(epoch)
+            model.train()
+            validate_this_epoch = val_loader is not None and (epoch + 1) % cfg.check_val_every_n_epoch == 0
+            self._call("on_train_epoch_start")
+            micro, step_loss, step_metrics = 0, None, None
+            t_prev = time.perf_counter()
+            for batch_idx, batch in enumerate(train_loader):
+                if batch_idx >= n:
+                    break
+                if self._move:
+                    batch = move_to_device(batch, strategy.device)
+                micro += 1
+                last_micro = micro == accum or batch_idx + 1 == n
+                # Only the last micro-batch of an accumulation window all-reduces gradients.
+                with (self._null if last_micro else strategy.no_sync(model)):
+                    with precision.autocast():
+                        loss, step_metrics = task.step(model, batch, "train")
+                    precision.backward(loss / accum if accum > 1 else loss)
+                loss = loss.detach()
+                step_loss = loss if step_loss is None else step_loss + loss
+                self.step_completed = last_micro
+                if last_micro:
+                    self._optimizer_step(model, optimizer)
+                    self.global_step += 1
+                    now = time.perf_counter()
+                    self.step_times.append(now - t_prev)
+                    t_prev = now
+                    self.train_samples += micro * self.micro_batch_global_size
+                    if step_scheduler is not None and self.global_step % frequency == 0:
+                        step_scheduler.step()
+                    if self.global_step % log_every == 0:
+                        self._log_train(step_loss, micro, step_metrics)
+                    micro, step_loss = 0, None
+                for hook in batch_end_hooks:
+                    hook(self, loss, batch_idx)
+                if validate_this_epoch and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < n:
+                    self._evaluate(val_loader, "val")
+                    t_prev = time.perf_counter()
+                if max_steps is not None and self.global_step >= max_steps:
+                    self.should_stop = True
+                if self.should_stop:
+                    break
+            self.epochs_run = epoch + 1
+            if validate_this_epoch and (isinstance(cfg.val_check_interval, float) or n % val_every == 0) \
+                    and self._last_val_step != self.global_step:
+                self._evaluate(val_loader, "val")
+            if epoch_scheduler is not None and (epoch + 1) % frequency == 0:
+                epoch_scheduler.step()
+            self._call("on_train_epoch_end")
+            epoch += 1
+        self.current_epoch = epoch
+        # A run cut short by max_steps still reports validation metrics of its final weights.
+        if val_loader is not None and self._last_val_step != self.global_step and self.global_step > 0:
+            self._evaluate(val_loader, "val")
+        self._call("on_fit_end")
+
+    def _optimizer_step(self, model, optimizer) -> None:
+        clip = self.config.gradient_clip_val
+        if clip:
+            self.precision.unscale(optimizer)
+            self.strategy.clip_gradients(model, clip, self.config.gradient_clip_algorithm)
+        self.precision.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+
+    def _log_train(self, step_loss: torch.Tensor, micro: int, metrics: dict) -> None:
+        # The only place a training step's loss leaves the device: every log_every_n_steps.
+        values = [step_loss / micro] + [m.detach().float() for m in metrics.values()]
+        reduced = self.strategy.all_reduce(torch.stack(values).float(), "mean").tolist()
+        out = {"train/loss": reduced[0], **{f"train/{k}": v for k, v in zip(metrics, reduced[1:])}}
+        self.log_metrics(out)
+
+    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        """Record ``metrics`` (floats) at ``step`` (default: the current optimizer step) in every logger."""
+        self.logged_metrics.update(metrics)
+        if self.loggers:
+            row = {**metrics, "epoch": self.current_epoch}
+            for logger in self.loggers:
+                logger.log_metrics(row, self.global_step if step is None else step)
+
+    @torch.no_grad()
+    def _evaluate(self, loader: Optional[DataLoader], stage: str) -> dict[str, float]:
+        """Mean loss and metrics over ``loader`` on all ranks, weighted by sample counts."""
+        if loader is None:
+            return {}
+        limit = limit_batches(len(loader), getattr(self.config, f"limit_{stage}_batches"))
+        model = self.model
+        was_training = model.training
+        model.eval()
+        self._call("on_validation_start" if stage == "val" else "on_test_start")
+        totals, count = None, 0
+        for i, batch in enumerate(loader):
+            if i >= limit:
+                break
+            if self._move:
+                batch = move_to_device(batch, self.strategy.device)
+            with self.precision.autocast():
+                loss, metrics = self.task.step(model, batch, stage)
+            size = batch_size_of(batch)
+            self._eval_names.setdefault(stage, ["loss", *metrics])
+            values = torch.stack([loss.float(), *(m.float() for m in metrics.values())]) * size
+            totals = values if totals is None else totals + values
+            count += size
+        names = self._eval_names.get(stage, ["loss"])
+        if totals is None:  # this rank had no batch; it still joins the reduction
+            totals = torch.zeros(len(names), device=self.strategy.device)
+        packed = torch.cat([totals, torch.tensor([float(count)], device=totals.device)])
+        # Sums of (value x samples) and of samples: the mean equals single-device's exactly.
+        summed = self.strategy.all_reduce(packed, "sum").tolist()
+        results = {f"{stage}/{name}": summed[i] / summed[-1] for i, name in enumerate(names)} if summed[-1] else {}
+        if stage == "val":
+            self._last_val_step = self.global_step
+        self.log_metrics(results)
+        self._call("on_validation_end" if stage == "val" else "on_test_end", results)
+        model.train(was_training)
+        return results

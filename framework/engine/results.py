@@ -1,0 +1,35 @@
+"""results.json: everything a sweep compares, written by the job itself."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+from pathlib import Path
+
+import torch
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak bytes of this process: CUDA allocator peak on GPU, peak resident set size on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def throughput(step_times: list[float], samples: int) -> dict:
+    """samples/s over all training steps, and the median step time (ms)."""
+    total = sum(step_times)
+    return {
+        "samples_per_s": samples / total if total > 0 else None,
+        "step_time_ms_median": statistics.median(step_times) * 1000 if step_times else None,
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write atomically (temporary file + rename): a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.write("\n")
+    os.replace(tmp, path)

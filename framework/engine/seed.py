@@ -1,0 +1,34 @@
+"""Seeding and determinism, as Lightning's seed_everything and Trainer(deterministic=True)."""
+from __future__ import annotations
+
+import logging
+import os
+import random
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int | None) -> int:
+    """Seed python, numpy and torch (all devices) with ``seed``; None draws one. Returns the seed used."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(0, 2**31 - 1)
+        log.info("No seed given; drew seed=%d", seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    return seed
+
+
+def set_deterministic(enabled: bool) -> None:
+    """Ask torch for deterministic kernels (errors on ops that have none)."""
+    if not enabled:
+        return
+    # cuBLAS needs a fixed workspace for reproducible matmuls.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False

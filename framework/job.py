@@ -1,0 +1,41 @@
+"""One job = one experiment: validate, save the resolved config, launch the ranks.
+
+Shared by the Hydra entry point (``python -m framework.train``) and the Python API.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from framework.config import validate
+from framework.launch import launch
+
+log = logging.getLogger(__name__)
+
+
+def run_job(cfg: DictConfig) -> dict:
+    """Validate ``cfg`` (raises ConfigError listing every problem, before anything is written
+    but the log), write ``config.yaml`` to ``cfg.output_dir``, train; return the results."""
+    validate(cfg)
+    # Ranks get the resolved config: ${now:...} and friends are fixed once, here.
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    output_dir = Path(cfg.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, output_dir / "config.yaml")
+    log.info("Experiment '%s', output in %s", cfg.name, output_dir)
+    results = launch(cfg)
+    metrics = results.get("metrics", {})
+    shown = ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith(("val/", "test/")))
+    log.info("Finished '%s' (%s): %s", cfg.name, results.get("status"), shown or "no metrics")
+    log.info("Outputs: %s (results.json, config.yaml, train.log, metrics.csv, tb/)", output_dir.resolve())
+    return results
+
+
+def set_job_fields(cfg: DictConfig, output_dir: str, experiment: str | None) -> None:
+    """Fill ``output_dir`` and, when unset, ``name`` (the selected experiment)."""
+    with open_dict(cfg):
+        cfg.output_dir = str(output_dir)
+        if cfg.get("name") is None:
+            cfg.name = experiment or "custom"

@@ -1,0 +1,5 @@
+"""Metric loggers: ``log_metrics(metrics, step)``, ``log_hparams(params, metrics)``, ``finalize(status)``."""
+from framework.loggers.csv_logger import CSVLogger
+from framework.loggers.tensorboard import TensorBoardLogger
+
+__all__ = ["CSVLogger", "TensorBoardLogger"]

@@ -1,0 +1,6 @@
+"""Built-in models: plain ``nn.Module``s; any other module works through ``_target_``."""
+from framework.models.cnn import CNN
+from framework.models.mlp import MLP
+from framework.models.resnet import resnet18
+
+__all__ = ["CNN", "MLP", "resnet18"]

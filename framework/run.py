@@ -1,0 +1,93 @@
+"""One rank's whole job: seed, build, fit, test, and results.json (rank 0)."""
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from framework.build import build_components
+from framework.config.schemas import TrainerConfig
+from framework.engine.loop import Trainer
+from framework.engine.results import peak_memory_bytes, throughput, write_json
+from framework.engine.seed import seed_everything, set_deterministic
+from framework.strategies import RankEnv, build_strategy
+
+log = logging.getLogger(__name__)
+
+
+def flatten(node: dict, prefix: str = "") -> dict:
+    """{'a': {'b': 1}} -> {'a.b': 1} (for TensorBoard's hparams)."""
+    flat = {}
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
+    """Train and/or test the experiment ``cfg`` (resolved, validated) on this rank; return its results."""
+    start = time.perf_counter()
+    container = OmegaConf.to_container(cfg, resolve=True)
+    strategy = build_strategy(container, env)
+    trainer_cfg = TrainerConfig(**container["trainer"])
+    results = {
+        "status": "running",
+        "experiment": cfg.name,
+        "strategy": strategy.name,
+        "accelerator": strategy.accelerator,
+        "devices": trainer_cfg.devices,
+        "num_nodes": trainer_cfg.num_nodes,
+        "world_size": env.world_size,
+        "precision": trainer_cfg.precision,
+        "output_dir": str(cfg.output_dir),
+    }
+    trainer = None
+    loggers: list = []
+    strategy.setup_environment()
+    try:
+        seed = seed_everything(cfg.seed)
+        set_deterministic(trainer_cfg.deterministic)
+        results["seed"] = seed
+        parts = build_components(cfg, strategy.is_global_zero)
+        loggers = parts.loggers
+        trainer = Trainer(trainer_cfg, strategy, parts.task, loggers, parts.callbacks, seed=seed)
+        loggers = trainer.loggers  # fast_dev_run drops them
+        if cfg.train:
+            trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler)
+        if cfg.test:
+            trainer.test(parts.datamodule, model=None if cfg.train else parts.model)
+        peaks = strategy.all_gather_object(peak_memory_bytes(strategy.device))
+        results.update(
+            status="completed",
+            global_batch_size=trainer.global_batch_size,
+            epochs=trainer.epochs_run,
+            steps=trainer.global_step,
+            metrics=dict(trainer.logged_metrics),
+            throughput=throughput(trainer.step_times, trainer.train_samples),
+            memory={"peak_bytes_per_rank": peaks},
+        )
+        final = {k: v for k, v in trainer.logged_metrics.items() if "/" in k}
+        for logger in loggers:
+            logger.log_hparams(flatten({k: v for k, v in container.items() if k != "output_dir"}), final)
+        return results
+    except BaseException as err:
+        results.update(status="failed", error=f"{type(err).__name__}: {err}", failed_rank=env.rank,
+                       traceback=traceback.format_exc())
+        log.error("rank %d failed: %s", env.rank, results["error"])
+        raise
+    finally:
+        results["wall_time_s"] = time.perf_counter() - start
+        for logger in loggers:
+            logger.finalize(results["status"])
+        if strategy.is_global_zero:
+            write_json(Path(cfg.output_dir) / "results.json", results)
+        strategy.teardown()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

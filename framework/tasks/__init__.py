@@ -1,0 +1,4 @@
+"""Tasks turn (model, batch) into a loss and metrics; point task._target_ at your own."""
+from framework.tasks.classification import ClassificationTask
+
+__all__ = ["ClassificationTask"]

@@ -1,0 +1,32 @@
+"""``python -m framework.train [overrides]``: compose with Hydra, validate, train, test."""
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from framework.config import ConfigError
+from framework.job import run_job, set_job_fields
+
+log = logging.getLogger("framework.train")
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    runtime = HydraConfig.get().runtime
+    set_job_fields(cfg, runtime.output_dir, runtime.choices.get("experiment"))
+    try:
+        results = run_job(cfg)
+    except ConfigError as err:
+        log.error("%s", err)
+        print(err, file=sys.stderr)
+        sys.exit(2)
+    # The value a Hydra sweeper optimises: the final validation loss when there is one.
+    return results.get("metrics", {}).get("val/loss")
+
+
+if __name__ == "__main__":
+    main()
