@@ -10,6 +10,7 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
+from framework.config.overrides import lenient
 from framework.job import run_job, set_job_fields
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -22,11 +23,12 @@ def compose(overrides: Iterable[str] = (), config_dir: Optional[str] = None, con
     """
     with initialize_config_dir(version_base="1.3", config_dir=str(Path(config_dir or CONF_DIR).resolve()),
                                job_name="framework"):
-        cfg = hydra_compose(config_name, overrides=list(overrides), return_hydra_config=True)
+        cfg = hydra_compose(config_name, overrides=lenient(list(overrides)), return_hydra_config=True)
     experiment = cfg.hydra.runtime.choices.get("experiment")
     with open_dict(cfg):
         del cfg["hydra"]
-        cfg._experiment_choice = experiment  # read by fit(), removed there
+        if cfg.get("name") is None:
+            cfg.name = experiment or "custom"
     return cfg
 
 
@@ -37,12 +39,10 @@ def fit(cfg: DictConfig, output_dir: Optional[str] = None) -> dict:
     anything is written (but train.log) when the config is invalid.
     """
     cfg = cfg.copy()
-    with open_dict(cfg):
-        experiment = cfg.pop("_experiment_choice", None)
     if output_dir is None:
         output_dir = cfg.get("output_dir") or str(
             Path("outputs/api") / _dt.datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f"))
-    set_job_fields(cfg, output_dir, experiment)
+    set_job_fields(cfg, output_dir, None)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(Path(output_dir) / "train.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))

@@ -9,13 +9,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from framework.config import ConfigError
+from framework.config.overrides import lenient
 from framework.job import run_job, set_job_fields
 
 log = logging.getLogger("framework.train")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def _hydra_main(cfg: DictConfig) -> float | None:
     runtime = HydraConfig.get().runtime
     set_job_fields(cfg, runtime.output_dir, runtime.choices.get("experiment"))
     try:
@@ -26,6 +27,12 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(2)
     # The value a Hydra sweeper optimises: the final validation loss when there is one.
     return results.get("metrics", {}).get("val/loss")
+
+
+def main() -> None:
+    """Console entry point: Hydra's command line, with typo'd keys reported by our validator."""
+    sys.argv[1:] = lenient(sys.argv[1:])
+    _hydra_main()
 
 
 if __name__ == "__main__":

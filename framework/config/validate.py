@@ -37,11 +37,7 @@ _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 def validate(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` listing every problem in ``cfg``; return None when it is valid."""
     problems: list[str] = []
-    for key in OmegaConf.missing_keys(cfg):
-        problems.append(f"{key}: missing value ('???'); set it on the command line, e.g. {key}=...")
     container = _resolve(cfg, problems)
-    if container is None:
-        raise ConfigError(problems)
 
     check_schema(container, RootConfig, "", problems, ignore={"hydra"})
     check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
@@ -76,13 +72,29 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(problems)
 
 
-def _resolve(cfg: DictConfig, problems: list[str]) -> dict | None:
-    try:
-        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    except Exception as err:  # omegaconf raises several types; all mean "does not resolve"
-        key = getattr(err, "full_key", "") or "?"
-        problems.append(f"{key}: cannot resolve interpolation: {err}".split("\n")[0])
-        return None
+def _resolve(node: Any, problems: list[str], path: str = "") -> Any:
+    """A plain container of ``node`` with interpolations resolved; each key that does not
+    resolve is reported and becomes None, so the other checks still run."""
+    if isinstance(node, ListConfig):
+        keys: Iterable = range(len(node))
+        out: Any = [None] * len(node)
+    else:
+        keys, out = node.keys(), {}
+    for key in keys:
+        full = f"{path}[{key}]" if isinstance(node, ListConfig) else (f"{path}.{key}" if path else str(key))
+        if OmegaConf.is_missing(node, key):
+            problems.append(f"{full}: missing value ('???'); set it on the command line, e.g. {full}=...")
+            out[key] = "???"
+            continue
+        try:
+            value = node[key]
+        except Exception as err:  # omegaconf raises several types; all mean "does not resolve"
+            reason = str(err).split("\n")[0]
+            problems.append(f"{full}: cannot resolve {OmegaConf.to_container(node, resolve=False)[key]!r}: {reason}")
+            out[key] = None
+            continue
+        out[key] = _resolve(value, problems, full) if isinstance(value, (DictConfig, ListConfig)) else value
+    return out
 
 
 def check_schema(node: Any, schema: type, path: str, problems: list[str], ignore: Iterable[str] = ()) -> None:
@@ -100,7 +112,7 @@ def check_schema(node: Any, schema: type, path: str, problems: list[str], ignore
             problems.append(unknown_key_message(f"{prefix}{key}", key, valid))
             continue
         expected = hints[key]
-        if value is not None and not _is_mapping_type(expected) and not type_ok(value, expected):
+        if _checkable(value) and not _is_mapping_type(expected) and not type_ok(value, expected):
             problems.append(f"{prefix}{key}: expected {type_name(expected)}, got {_describe(value)}")
 
 
@@ -150,6 +162,11 @@ def type_name(tp: Any) -> str:
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))
+
+
+def _checkable(value: Any) -> bool:
+    # None is checked by the schema's Optional; '???' is already reported as missing.
+    return value is not None and value != "???"
 
 
 def _describe(value: Any) -> str:
@@ -229,7 +246,7 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
                                 .replace("unknown key", f"unknown argument of {target}"))
             continue
         annotation = _annotation(obj, key, params[key])
-        if value is not None and not type_ok(value, annotation):
+        if _checkable(value) and not type_ok(value, annotation):
             problems.append(f"{path}.{key}: expected {type_name(annotation)}, got {_describe(value)}")
         if isinstance(value, dict) and "_target_" in value:
             check_target(value, f"{path}.{key}", problems, group="")

@@ -27,10 +27,9 @@ class TensorBoardLogger:
         """``params``: flat {dotted.key: value}; shown in TensorBoard's HPARAMS tab with ``metrics``."""
         clean = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in params.items()}
         # Written into this writer's own event file (add_hparams would open a second run dir).
+        # The metric curves already exist under the same tags, which the HPARAMS tab links to.
         for summary in hparams(clean, metrics):
             self.writer.file_writer.add_summary(summary)
-        for name, value in metrics.items():
-            self.writer.add_scalar(name, value)
 
     def finalize(self, status: str) -> None:
         if self._writer is not None:

@@ -1,0 +1,90 @@
+"""Each kind of config problem is reported, all at once, naming the key and the valid choices."""
+from __future__ import annotations
+
+import pytest
+from hydra.errors import HydraException
+
+from framework import compose
+from framework.config import ConfigError, validate
+
+
+def problems(*overrides: str) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        validate(compose(list(overrides)))
+    return err.value.problems
+
+
+def test_unknown_key_names_the_closest_valid_key():
+    [msg] = problems("trainer.max_epoch=3")
+    assert msg.startswith("trainer.max_epoch: unknown key; did you mean 'max_epochs'?")
+
+
+def test_unknown_argument_of_a_target_names_the_closest_parameter():
+    [msg] = problems("optimizer.lrr=0.1")
+    assert "optimizer.lrr" in msg and "did you mean 'lr'" in msg
+
+
+def test_wrong_type():
+    [msg] = problems("trainer.devices=two")
+    assert msg == "trainer.devices: expected int, got str 'two'"
+
+
+def test_value_outside_the_choices_lists_them():
+    [msg] = problems("trainer.precision=16")
+    assert "'32-true', 'bf16-mixed', '16-mixed'" in msg
+
+
+def test_missing_value():
+    [msg] = problems("datamodule.batch_size=???")
+    assert msg.startswith("datamodule.batch_size: missing value")
+
+
+def test_unknown_group_option_lists_the_valid_options():
+    with pytest.raises(HydraException) as err:
+        compose(["model=transformer"])
+    text = str(err.value)
+    assert "model/transformer" in text and "cnn" in text and "mlp" in text and "resnet18" in text
+
+
+def test_target_that_does_not_import_shows_the_import_error_and_key():
+    [msg] = problems("model._target_=no_such_package.Model")
+    assert msg.startswith("model._target_: cannot import 'no_such_package.Model'")
+    assert "No module named 'no_such_package'" in msg
+
+
+def test_import_error_inside_a_user_module_is_shown_as_is(tmp_path, monkeypatch):
+    (tmp_path / "user_model.py").write_text("import not_installed_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    [msg] = problems("model._target_=user_model.Net")
+    assert "No module named 'not_installed_dependency'" in msg
+
+
+def test_every_problem_is_reported_at_once():
+    found = problems("trainer.max_epoch=3", "trainer.devices=two", "model._target_=nope.Model",
+                     "optimizer.lrr=0.1", "strategy.name=ddpx", "scheduler=cosine", "scheduler.interval=minute")
+    assert len(found) == 6, found
+    assert any(p.startswith("strategy.name: unknown strategy 'ddpx' (valid: ") for p in found)
+
+
+def test_topology_single_strategy_with_two_devices():
+    [msg] = problems("strategy=single", "trainer.devices=2")
+    assert "strategy=single" in msg and "trainer.devices=2" in msg
+
+
+def test_cuda_requested_without_cuda():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    [msg] = problems("trainer.accelerator=cuda")
+    assert "no CUDA device" in msg
+
+
+def test_both_limits_unlimited():
+    [msg] = problems("trainer.max_epochs=-1", "trainer.max_steps=-1")
+    assert "both unlimited" in msg
+
+
+def test_unresolvable_interpolation():
+    [msg] = problems("model.num_classes=${datamodule.nope}")
+    assert "cannot resolve" in msg

@@ -1,0 +1,58 @@
+"""The real command line, as a user runs it."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+from tests.conftest import TINY
+
+
+def train(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "framework.train", *args], capture_output=True, text=True,
+                          timeout=240, cwd=cwd)
+
+
+def test_short_run_writes_every_output(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = train(*TINY, f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"Outputs: {run_dir}" in proc.stdout + proc.stderr
+    assert {p.name for p in run_dir.iterdir()} == {"config.yaml", "train.log", "metrics.csv", "tb", "results.json"}
+
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "completed" and results["steps"] == 12
+
+    with open(run_dir / "metrics.csv") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert reader.fieldnames[:2] == ["step", "epoch"] and {"train/loss", "val/loss", "val/acc"} <= set(reader.fieldnames)
+    assert [int(r["step"]) for r in rows if r["train/loss"]] == list(range(1, 13))
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb")).Reload()
+    assert {"train/loss", "val/loss", "val/acc", "test/acc"} <= set(events.Tags()["scalars"])
+    assert len(events.Scalars("train/loss")) == 12
+    hparams = events.PluginTagToContent("hparams")
+    assert "_hparams_/experiment" in hparams and "_hparams_/session_start_info" in hparams
+
+    log = (run_dir / "train.log").read_text()
+    assert "Instantiating model <framework.models.MLP>" in log and "Finished 'digits_mlp' (completed)" in log
+
+
+def test_invalid_config_exits_non_zero_and_writes_only_the_log(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = train("trainer.max_epoch=3", "optimizer.lrr=1", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 2
+    assert "Invalid configuration (2 problems)" in proc.stderr
+    assert "did you mean 'max_epochs'?" in proc.stderr and "did you mean 'lr'?" in proc.stderr
+    assert [p.name for p in run_dir.iterdir()] == ["train.log"]
+
+
+def test_cfg_job_prints_the_config_without_training(tmp_path):
+    proc = train("--cfg", "job", "model=mlp", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "_target_: framework.models.MLP" in proc.stdout
+    assert not (tmp_path / "outputs").exists()

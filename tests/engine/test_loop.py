@@ -1,0 +1,113 @@
+"""The engine's loop options, through the Python API on tiny configs."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from framework import fit
+
+
+def losses(output_dir) -> list[float]:
+    with open(output_dir / "metrics.csv") as f:
+        return [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+
+
+def test_same_seed_same_losses_different_seed_different(tiny_cfg, tmp_path):
+    runs = [fit(tiny_cfg(f"seed={s}"), output_dir=str(tmp_path / str(i))) for i, s in enumerate([3, 3, 4])]
+    a, b, c = (losses(tmp_path / str(i)) for i in range(3))
+    assert len(a) == 12 and a == b and a != c
+    assert runs[0]["metrics"] == runs[1]["metrics"]
+
+
+def test_accumulation_equals_the_larger_batch(tiny_cfg, tmp_path):
+    # 2 micro-batches of 16 accumulate to the gradient of one batch of 32: same losses, same weights.
+    # SGD and no dropout, so the only difference is float summation order.
+    common = ["optimizer=sgd", "scheduler=none", "trainer.max_epochs=1", "trainer.limit_train_batches=1.0"]
+    big = fit(tiny_cfg(*common, "datamodule.batch_size=32"), output_dir=str(tmp_path / "big"))
+    acc = fit(tiny_cfg(*common, "datamodule.batch_size=16", "trainer.accumulate_grad_batches=2"),
+              output_dir=str(tmp_path / "acc"))
+    assert big["steps"] == acc["steps"] == 39 and big["global_batch_size"] == acc["global_batch_size"] == 32
+    assert losses(tmp_path / "big") == pytest.approx(losses(tmp_path / "acc"), rel=1e-5)
+    assert big["metrics"]["val/loss"] == pytest.approx(acc["metrics"]["val/loss"], rel=1e-5)
+
+
+def test_max_steps_limits_and_val_check_interval(tiny_cfg, tmp_path):
+    results = fit(tiny_cfg("trainer.max_epochs=5", "trainer.max_steps=9", "trainer.limit_train_batches=4",
+                           "trainer.val_check_interval=2"), output_dir=str(tmp_path))
+    assert results["steps"] == 9 and results["epochs"] == 3
+    with open(tmp_path / "metrics.csv") as f:
+        val_steps = [int(r["step"]) for r in csv.DictReader(f) if r.get("val/loss")]
+    # every 2 training batches of each 4-batch epoch, plus the final weights at step 9
+    assert val_steps == [2, 4, 6, 8, 9]
+
+
+def test_limit_val_zero_skips_validation_and_fraction_limits_train(tiny_cfg, tmp_path):
+    results = fit(tiny_cfg("trainer.limit_val_batches=0", "trainer.limit_train_batches=0.25",
+                           "trainer.max_epochs=1"), output_dir=str(tmp_path))
+    assert results["steps"] == int(1257 // 32 * 0.25)
+    assert "val/loss" not in results["metrics"] and "test/acc" in results["metrics"]
+
+
+def test_fast_dev_run_writes_no_logger_files(tiny_cfg, tmp_path):
+    results = fit(tiny_cfg("trainer.fast_dev_run=true"), output_dir=str(tmp_path))
+    assert results["steps"] == 1 and results["status"] == "completed"
+    assert not (tmp_path / "metrics.csv").exists() and not (tmp_path / "tb").exists()
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_mixed_precision_trains(tiny_cfg, tmp_path, precision):
+    results = fit(tiny_cfg(f"trainer.precision={precision}", "trainer.max_epochs=3", "trainer.limit_train_batches=1.0"),
+                  output_dir=str(tmp_path))
+    assert results["precision"] == precision and results["metrics"]["val/acc"] > 0.8
+
+
+def test_gradient_clipping_by_value_bounds_the_update(tiny_cfg, tmp_path):
+    # With SGD(lr=1, no momentum) one clipped step moves every weight by at most clip_val.
+    from framework.build import build_components
+    from framework.config.schemas import TrainerConfig
+    from framework.engine.loop import Trainer
+    from framework.strategies import RankEnv, build_strategy
+    from omegaconf import OmegaConf
+
+    cfg = tiny_cfg("optimizer=sgd", "optimizer.lr=1.0", "optimizer.momentum=0.0", "trainer.gradient_clip_val=0.001",
+                   "trainer.gradient_clip_algorithm=value", "trainer.max_steps=1", "trainer.limit_val_batches=0",
+                   "logger=none", "output_dir=" + str(tmp_path))
+    container = OmegaConf.to_container(cfg, resolve=True)
+    parts = build_components(cfg, True)
+    before = [p.detach().clone() for p in parts.model.parameters()]
+    trainer = Trainer(TrainerConfig(**container["trainer"]), build_strategy(container, RankEnv()), parts.task)
+    trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
+    moved = max((p - b).abs().max().item() for p, b in zip(parts.model.parameters(), before))
+    assert 0 < moved <= 0.001 + 1e-7
+
+
+def test_onecycle_total_steps_is_filled_from_the_run_length(tiny_cfg, tmp_path):
+    results = fit(tiny_cfg("scheduler=onecycle", "trainer.max_epochs=2", "trainer.limit_train_batches=3"),
+                  output_dir=str(tmp_path))
+    assert results["steps"] == 6  # OneCycleLR raises if stepped past total_steps
+
+
+def test_results_json_has_every_field(tiny_cfg, tmp_path):
+    fit(tiny_cfg(), output_dir=str(tmp_path))
+    results = json.loads((tmp_path / "results.json").read_text())
+    for key in ("status", "experiment", "strategy", "accelerator", "devices", "num_nodes", "world_size",
+                "global_batch_size", "epochs", "steps", "metrics", "throughput", "memory", "wall_time_s"):
+        assert key in results, key
+    assert results["status"] == "completed" and results["experiment"] == "digits_mlp"
+    assert results["strategy"] == "single" and results["world_size"] == 1 and results["global_batch_size"] == 32
+    assert results["throughput"]["samples_per_s"] > 0 and results["throughput"]["step_time_ms_median"] > 0
+    assert results["memory"]["peak_bytes_per_rank"][0] > 0 and results["wall_time_s"] > 0
+    assert set(results["metrics"]) >= {"train/loss", "val/loss", "val/acc", "test/loss", "test/acc"}
+    assert all(math.isfinite(v) for v in results["metrics"].values())
+
+
+def test_failure_is_recorded_and_raised(tiny_cfg, tmp_path):
+    with pytest.raises(ValueError, match="larger than the training set"):
+        fit(tiny_cfg("datamodule.batch_size=4096"), output_dir=str(tmp_path))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "failed" and "larger than the training set" in results["error"]
+    assert results["failed_rank"] == 0
