@@ -7,13 +7,14 @@ import traceback
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from framework.build import build_components
 from framework.config.schemas import TrainerConfig
 from framework.engine.loop import Trainer
 from framework.engine.results import peak_memory_bytes, throughput, write_json
 from framework.engine.seed import seed_everything, set_deterministic
+from framework.launch.rank_logging import configure_rank_logging
 from framework.strategies import RankEnv, build_strategy
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,16 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
         "num_nodes": trainer_cfg.num_nodes,
         "world_size": env.world_size,
         "precision": trainer_cfg.precision,
-        "output_dir": str(cfg.output_dir),
     }
     trainer = None
     loggers: list = []
     strategy.setup_environment()
+    if strategy.distributed and env.world_size > 1:
+        # Under torchrun every rank composed its own config; rank 0's directory is the job's.
+        with open_dict(cfg):
+            cfg.output_dir = strategy.broadcast_object(str(cfg.output_dir))
+        configure_rank_logging(cfg.output_dir, env.rank)
+    results["output_dir"] = str(cfg.output_dir)
     try:
         seed = seed_everything(cfg.seed)
         set_deterministic(trainer_cfg.deterministic)
@@ -63,6 +69,11 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
             trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler)
         if cfg.test:
             trainer.test(parts.datamodule, model=None if cfg.train else parts.model)
+        if cfg.get("export_weights") and trainer.model is not None:
+            # Collective: every rank takes part in gathering sharded weights; rank 0 writes.
+            weights = strategy.full_state_dict(trainer.model)
+            if strategy.is_global_zero:
+                torch.save(weights, Path(cfg.output_dir) / "model.pt")
         peaks = strategy.all_gather_object(peak_memory_bytes(strategy.device))
         results.update(
             status="completed",

@@ -65,9 +65,6 @@ class AutoConfig(StrategyConfig):
     name: str = "auto"
 
 
-# name -> schema; the distributed strategies register theirs in framework.strategies.
-STRATEGY_SCHEMAS: dict[str, type] = {"auto": AutoConfig, "single": SingleConfig}
-
 
 @dataclass
 class RootConfig:
@@ -78,6 +75,7 @@ class RootConfig:
     seed: Optional[int] = 42
     train: bool = True
     test: bool = True
+    export_weights: bool = False
     # Where a run writes; filled in by the entry point (Hydra's run dir).
     output_dir: Optional[str] = None
     model: dict = field(default_factory=dict)

@@ -302,6 +302,12 @@ class Trainer:
         model.eval()
         self._call("on_validation_start" if stage == "val" else "on_test_start")
         totals, count = None, 0
+        batches = limit
+        if self.strategy.lockstep_forward:
+            # Sharded parameters are gathered inside forward, a collective: a rank with fewer
+            # batches repeats its last batch (results discarded) until every rank is done.
+            batches = int(self.strategy.all_reduce(torch.tensor(limit, device=self.strategy.device), "max").item())
+        batch = None
         for i, batch in enumerate(loader):
             if i >= limit:
                 break
@@ -314,6 +320,9 @@ class Trainer:
             values = torch.stack([loss.float(), *(m.float() for m in metrics.values())]) * size
             totals = values if totals is None else totals + values
             count += size
+        for _ in range(batches - min(limit, len(loader))):
+            with self.precision.autocast():
+                self.task.step(model, batch, stage)
         names = self._eval_names.get(stage, ["loss"])
         if totals is None:  # this rank had no batch; it still joins the reduction
             totals = torch.zeros(len(names), device=self.strategy.device)

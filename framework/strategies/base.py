@@ -7,10 +7,14 @@ place that knows about parallelism: the engine runs one loop for all of them.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import os
+import socket
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from framework.config.schemas import SingleConfig
@@ -26,6 +30,13 @@ class RankEnv:
     world_size: int = 1
     local_world_size: int = 1
     node_rank: int = 0
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def resolve_accelerator(name: str) -> str:
@@ -46,15 +57,24 @@ def device_for(accelerator: str, local_rank: int) -> torch.device:
 
 
 class Strategy:
-    """Single process, single device. Subclasses override what differs (one level deep)."""
+    """Single process, single device, plus the collectives every multi-process strategy
+    shares (they are no-ops while no process group exists). Subclasses override what differs."""
 
     name = "single"
     schema: type = SingleConfig
+    # How a job's local ranks start: "elastic" (torch's elastic agent, as torchrun) or "spawn".
+    launcher = "elastic"
+    # True when every rank must run every forward together (sharded parameters are
+    # all-gathered in forward): evaluation then pads the shorter ranks with extra batches.
+    lockstep_forward = False
+    # Wrappers such as DDP and FSDP need a process group even for a single process.
+    needs_process_group = False
 
-    def __init__(self, options: dict, accelerator: str, env: RankEnv = RankEnv()):
+    def __init__(self, options: dict, accelerator: str, env: RankEnv = RankEnv(), devices: int = 1):
         self.options = options
         self.accelerator = accelerator
         self.env = env
+        self.devices = devices  # trainer.devices: devices per node
         self.device = device_for(accelerator, env.local_rank)
 
     # ---- topology (class-level: known before any process starts) ----
@@ -88,8 +108,24 @@ class Strategy:
     def is_global_zero(self) -> bool:
         return self.env.rank == 0
 
+    @property
+    def distributed(self) -> bool:
+        return dist.is_available() and dist.is_initialized()
+
     def setup_environment(self) -> None:
-        """Join the process group (distributed strategies); nothing for one process."""
+        """Join the job's process group when it has several processes (nccl on CUDA, gloo on CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if (self.env.world_size > 1 or self.needs_process_group) and not dist.is_initialized():
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            init_method = None
+            if self.env.world_size == 1 and "MASTER_ADDR" not in os.environ:
+                init_method = f"tcp://127.0.0.1:{free_port()}"  # a one-process group, in this process
+            # The timeout turns a hung collective (a rank that died, a mismatched call)
+            # into an error instead of a job that waits forever.
+            dist.init_process_group(backend, init_method=init_method, rank=self.env.rank,
+                                    world_size=self.env.world_size,
+                                    timeout=datetime.timedelta(seconds=float(self.options.get("timeout_s", 1800))))
 
     def setup(self, model: nn.Module, optimizer_factory: Callable) -> tuple[nn.Module, torch.optim.Optimizer]:
         """Move/wrap ``model`` and build the optimizer over the parameters it will train (None: no optimizer)."""
@@ -114,17 +150,38 @@ class Strategy:
         return contextlib.nullcontext()
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """Sum ("sum") or average ("mean") ``tensor`` over all ranks; returns the result."""
-        return tensor
+        """Sum ("sum"), average ("mean") or maximum ("max") of ``tensor`` over all ranks."""
+        if not self.distributed:
+            return tensor
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return tensor / dist.get_world_size() if op == "mean" else tensor
 
     def all_gather_object(self, obj) -> list:
-        return [obj]
+        if not self.distributed:
+            return [obj]
+        out = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
 
-    def broadcast_object(self, obj):
-        return obj
+    def broadcast_object(self, obj, src: int = 0):
+        if not self.distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
 
     def barrier(self) -> None:
-        pass
+        if self.distributed:
+            dist.barrier()
+
+    def full_state_dict(self, model: nn.Module) -> dict:
+        """The whole model's weights as plain CPU tensors, on rank 0 (collective: call on every rank)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        if not self.distributed:
+            return {k: v.detach().cpu() for k, v in self.unwrap(model).state_dict().items()}
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(model, options=options)
 
     def clip_gradients(self, model: nn.Module, max_value: float, algorithm: str) -> None:
         params = [p for p in model.parameters() if p.grad is not None]
@@ -134,4 +191,5 @@ class Strategy:
             torch.nn.utils.clip_grad_norm_(params, max_value)
 
     def teardown(self) -> None:
-        pass
+        if self.distributed:
+            dist.destroy_process_group()

@@ -1,0 +1,40 @@
+"""Is this process already one rank of a launched job (torchrun or SLURM)? Then it joins."""
+from __future__ import annotations
+
+import os
+import re
+
+from framework.strategies.base import RankEnv
+
+
+def detect_environment(environ: dict | None = None) -> RankEnv | None:
+    """RankEnv from torchrun's (or the elastic agent's) or SLURM's variables; None outside both.
+
+    SLURM counts only inside a job step (``srun``), where every task has its own
+    SLURM_PROCID; a batch script's own shell is not a rank. For SLURM, MASTER_ADDR and
+    MASTER_PORT are derived (first node of the job, a port from the job id) unless set.
+    """
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:
+        return RankEnv(rank=int(env["RANK"]), local_rank=int(env["LOCAL_RANK"]), world_size=int(env["WORLD_SIZE"]),
+                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+                       node_rank=int(env.get("GROUP_RANK", 0)))
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        world = int(env["SLURM_NTASKS"])
+        nodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
+        env.setdefault("MASTER_ADDR", first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")))
+        env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+        return RankEnv(rank=int(env["SLURM_PROCID"]), local_rank=int(env.get("SLURM_LOCALID", "0")), world_size=world,
+                       local_world_size=world // max(1, nodes), node_rank=int(env.get("SLURM_NODEID", "0")))
+    return None
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a SLURM node list: 'gpu[03-05,09],cpu1' -> 'gpu03'."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not match:
+        return nodelist
+    prefix, ranges = match.groups()
+    if not ranges:
+        return prefix
+    return prefix + re.split(r"[-,]", ranges)[0]

@@ -1,0 +1,61 @@
+"""Start N local ranks: torch's elastic agent (torchrun's machinery) or torch.multiprocessing.spawn.
+
+Ranks get the resolved config as a plain dict: they never re-parse argv or re-run Hydra.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from framework.launch.env import detect_environment
+from framework.launch.rank_logging import configure_rank_logging
+from framework.strategies import RankEnv
+from framework.strategies.base import free_port
+
+
+def _limit_threads(local_world_size: int) -> None:
+    # N ranks on one CPU must not each start a thread per core (torchrun sets OMP_NUM_THREADS=1).
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
+
+
+def _run_rank(container: dict, env: RankEnv) -> dict:
+    from framework.run import run
+
+    configure_rank_logging(container["output_dir"], env.rank)
+    _limit_threads(env.local_world_size)
+    return run(OmegaConf.create(container), env)
+
+
+def _elastic_entry(container: dict) -> dict:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return record(_run_rank)(container, detect_environment())
+
+
+def launch_elastic(container: dict, nprocs: int) -> dict:
+    """N ranks under torch's elastic agent on this machine; returns rank 0's results."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
+                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
+                          monitor_interval=0.1, start_method="spawn")
+    returns = elastic_launch(config, _elastic_entry)(container)
+    return returns[0]
+
+
+def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank),
+                      LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
+    _run_rank(container, detect_environment())
+
+
+def launch_spawn(container: dict, nprocs: int) -> dict:
+    """N ranks by torch.multiprocessing.spawn; rank 0's results come back through results.json."""
+    torch.multiprocessing.spawn(_spawn_entry, args=(container, nprocs, free_port()), nprocs=nprocs, join=True)
+    return json.loads((Path(container["output_dir"]) / "results.json").read_text())

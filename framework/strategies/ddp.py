@@ -1,0 +1,82 @@
+"""DistributedDataParallel: one process per device, gradients all-reduced in buckets during backward."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from framework.config.schemas import StrategyConfig
+from framework.strategies.base import Strategy
+
+
+@dataclass
+class DDPConfig(StrategyConfig):
+    name: str = "ddp"
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    bucket_cap_mb: float = 25.0
+    gradient_as_bucket_view: bool = False
+    # Compress gradients before the all-reduce: fp16/bf16 halve the bytes; powersgd is low-rank.
+    comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = "none"
+    powersgd_rank: int = 1
+    # BatchNorm statistics over the global batch instead of each rank's slice.
+    sync_batchnorm: bool = False
+
+
+def apply_ddp(model: nn.Module, device: torch.device, options: dict) -> DistributedDataParallel:
+    """Wrap ``model`` (already on ``device``) in DDP with ``options`` (a DDPConfig as a dict)."""
+    if options.get("sync_batchnorm"):
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    ddp = DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=options.get("find_unused_parameters", False),
+        static_graph=options.get("static_graph", False),
+        bucket_cap_mb=options.get("bucket_cap_mb", 25.0),
+        gradient_as_bucket_view=options.get("gradient_as_bucket_view", False),
+    )
+    register_comm_hook(ddp, options.get("comm_hook", "none"), options.get("powersgd_rank", 1))
+    return ddp
+
+
+def register_comm_hook(ddp: DistributedDataParallel, hook: str, rank: int) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook == "bf16":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
+                                            start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+
+class DDPStrategy(Strategy):
+    name = "ddp"
+    schema = DDPConfig
+    needs_process_group = True
+
+    @classmethod
+    def processes_per_node(cls, trainer: dict, options: dict) -> int:
+        return trainer.get("devices", 1)
+
+    @classmethod
+    def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:
+        if accelerator == "mps" and trainer.get("devices", 1) > 1:
+            problems.append(f"strategy={cls.name}: MPS has one device per machine; use trainer.devices=1")
+
+    def setup(self, model: nn.Module, optimizer_factory: Callable | None):
+        model = apply_ddp(model.to(self.device), self.device, self.options)
+        return model, (optimizer_factory(model.parameters()) if optimizer_factory else None)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module if isinstance(model, DistributedDataParallel) else model
+
+    def no_sync(self, model: nn.Module):
+        # DDP skips the gradient all-reduce inside no_sync(); gradients accumulate locally
+        # and the next backward outside it reduces the sum.
+        return model.no_sync()

@@ -1,0 +1,93 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``): parameters, gradients and optimizer state sharded.
+
+``sharding: full`` is ZeRO-3 (parameters resharded after forward and re-gathered for
+backward); ``grad_op`` is ZeRO-2 (parameters stay gathered between forward and backward).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Optional
+
+import torch
+from torch import nn
+
+from framework.config.schemas import StrategyConfig
+from framework.strategies.base import Strategy
+
+_DTYPES = {None: None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class FSDPConfig(StrategyConfig):
+    name: str = "fsdp"
+    sharding: Literal["full", "grad_op"] = "full"
+    # Each submodule whose class name is listed becomes its own FSDP unit (gathered and
+    # freed on its own); the root is always wrapped. [] = one unit for the whole model.
+    wrap_classes: list = field(default_factory=list)
+    # Mixed-precision policy: dtype of the gathered parameters and of gradient reduction.
+    param_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
+    reduce_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
+    cpu_offload: bool = False
+
+
+def apply_fsdp(model: nn.Module, mesh, options: dict) -> nn.Module:
+    """Shard ``model`` in place over ``mesh`` (1-D: FSDP; 2-D (replicate, shard): HSDP).
+
+    Order: the listed submodules first (innermost units), then the root, so each unit's
+    parameters are gathered only while that unit runs.
+    """
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    reshard = options.get("sharding", "full") == "full"
+    kwargs = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=_DTYPES[options.get("param_dtype")],
+                                          reduce_dtype=_DTYPES[options.get("reduce_dtype")]),
+        "offload_policy": CPUOffloadPolicy() if options.get("cpu_offload") else OffloadPolicy(),
+    }
+    wrap = set(options.get("wrap_classes") or [])
+    for module in list(model.modules())[1:]:
+        if type(module).__name__ in wrap:
+            fully_shard(module, reshard_after_forward=reshard, **kwargs)
+    fully_shard(model, reshard_after_forward=reshard, **kwargs)
+    return model
+
+
+class FSDPStrategy(Strategy):
+    name = "fsdp"
+    schema = FSDPConfig
+    needs_process_group = True
+    lockstep_forward = True
+
+    @classmethod
+    def processes_per_node(cls, trainer: dict, options: dict) -> int:
+        return trainer.get("devices", 1)
+
+    @classmethod
+    def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:
+        if options.get("cpu_offload") and accelerator != "cuda":
+            problems.append(f"strategy.cpu_offload: offloads CUDA parameters to the CPU; it needs "
+                            f"trainer.accelerator=cuda (here: {accelerator})")
+        if accelerator == "mps":
+            problems.append(f"strategy={cls.name}: FSDP needs cuda or cpu (gloo), not mps")
+
+    def mesh(self):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(self.device.type, (self.env.world_size,), mesh_dim_names=("shard",))
+
+    def setup(self, model: nn.Module, optimizer_factory: Callable | None):
+        model = apply_fsdp(model.to(self.device), self.mesh(), self.options)
+        # The optimizer is built over the sharded (DTensor) parameters: each rank keeps
+        # optimizer state for its shard only.
+        return model, (optimizer_factory(model.parameters()) if optimizer_factory else None)
+
+    @contextlib.contextmanager
+    def no_sync(self, model: nn.Module):
+        # FSDP2's equivalent of DDP.no_sync: keep unsharded gradients, skip reduce-scatter.
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
