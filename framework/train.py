@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -11,6 +12,7 @@ from omegaconf import DictConfig
 from framework.config import ConfigError
 from framework.config.overrides import lenient
 from framework.job import run_job, set_job_fields
+from framework.launch.env import detect_environment
 
 log = logging.getLogger("framework.train")
 
@@ -32,6 +34,13 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 def main() -> None:
     """Console entry point: Hydra's command line, with typo'd keys reported by our validator."""
     sys.argv[1:] = lenient(sys.argv[1:])
+    env = detect_environment()
+    if env is not None and env.rank != 0:
+        # Under torchrun/SLURM every rank runs this entry point. Only rank 0's Hydra run dir
+        # is the job's (ranks agree on it in framework.run); the others get a scratch dir
+        # instead of a directory per rank, and log under <job dir>/ranks/<r>/.
+        scratch = tempfile.mkdtemp(prefix=f"framework-rank{env.rank}-")
+        sys.argv += [f"hydra.run.dir={scratch}"]
     _hydra_main()
 
 

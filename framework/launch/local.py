@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from framework.launch.env import detect_environment
+from framework.engine.results import write_json
 from framework.launch.rank_logging import configure_rank_logging
 from framework.strategies import RankEnv
 from framework.strategies.base import free_port
@@ -45,8 +46,26 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn")
-    returns = elastic_launch(config, _elastic_entry)(container)
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    try:
+        returns = elastic_launch(config, _elastic_entry)(container)
+    except ChildFailedError as err:
+        rank, failure = err.get_first_failure()  # the root cause: the others were stopped after it
+        message = failure.message.get("message", str(failure.message)) if isinstance(failure.message, dict) \
+            else str(failure.message)
+        raise _job_failed(container, rank, " | ".join(message.strip().splitlines()) or
+                          f"exit code {failure.exitcode}") from None
     return returns[0]
+
+
+def _job_failed(container: dict, rank: int, message: str) -> RuntimeError:
+    """Record in results.json which rank failed first and why; return the error to raise."""
+    path = Path(container["output_dir"]) / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results.update(status="failed", failed_rank=rank, error=message)
+    write_json(path, results)
+    return RuntimeError(f"rank {rank} failed: {message}")
 
 
 def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> None:
@@ -57,5 +76,13 @@ def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> No
 
 def launch_spawn(container: dict, nprocs: int) -> dict:
     """N ranks by torch.multiprocessing.spawn; rank 0's results come back through results.json."""
-    torch.multiprocessing.spawn(_spawn_entry, args=(container, nprocs, free_port()), nprocs=nprocs, join=True)
+    try:
+        torch.multiprocessing.spawn(_spawn_entry, args=(container, nprocs, free_port()), nprocs=nprocs, join=True)
+    except torch.multiprocessing.ProcessRaisedException as err:
+        # The child's traceback: keep the exception lines after its last indented frame line.
+        lines = str(err).strip().splitlines()
+        last_frame = max((i for i, line in enumerate(lines) if line.startswith(" ")), default=-1)
+        raise _job_failed(container, err.error_index, " | ".join(lines[last_frame + 1:]) or "failed") from None
+    except torch.multiprocessing.ProcessExitedException as err:
+        raise _job_failed(container, err.error_index, f"exited with code {err.exit_code}") from None
     return json.loads((Path(container["output_dir"]) / "results.json").read_text())

@@ -88,3 +88,31 @@ def test_both_limits_unlimited():
 def test_unresolvable_interpolation():
     [msg] = problems("model.num_classes=${datamodule.nope}")
     assert "cannot resolve" in msg
+
+
+def test_dp_on_cpu_with_two_devices_suggests_ddp():
+    [msg] = problems("strategy=dp", "trainer.accelerator=cpu", "trainer.devices=2")
+    assert msg.startswith("strategy=dp:") and "use strategy=ddp" in msg
+
+
+def test_hsdp_factors_that_do_not_multiply_state_every_factor():
+    [msg] = problems("strategy=hsdp", "trainer.devices=4", "strategy.replicate=3", "strategy.shard=2")
+    assert msg.startswith("strategy.replicate(3) * strategy.shard(2) != world size 4 "
+                          "(trainer.devices=4 x trainer.num_nodes=1)")
+
+
+def test_several_nodes_need_a_launcher():
+    [msg] = problems("strategy=ddp", "trainer.num_nodes=2")
+    assert "torchrun --nnodes 2" in msg
+
+
+def test_global_batch_must_divide_across_ranks():
+    [msg] = problems("strategy=ddp", "trainer.devices=3", "datamodule.batch_size=64")
+    assert msg.startswith("datamodule.batch_size: the global batch 64 does not divide across 3")
+
+
+def test_strategy_options_are_checked_against_that_strategy():
+    [msg] = problems("strategy=fsdp", "strategy.sharding=half")
+    assert "strategy.sharding: expected one of 'full', 'grad_op'" in msg
+    [msg] = problems("strategy=ddp", "+strategy.sharding=full")
+    assert msg.startswith("strategy.sharding: unknown key")
