@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from framework.build import build_components
 from framework.config.schemas import TrainerConfig
+from framework.engine.checkpoint import resolve_ckpt_path
 from framework.engine.loop import Trainer
 from framework.engine.results import peak_memory_bytes, throughput, write_json
 from framework.engine.seed import seed_everything, set_deterministic
@@ -66,7 +67,8 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
         trainer = Trainer(trainer_cfg, strategy, parts.task, loggers, parts.callbacks, seed=seed)
         loggers = trainer.loggers  # fast_dev_run drops them
         if cfg.train:
-            trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler)
+            ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
+            trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
         if cfg.test:
             trainer.test(parts.datamodule, model=None if cfg.train else parts.model)
         if cfg.get("export_weights") and trainer.model is not None:
@@ -75,6 +77,7 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
             if strategy.is_global_zero:
                 torch.save(weights, Path(cfg.output_dir) / "model.pt")
         peaks = strategy.all_gather_object(peak_memory_bytes(strategy.device))
+        states = strategy.all_gather_object(trainer.model_state_bytes)
         results.update(
             status="completed",
             global_batch_size=trainer.global_batch_size,
@@ -82,7 +85,10 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
             steps=trainer.global_step,
             metrics=dict(trainer.logged_metrics),
             throughput=throughput(trainer.step_times, trainer.train_samples),
-            memory={"peak_bytes_per_rank": peaks},
+            memory={"peak_bytes_per_rank": peaks,
+                    "model_state_bytes_per_rank": [s["total"] if s else None for s in states],
+                    # a sharded parameter's numel() is its full size
+                    "parameters": sum(p.numel() for p in trainer.model.parameters()) if trainer.model else None},
         )
         final = {k: v for k, v in trainer.logged_metrics.items() if "/" in k}
         for logger in loggers:

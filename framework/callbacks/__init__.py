@@ -5,10 +5,13 @@ on_validation_start, on_validation_end(metrics), on_train_epoch_end, on_fit_end,
 on_test_start, on_test_end(metrics), on_exception(error). ``loss`` is the batch's detached
 loss tensor; ``metrics`` a dict of floats. The engine calls only the methods that exist.
 """
+from framework.callbacks.checkpoint import ModelCheckpoint
+from framework.callbacks.early_stopping import EarlyStopping
+from framework.callbacks.lr_monitor import LearningRateMonitor
 from framework.callbacks.progress import ProgressBar
 
 EVENTS = ("on_fit_start", "on_train_epoch_start", "on_train_batch_end", "on_validation_start",
           "on_validation_end", "on_train_epoch_end", "on_fit_end", "on_test_start", "on_test_end",
           "on_exception")
 
-__all__ = ["EVENTS", "ProgressBar"]
+__all__ = ["EVENTS", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar"]

@@ -76,6 +76,8 @@ class RootConfig:
     train: bool = True
     test: bool = True
     export_weights: bool = False
+    # Resume: a checkpoint directory, or last / best (this run's checkpoints/).
+    ckpt_path: Optional[str] = None
     # Where a run writes; filled in by the entry point (Hydra's run dir).
     output_dir: Optional[str] = None
     model: dict = field(default_factory=dict)

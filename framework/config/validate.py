@@ -68,6 +68,9 @@ def validate(cfg: DictConfig) -> None:
     from framework.strategies import check_strategy
 
     check_strategy(container, problems)
+    from framework.engine.checkpoint import check_ckpt_path
+
+    problems.extend(check_ckpt_path(container.get("ckpt_path"), container.get("output_dir") or "."))
     if problems:
         raise ConfigError(problems)
 

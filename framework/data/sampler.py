@@ -23,6 +23,11 @@ class ShardedSampler(Sampler[int]):
         self.length, self.num_replicas, self.rank = length, num_replicas, rank
         self.shuffle, self.seed, self.drop_last_multiple = shuffle, seed, drop_last_multiple
         self.epoch = 0
+        self.start = 0  # positions of this rank's shard to skip (resuming mid-epoch)
+
+    def set_start(self, start: int) -> None:
+        """Begin the next iteration ``start`` samples into this rank's shard."""
+        self.start = start
 
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle for ``epoch`` (the same permutation on every rank)."""
@@ -39,8 +44,8 @@ class ShardedSampler(Sampler[int]):
             order = torch.randperm(self.length, generator=g)
         else:
             order = torch.arange(self.length)
-        return iter(order[: self._used()][self.rank :: self.num_replicas].tolist())
+        return iter(order[: self._used()][self.rank :: self.num_replicas][self.start :].tolist())
 
     def __len__(self) -> int:
         used = self._used()
-        return (used - self.rank + self.num_replicas - 1) // self.num_replicas
+        return max(0, (used - self.rank + self.num_replicas - 1) // self.num_replicas - self.start)

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from framework.callbacks import EVENTS
 from framework.config.schemas import TrainerConfig
+from framework.engine.memory import model_state_bytes
 from framework.engine.precision import Precision
 from framework.engine.scheduler import SchedulerSpec
 from framework.strategies.base import Strategy
@@ -88,14 +89,21 @@ class Trainer:
         self.epochs_run = 0
         self.should_stop = False
         self.step_completed = False
+        self.batch_in_epoch = 0      # training batches of the current epoch already run
+        self.at_epoch_end = False    # inside the epoch-end validation / callbacks
+        self.epoch_finished = False  # the current epoch's end-of-epoch work is done
         self.num_training_batches = 0
         self.global_batch_size = 0
         self.micro_batch_global_size = 0
         self.logged_metrics: dict[str, float] = {}
         self.step_times: list[float] = []  # seconds per optimizer step, data loading included
         self.train_samples = 0
+        self.model_state_bytes: Optional[dict] = None  # params + grads + optimizer state on this rank
         self._eval_names: dict[str, list[str]] = {}
         self._last_val_step = -1
+        # Seeded per epoch: a resumed run's DataLoader draws the same worker seeds, and the
+        # loader never consumes the global RNG that dropout and friends use.
+        self._loader_generator = torch.Generator()
 
     @property
     def is_global_zero(self) -> bool:
@@ -103,8 +111,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- public loops
     def fit(self, model: torch.nn.Module, datamodule, optimizer_factory: Callable,
-            scheduler: Optional[SchedulerSpec] = None) -> None:
-        """Train ``model`` on ``datamodule``; the strategy wraps it and builds the optimizer."""
+            scheduler: Optional[SchedulerSpec] = None, ckpt_path: Optional[str] = None) -> None:
+        """Train ``model`` on ``datamodule``; the strategy wraps it and builds the optimizer.
+
+        ``ckpt_path``: a checkpoint directory to resume from (model, optimizer, scheduler,
+        scaler, epoch, step, position in the epoch, RNG states, callbacks)."""
         datamodule.setup("fit")
         self.model, self.optimizer = self.strategy.setup(model, optimizer_factory)
         train_loader = self._loader(datamodule.train_dataloader(), train=True)
@@ -115,6 +126,11 @@ class Trainer:
         if scheduler is not None:
             self.scheduler = scheduler.build(self.optimizer, self._scheduler_intervals(scheduler.interval))
             self._scheduler_spec = scheduler
+        if ckpt_path is not None:
+            from framework.engine.checkpoint import load_checkpoint
+
+            load_checkpoint(ckpt_path, self)
+            log.info("Resumed from %s at epoch %d, step %d", ckpt_path, self.current_epoch, self.global_step)
         self._run_guarded("fit", lambda: self._fit_loop(train_loader, val_loader))
 
     def validate(self, datamodule) -> dict[str, float]:
@@ -136,6 +152,44 @@ class Trainer:
     def _require_model(self) -> None:
         if self.model is None:
             raise RuntimeError("no model: call fit() first or pass model= to test()")
+
+    def state_dict(self) -> dict:
+        """The loop's state for a checkpoint (model and optimizer are saved by the strategy)."""
+        return {
+            "global_step": self.global_step, "current_epoch": self.current_epoch,
+            "batch_in_epoch": self.batch_in_epoch, "epoch_finished": self.epoch_finished,
+            "epochs_run": self.epochs_run, "logged_metrics": dict(self.logged_metrics),
+            "last_val_step": self._last_val_step,
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
+            "callbacks": {self._callback_key(i, cb): cb.state_dict() for i, cb in enumerate(self.callbacks)
+                          if callable(getattr(cb, "state_dict", None))},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.global_step, self.current_epoch = state["global_step"], state["current_epoch"]
+        self.batch_in_epoch, self.epoch_finished = state["batch_in_epoch"], state["epoch_finished"]
+        self.epochs_run, self._last_val_step = state["epochs_run"], state["last_val_step"]
+        self.logged_metrics.update(state["logged_metrics"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.precision.scaler is not None and state.get("scaler") is not None:
+            self.precision.scaler.load_state_dict(state["scaler"])
+        saved = state.get("callbacks", {})
+        for i, cb in enumerate(self.callbacks):
+            key = self._callback_key(i, cb)
+            if key in saved and callable(getattr(cb, "load_state_dict", None)):
+                cb.load_state_dict(saved[key])
+
+    @staticmethod
+    def _callback_key(index: int, callback) -> str:
+        return f"{index}:{type(callback).__qualname__}"
+
+    def _sync_should_stop(self) -> None:
+        # A stop decided on any rank stops every rank at the same step.
+        if self.strategy.distributed:
+            flag = torch.tensor(float(self.should_stop), device=self.strategy.device)
+            self.should_stop = bool(self.strategy.all_reduce(flag, "max").item())
 
     def _call(self, event: str, *args) -> None:
         for hook in self._hooks[event]:
@@ -175,7 +229,7 @@ class Trainer:
                           num_workers=loader.num_workers, collate_fn=loader.collate_fn,
                           pin_memory=self.strategy.device.type == "cuda", drop_last=False,
                           persistent_workers=loader.persistent_workers, worker_init_fn=loader.worker_init_fn,
-                          timeout=loader.timeout)
+                          timeout=loader.timeout, generator=self._loader_generator)
 
     def _scheduler_intervals(self, interval: str) -> int:
         """How many times the scheduler will step in this run (for T_max / total_steps = null)."""
@@ -208,19 +262,28 @@ class Trainer:
         frequency = self._scheduler_spec.frequency if self.scheduler else 1
         log_every, batch_end_hooks = cfg.log_every_n_steps, self._hooks["on_train_batch_end"]
         self._call("on_fit_start")
-        epoch = self.current_epoch
+        epoch, skip = self.current_epoch, self.batch_in_epoch
+        if self.epoch_finished:  # resumed from a checkpoint taken after its epoch's end
+            epoch, skip = epoch + 1, 0
+        sampler = train_loader.sampler
+        per_rank_batch = train_loader.batch_size
         while n > 0 and not self.should_stop and (max_epochs is None or epoch < max_epochs) \
                 and (max_steps is None or self.global_step < max_steps):
             self.current_epoch = epoch
-            train_loader.sampler.set_epoch(epoch)
+            self.epoch_finished = False
+            sampler.set_epoch(epoch)
+            # Resuming mid-epoch: the sampler starts after the batches already trained on.
+            sampler.set_start(min(skip, n) * per_rank_batch)
+            self._loader_generator.manual_seed(self.seed + epoch)
             model.train()
             validate_this_epoch = val_loader is not None and (epoch + 1) % cfg.check_val_every_n_epoch == 0
             self._call("on_train_epoch_start")
             micro, step_loss, step_metrics = 0, None, None
             t_prev = time.perf_counter()
-            for batch_idx, batch in enumerate(train_loader):
+            for batch_idx, batch in enumerate(train_loader, start=min(skip, n)):
                 if batch_idx >= n:
                     break
+                self.batch_in_epoch = batch_idx + 1
                 if self._move:
                     batch = move_to_device(batch, strategy.device)
                 micro += 1
@@ -249,18 +312,26 @@ class Trainer:
                     hook(self, loss, batch_idx)
                 if validate_this_epoch and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < n:
                     self._evaluate(val_loader, "val")
+                    self._sync_should_stop()
                     t_prev = time.perf_counter()
                 if max_steps is not None and self.global_step >= max_steps:
                     self.should_stop = True
                 if self.should_stop:
                     break
+            skip = 0
             self.epochs_run = epoch + 1
+            self.at_epoch_end = True
             if validate_this_epoch and (isinstance(cfg.val_check_interval, float) or n % val_every == 0) \
-                    and self._last_val_step != self.global_step:
+                    and self._last_val_step != self.global_step and self.batch_in_epoch >= n:
                 self._evaluate(val_loader, "val")
-            if epoch_scheduler is not None and (epoch + 1) % frequency == 0:
+            if epoch_scheduler is not None and (epoch + 1) % frequency == 0 and self.batch_in_epoch >= n:
                 epoch_scheduler.step()
+            self.epoch_finished = self.batch_in_epoch >= n
             self._call("on_train_epoch_end")
+            self._sync_should_stop()
+            self.at_epoch_end = False
+            if self.epoch_finished:
+                self.batch_in_epoch = 0
             epoch += 1
         self.current_epoch = epoch
         # A run cut short by max_steps still reports validation metrics of its final weights.
@@ -274,6 +345,8 @@ class Trainer:
             self.precision.unscale(optimizer)
             self.strategy.clip_gradients(model, clip, self.config.gradient_clip_algorithm)
         self.precision.step(optimizer)
+        if self.model_state_bytes is None:  # once, while gradients and optimizer state both exist
+            self.model_state_bytes = model_state_bytes(self.strategy.unwrap(model), optimizer)
         optimizer.zero_grad(set_to_none=True)
 
     def _log_train(self, step_loss: torch.Tensor, micro: int, metrics: dict) -> None:

@@ -190,6 +190,27 @@ class Strategy:
         else:
             torch.nn.utils.clip_grad_norm_(params, max_value)
 
+    def checkpoint_state(self, model: nn.Module, optimizer) -> tuple[dict, object]:
+        """(state for torch.distributed.checkpoint, extra picklable state for rank 0's file).
+
+        Model and optimizer state use fully qualified parameter names, whatever the wrapper,
+        so a checkpoint moves between strategies and world sizes.
+        """
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+        if optimizer is None:
+            return {"model": get_model_state_dict(model)}, None
+        model_state, optim_state = get_state_dict(model, optimizer)
+        return {"model": model_state, "optim": optim_state}, None
+
+    def load_checkpoint_state(self, model: nn.Module, optimizer, state: dict, extra) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+        if optimizer is None:
+            set_model_state_dict(model, state["model"])
+        else:
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
     def teardown(self) -> None:
         if self.distributed:
             dist.destroy_process_group()

@@ -28,3 +28,21 @@ class ZeroStrategy(DDPStrategy):
         optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_factory.func,
                                             **optimizer_factory.keywords)
         return model, optimizer
+
+    def checkpoint_state(self, model: nn.Module, optimizer):
+        # ZeroRedundancyOptimizer's state lives in per-rank shards that DCP does not know;
+        # gather it on rank 0 and keep it beside the DCP model state.
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        extra = None
+        if optimizer is not None:
+            optimizer.consolidate_state_dict(to=0)
+            extra = optimizer.state_dict() if self.is_global_zero else None
+        return {"model": get_model_state_dict(model)}, extra
+
+    def load_checkpoint_state(self, model: nn.Module, optimizer, state: dict, extra) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        set_model_state_dict(model, state["model"])
+        if optimizer is not None and extra is not None:
+            optimizer.load_state_dict(extra)  # every rank keeps its own partition of it

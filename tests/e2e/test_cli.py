@@ -19,7 +19,7 @@ def test_short_run_writes_every_output(tmp_path):
     proc = train(*TINY, f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stderr
     assert f"Outputs: {run_dir}" in proc.stdout + proc.stderr
-    assert {p.name for p in run_dir.iterdir()} == {"config.yaml", "train.log", "metrics.csv", "tb", "results.json"}
+    assert {p.name for p in run_dir.iterdir()} == {"config.yaml", "train.log", "metrics.csv", "tb", "results.json", "checkpoints"}
 
     results = json.loads((run_dir / "results.json").read_text())
     assert results["status"] == "completed" and results["steps"] == 12

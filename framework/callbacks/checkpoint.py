@@ -1,0 +1,129 @@
+"""ModelCheckpoint: top-k by a monitored metric, ``last``, every N epochs or N optimizer steps."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from framework.engine.checkpoint import save_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class _Fields(dict):
+    def __missing__(self, key):  # a metric not logged yet formats as nan rather than failing
+        return float("nan")
+
+
+class ModelCheckpoint:
+    """Lightning's ModelCheckpoint, for checkpoint directories (see framework.engine.checkpoint).
+
+    ``filename`` is formatted with ``epoch``, ``step`` and every logged metric, '/' read as
+    '_' (``val/loss`` -> ``{val_loss:.4f}``). With ``monitor`` null the newest
+    ``save_top_k`` are kept. ``best`` (a link to the best checkpoint) and ``last`` live beside
+    them, for ``ckpt_path=best|last``. Every rank calls save (it is collective); the metrics
+    are already reduced, so every rank makes the same decision.
+    """
+
+    def __init__(self, dirpath: str, filename: str = "epoch{epoch}-step{step}", monitor: Optional[str] = None,
+                 mode: str = "min", save_top_k: int = 1, save_last: bool = True,
+                 every_n_epochs: Optional[int] = None, every_n_train_steps: Optional[int] = None):
+        if mode not in ("min", "max"):
+            raise ValueError(f"callbacks.model_checkpoint.mode: {mode!r} is not one of 'min', 'max'")
+        self.dirpath = Path(dirpath)
+        self.filename, self.monitor, self.mode = filename, monitor, mode
+        self.save_top_k, self.save_last = save_top_k, save_last
+        self.every_n_train_steps = every_n_train_steps
+        self.every_n_epochs = every_n_epochs if every_n_epochs is not None else (None if every_n_train_steps else 1)
+        self.best_k: dict[str, float] = {}  # checkpoint name -> score (or step when no monitor)
+        self.best_model_path: Optional[str] = None
+        self._last_saved_step = -1
+        self._warned = False
+
+    # ---- events
+    def on_train_batch_end(self, trainer, loss, batch_idx: int) -> None:
+        n = self.every_n_train_steps
+        if n and trainer.step_completed and trainer.global_step % n == 0:
+            self._save(trainer)
+
+    def on_validation_end(self, trainer, metrics: dict) -> None:
+        # Mid-epoch validation (val_check_interval < 1) with a monitor: save right away.
+        # At the end of an epoch the save waits for on_train_epoch_end, once the epoch's
+        # scheduler step is done, so that resuming from it continues exactly.
+        if self.monitor and self.every_n_epochs and not trainer.at_epoch_end:
+            self._save(trainer)
+
+    def on_train_epoch_end(self, trainer) -> None:
+        n = self.every_n_epochs
+        if n and (trainer.current_epoch + 1) % n == 0:
+            self._save(trainer)
+
+    def on_fit_end(self, trainer) -> None:
+        # The final weights are in `last` even when the run stopped between save points.
+        if self.save_last and self._last_saved_step != trainer.global_step and trainer.global_step > 0:
+            self._write(trainer, "last")
+
+    # ---- state (for resume)
+    def state_dict(self) -> dict:
+        return {"best_k": self.best_k, "best_model_path": self.best_model_path}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best_k, self.best_model_path = dict(state["best_k"]), state["best_model_path"]
+
+    # ---- internals
+    def _score(self, trainer) -> Optional[float]:
+        if not self.monitor:
+            return float(trainer.global_step)
+        value = trainer.logged_metrics.get(self.monitor)
+        if value is None and not self._warned:
+            self._warned = True
+            log.warning("callbacks.model_checkpoint.monitor: %r has not been logged (logged: %s); "
+                        "saving only 'last' until it is", self.monitor, sorted(trainer.logged_metrics))
+        return value
+
+    def _key(self, score: float) -> float:
+        """Sort key, lower is better: the metric for mode=min, its negation for max, and
+        the negated step without a monitor (the newest is best). NaN is worst."""
+        if math.isnan(score):
+            return math.inf
+        return score if (self.monitor and self.mode == "min") else -score
+
+    def _save(self, trainer) -> None:
+        if trainer.global_step == self._last_saved_step:
+            return
+        score = self._score(trainer)
+        if self.save_top_k != 0 and score is not None:
+            fields = _Fields({k.replace("/", "_"): v for k, v in trainer.logged_metrics.items()})
+            name = self.filename.format_map({**fields, "epoch": trainer.current_epoch, "step": trainer.global_step})
+            worst = max(self.best_k, key=lambda k: self._key(self.best_k[k]), default=None)
+            full = 0 < self.save_top_k <= len(self.best_k)
+            if not full or self._key(score) < self._key(self.best_k[worst]):
+                self._write(trainer, name)
+                self.best_k[name] = score
+                if full:
+                    del self.best_k[worst]
+                    if trainer.is_global_zero:
+                        shutil.rmtree(self.dirpath / worst, ignore_errors=True)
+                self._update_best(trainer)
+        if self.save_last:
+            self._write(trainer, "last")
+        self._last_saved_step = trainer.global_step
+
+    def _write(self, trainer, name: str) -> None:
+        save_checkpoint(self.dirpath / name, trainer)
+        if trainer.is_global_zero:
+            log.info("Saved checkpoint %s (step %d)", self.dirpath / name, trainer.global_step)
+
+    def _update_best(self, trainer) -> None:
+        best = min(self.best_k, key=lambda k: self._key(self.best_k[k]))
+        self.best_model_path = str(self.dirpath / best)
+        if trainer.is_global_zero:
+            # `best` is a relative symlink, replaced atomically.
+            tmp = self.dirpath / ".best-link"
+            if tmp.is_symlink() or tmp.exists():
+                tmp.unlink()
+            os.symlink(best, tmp)
+            os.replace(tmp, self.dirpath / "best")

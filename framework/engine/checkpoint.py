@@ -1,0 +1,146 @@
+"""Checkpoints: one directory per checkpoint, the same layout for every strategy.
+
+    <name>/.metadata, *.distcp   model and optimizer, torch.distributed.checkpoint (DCP):
+                                 each rank writes its shards; a checkpoint saved with N
+                                 ranks loads with M (DCP reshards on load)
+    <name>/trainer.pt            loop state (epoch, step, position in the epoch), scheduler,
+                                 grad scaler, callbacks, (zero) the consolidated optimizer
+    <name>/rng/<rank>.pt         each rank's RNG states
+
+Saves are atomic: everything is written to ``.tmp-<name>`` beside the target and renamed
+into place only once complete, so an interrupted save never leaves a broken checkpoint,
+and the previous one under the same name stays loadable until the new one replaces it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed.checkpoint as dcp
+
+TRAINER_FILE = "trainer.pt"
+
+
+@contextlib.contextmanager
+def _single_process_ok():
+    # DCP warns when no process group exists; one process is a supported, intended case here.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def is_checkpoint(path: Path) -> bool:
+    return (path / ".metadata").is_file() and (path / TRAINER_FILE).is_file()
+
+
+def resolve_ckpt_path(value: str, output_dir: str) -> Path:
+    """``last`` / ``best`` -> <output_dir>/checkpoints/<value>; anything else is a path."""
+    if value in ("last", "best"):
+        return Path(output_dir) / "checkpoints" / value
+    return Path(value)
+
+
+def check_ckpt_path(value, output_dir) -> list[str]:
+    """Problems with ``ckpt_path`` found before any process starts."""
+    if value is None:
+        return []
+    path = resolve_ckpt_path(str(value), str(output_dir))
+    if is_checkpoint(path):
+        return []
+    hint = (" (ckpt_path=last|best look in this run's checkpoints/; to resume another run, pass its "
+            "checkpoint directory, or rerun in its directory with hydra.run.dir=<that run>)") \
+        if value in ("last", "best") else ""
+    return [f"ckpt_path: no checkpoint at '{path}'; a checkpoint is a directory holding .metadata and "
+            f"{TRAINER_FILE}{hint}"]
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: Path, trainer) -> None:
+    """Save ``trainer``'s model, optimizer and loop state to the directory ``path`` (collective)."""
+    strategy = trainer.strategy
+    path = Path(path)
+    tmp = path.parent / f".tmp-{path.name}"
+    if strategy.is_global_zero:
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "rng").mkdir(parents=True)
+    strategy.barrier()
+    state, extra = strategy.checkpoint_state(trainer.model, trainer.optimizer)
+    with _single_process_ok():
+        dcp.save(state, checkpoint_id=str(tmp))
+    torch.save(rng_state(), tmp / "rng" / f"{strategy.rank}.pt")
+    if strategy.is_global_zero:
+        torch.save({**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size},
+                   tmp / TRAINER_FILE)
+    strategy.barrier()
+    if strategy.is_global_zero:
+        old = path.parent / f".old-{path.name}"
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)  # the commit point: a rename within one directory
+        shutil.rmtree(old, ignore_errors=True)
+    strategy.barrier()
+
+
+def load_checkpoint(path: Path, trainer) -> None:
+    """Restore a checkpoint saved by ``save_checkpoint`` (possibly with another world size)."""
+    strategy = trainer.strategy
+    path = Path(path)
+    state, _ = strategy.checkpoint_state(trainer.model, trainer.optimizer)
+    with _single_process_ok():
+        dcp.load(state, checkpoint_id=str(path))
+    saved = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=False)
+    strategy.load_checkpoint_state(trainer.model, trainer.optimizer, state, saved.get("strategy_extra"))
+    trainer.load_state_dict(saved)
+    # RNG: this rank's own states when the world size is unchanged, else rank 0's.
+    rng_file = path / "rng" / f"{strategy.rank}.pt"
+    if saved.get("world_size") != strategy.world_size or not rng_file.exists():
+        rng_file = path / "rng" / "0.pt"
+    set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
+
+
+def load_model_weights(path: Path, model: torch.nn.Module, strict: bool = True) -> dict:
+    """Load only the model weights of a checkpoint directory (or a ``model.pt`` state_dict file)
+    into a plain, unwrapped ``model``. Returns {'loaded': [...], 'missing': [...], 'unexpected': [...],
+    'mismatched': [...]}; with ``strict=False`` only names with matching shapes are loaded."""
+    path = Path(path)
+    if path.is_dir():
+        import tempfile
+
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:  # never write into someone's checkpoint folder
+            dcp_to_torch_save(str(path), f"{tmp}/full.pt")
+            saved = torch.load(f"{tmp}/full.pt", map_location="cpu", weights_only=False)["model"]
+    else:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    own = model.state_dict()
+    matching = {k: v for k, v in saved.items() if k in own and own[k].shape == v.shape}
+    report = {"loaded": sorted(matching), "missing": sorted(set(own) - set(saved)),
+              "unexpected": sorted(set(saved) - set(own)),
+              "mismatched": sorted(k for k in saved if k in own and own[k].shape != saved[k].shape)}
+    if strict and (report["missing"] or report["unexpected"] or report["mismatched"]):
+        raise RuntimeError(f"strict weight loading from {path} failed: missing {report['missing']}, "
+                           f"unexpected {report['unexpected']}, shape mismatch {report['mismatched']}")
+    model.load_state_dict(matching, strict=False)
+    return report

@@ -1,0 +1,27 @@
+"""Model-state memory: the bytes of parameters, gradients and optimizer state held by this rank."""
+from __future__ import annotations
+
+import torch
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard on this rank
+
+
+def model_state_bytes(model: torch.nn.Module, optimizer) -> dict:
+    """{'params', 'grads', 'optimizer', 'total'} in bytes on this rank (sharded tensors: the local shard).
+
+    Counted after a step, when gradients and optimizer state exist; DDP's communication
+    buckets are not model state and are not counted.
+    """
+    params = list(model.parameters())
+    p = sum(_local(x).numel() * x.element_size() for x in params)
+    g = sum(_local(x.grad).numel() * x.grad.element_size() for x in params if x.grad is not None)
+    # ZeroRedundancyOptimizer keeps this rank's shard in a local optimizer, .optim
+    local = getattr(optimizer, "optim", optimizer)
+    o = 0
+    for state in (local.state.values() if local is not None else ()):
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                o += _local(value).numel() * value.element_size()
+    return {"params": p, "grads": g, "optimizer": o, "total": p + g + o}

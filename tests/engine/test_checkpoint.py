@@ -1,0 +1,115 @@
+"""Checkpoints, exact resume, early stopping."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+import torch
+
+from framework import compose, fit
+from framework.engine.checkpoint import is_checkpoint
+
+RUN = ["experiment=digits_mlp", "model.hidden_sizes=[32]", "model.dropout=0.2", "datamodule.batch_size=32",
+       "trainer.max_epochs=3", "trainer.limit_train_batches=6", "trainer.log_every_n_steps=1",
+       "trainer.enable_progress_bar=false", "logger=csv", "callbacks=model_checkpoint",
+       "callbacks.model_checkpoint.filename='step{step}'", "callbacks.model_checkpoint.monitor=null",
+       "callbacks.model_checkpoint.save_top_k=-1", "callbacks.model_checkpoint.every_n_train_steps=5",
+       "callbacks.model_checkpoint.every_n_epochs=1"]
+
+
+def rows(output_dir) -> dict[int, dict]:
+    with open(output_dir / "metrics.csv") as f:
+        return {int(r["step"]): r for r in csv.DictReader(f)}
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight")
+    return out, fit(compose(RUN), output_dir=str(out))
+
+
+@pytest.mark.parametrize("step,where", [(5, "mid-epoch"), (12, "epoch boundary")])
+def test_resume_gives_the_same_losses_bit_for_bit(straight, tmp_path, step, where):
+    out, results = straight
+    ckpt = out / "checkpoints" / f"step{step}"
+    assert is_checkpoint(ckpt)
+    resumed = fit(compose(RUN + [f"ckpt_path={ckpt}"]), output_dir=str(tmp_path))
+    assert resumed["steps"] == results["steps"] == 18
+    expected, got = rows(out), rows(tmp_path)
+    later = [s for s in expected if s > step and expected[s]["train/loss"]]
+    assert later and all(got[s]["train/loss"] == expected[s]["train/loss"] for s in later), where
+    for key in ("val/loss", "val/acc", "test/acc"):
+        assert resumed["metrics"][key] == results["metrics"][key]
+
+
+def test_top_k_best_and_last(tmp_path):
+    results = fit(compose(RUN[:-5] + ["callbacks.model_checkpoint.filename='epoch{epoch}-acc{val_acc:.4f}'",
+                                      "callbacks.model_checkpoint.monitor=val/acc", "callbacks.model_checkpoint.mode=max",
+                                      "callbacks.model_checkpoint.save_top_k=2", "trainer.max_epochs=4"]),
+                  output_dir=str(tmp_path))
+    ckpts = tmp_path / "checkpoints"
+    names = sorted(p.name for p in ckpts.iterdir() if not p.name.startswith("."))
+    assert "last" in names and "best" in names and len(names) == 4, names
+    kept = [n for n in names if n.startswith("epoch")]
+    accs = sorted(float(n.split("acc")[1]) for n in kept)
+    best = os.readlink(ckpts / "best")
+    assert float(best.split("acc")[1]) == max(accs) and is_checkpoint(ckpts / "best")
+    assert torch.load(ckpts / "last" / "trainer.pt", weights_only=False)["global_step"] == results["steps"]
+
+
+def test_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
+    from framework.engine import checkpoint as ck
+
+    fit(compose(RUN[:-5] + ["trainer.max_epochs=1", "callbacks.model_checkpoint.monitor=null"]), output_dir=str(tmp_path))
+    last = tmp_path / "checkpoints" / "last"
+    before = torch.load(last / "trainer.pt", weights_only=False)["global_step"]
+
+    class Trainerish:  # enough of a trainer for save_checkpoint
+        from framework.strategies.base import Strategy
+        strategy = Strategy({}, "cpu")
+        model = torch.nn.Linear(2, 2)
+        optimizer = None
+
+        def state_dict(self):
+            return {}
+
+    real_save = torch.save
+
+    def dying_save(obj, path, *a, **k):  # the process "dies" while writing trainer.pt
+        if str(path).endswith("trainer.pt"):
+            raise KeyboardInterrupt("killed mid-save")
+        return real_save(obj, path, *a, **k)
+
+    monkeypatch.setattr(ck.torch, "save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(last, Trainerish())
+    monkeypatch.undo()
+    assert is_checkpoint(last)
+    assert torch.load(last / "trainer.pt", weights_only=False)["global_step"] == before
+    resumed = fit(compose(RUN[:-5] + ["trainer.max_epochs=2", f"ckpt_path={last}"]), output_dir=str(tmp_path / "r"))
+    assert resumed["status"] == "completed" and resumed["steps"] == 12
+
+
+def test_early_stopping_on_a_plateau(tmp_path):
+    results = fit(compose(RUN[:-9] + ["callbacks=early_stopping", "callbacks.early_stopping.patience=1",
+                                      "callbacks.early_stopping.min_delta=10", "trainer.max_epochs=10"]),
+                  output_dir=str(tmp_path))
+    assert results["epochs"] == 2 and results["steps"] == 12
+    assert "Early stopping at step 12: val/loss did not improve" in (tmp_path / "train.log").read_text()
+
+
+def test_early_stopping_on_nan(tmp_path):
+    results = fit(compose(RUN[:-9] + ["callbacks=early_stopping", "optimizer=sgd", "optimizer.lr=1e30",
+                                      "trainer.max_epochs=10"]), output_dir=str(tmp_path))
+    assert results["epochs"] == 1
+    assert "is not finite" in (tmp_path / "train.log").read_text()
+
+
+def test_ckpt_path_that_is_not_a_checkpoint_is_a_config_error(tmp_path):
+    from framework.config import ConfigError, validate
+
+    with pytest.raises(ConfigError) as err:
+        validate(compose(RUN + [f"ckpt_path={tmp_path}"]))
+    assert "ckpt_path: no checkpoint at" in str(err.value)
