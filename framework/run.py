@@ -7,9 +7,10 @@ import traceback
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from framework.build import build_components
+from framework.config.relocate import relocate
 from framework.config.schemas import TrainerConfig
 from framework.engine.checkpoint import resolve_ckpt_path
 from framework.engine.loop import Trainer
@@ -38,6 +39,14 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     start = time.perf_counter()
     container = OmegaConf.to_container(cfg, resolve=True)
     strategy = build_strategy(container, env)
+    strategy.setup_environment()
+    if strategy.distributed and env.world_size > 1:
+        # Under torchrun every rank composed its own config; rank 0's directory is the job's,
+        # and every path derived from the others' scratch directories follows it.
+        job_dir = strategy.broadcast_object(str(cfg.output_dir))
+        container = relocate(container, str(cfg.output_dir), job_dir)
+        cfg = OmegaConf.create(container)
+        configure_rank_logging(job_dir, env.rank)
     trainer_cfg = TrainerConfig(**container["trainer"])
     results = {
         "status": "running",
@@ -51,12 +60,6 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     }
     trainer = None
     loggers: list = []
-    strategy.setup_environment()
-    if strategy.distributed and env.world_size > 1:
-        # Under torchrun every rank composed its own config; rank 0's directory is the job's.
-        with open_dict(cfg):
-            cfg.output_dir = strategy.broadcast_object(str(cfg.output_dir))
-        configure_rank_logging(cfg.output_dir, env.rank)
     results["output_dir"] = str(cfg.output_dir)
     try:
         seed = seed_everything(cfg.seed)
@@ -66,11 +69,14 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
         loggers = parts.loggers
         trainer = Trainer(trainer_cfg, strategy, parts.task, loggers, parts.callbacks, seed=seed)
         loggers = trainer.loggers  # fast_dev_run drops them
+        ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
         if cfg.train:
-            ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
             trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
         if cfg.test:
-            trainer.test(parts.datamodule, model=None if cfg.train else parts.model)
+            if cfg.train:
+                trainer.test(parts.datamodule)
+            else:  # evaluation only: the checkpoint's weights (or the model as built)
+                trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
         if cfg.get("export_weights") and trainer.model is not None:
             # Collective: every rank takes part in gathering sharded weights; rank 0 writes.
             weights = strategy.full_state_dict(trainer.model)

@@ -119,6 +119,17 @@ def load_checkpoint(path: Path, trainer) -> None:
     set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
 
 
+def load_model_checkpoint(path: Path, trainer) -> None:
+    """Load only the model weights of a checkpoint into ``trainer.model`` (set up by any strategy,
+    any world size): for evaluation."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    state = {"model": get_model_state_dict(trainer.model)}
+    with _single_process_ok():
+        dcp.load(state, checkpoint_id=str(path))
+    set_model_state_dict(trainer.model, state["model"])
+
+
 def load_model_weights(path: Path, model: torch.nn.Module, strict: bool = True) -> dict:
     """Load only the model weights of a checkpoint directory (or a ``model.pt`` state_dict file)
     into a plain, unwrapped ``model``. Returns {'loaded': [...], 'missing': [...], 'unexpected': [...],

@@ -139,11 +139,17 @@ class Trainer:
         loader = self._loader(datamodule.val_dataloader(), train=False)
         return self._run_guarded("validate", lambda: self._evaluate(loader, "val"))
 
-    def test(self, datamodule, model: Optional[torch.nn.Module] = None) -> dict[str, float]:
-        """Run the test loop on the trained model (or on ``model``, set up by the strategy)."""
+    def test(self, datamodule, model: Optional[torch.nn.Module] = None, ckpt_path=None) -> dict[str, float]:
+        """Run the test loop on the trained model, or on ``model`` (set up by the strategy, with
+        the weights of the checkpoint ``ckpt_path`` when given)."""
         datamodule.setup("test")
         if model is not None:
             self.model, _ = self.strategy.setup(model, None)
+            if ckpt_path is not None:
+                from framework.engine.checkpoint import load_model_checkpoint
+
+                load_model_checkpoint(ckpt_path, self)
+                log.info("Testing the weights of %s", ckpt_path)
         self._require_model()
         loader = self._loader(datamodule.test_dataloader(), train=False)
         return self._run_guarded("test", lambda: self._evaluate(loader, "test"))

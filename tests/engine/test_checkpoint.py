@@ -113,3 +113,20 @@ def test_ckpt_path_that_is_not_a_checkpoint_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as err:
         validate(compose(RUN + [f"ckpt_path={tmp_path}"]))
     assert "ckpt_path: no checkpoint at" in str(err.value)
+
+
+def test_evaluate_a_saved_checkpoint(straight, tmp_path):
+    import subprocess
+    import sys
+
+    out, results = straight
+    proc = subprocess.run([sys.executable, "-m", "framework.evaluate", f"ckpt_path={out / 'checkpoints' / 'last'}",
+                           f"output_dir={tmp_path / 'eval'}", "trainer.limit_test_batches=1.0"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    evaluated = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert evaluated["status"] == "completed" and evaluated["steps"] == 0
+    # the final weights, tested again: the same test metrics as the run itself
+    assert evaluated["metrics"]["test/acc"] == results["metrics"]["test/acc"]
+    assert evaluated["metrics"]["test/loss"] == pytest.approx(results["metrics"]["test/loss"], rel=1e-6)
+    assert (tmp_path / "eval" / "metrics.csv").exists() and not (out / "eval").exists()
