@@ -14,6 +14,7 @@ from framework.config.relocate import relocate
 from framework.config.schemas import TrainerConfig
 from framework.engine.checkpoint import resolve_ckpt_path
 from framework.engine.loop import Trainer
+from framework.engine.transfer import apply_init
 from framework.engine.results import peak_memory_bytes, throughput, write_json
 from framework.engine.seed import seed_everything, set_deterministic
 from framework.launch.rank_logging import configure_rank_logging
@@ -66,6 +67,10 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
         set_deterministic(trainer_cfg.deterministic)
         results["seed"] = seed
         parts = build_components(cfg, strategy.is_global_zero)
+        init = cfg.get("init") or {}
+        if init.get("weights") or init.get("freeze"):
+            results["init"] = apply_init(parts.model, init.get("weights"), init.get("strict", False),
+                                         list(init.get("reset") or []), list(init.get("freeze") or []))
         loggers = parts.loggers
         trainer = Trainer(trainer_cfg, strategy, parts.task, loggers, parts.callbacks, seed=seed)
         loggers = trainer.loggers  # fast_dev_run drops them

@@ -67,6 +67,16 @@ class AutoConfig(StrategyConfig):
 
 
 @dataclass
+class InitConfig:
+    """Transfer learning: where the model's initial weights come from (see engine/transfer.py)."""
+
+    weights: Optional[str] = None  # a checkpoint directory or a state_dict file (model.pt)
+    strict: bool = False           # false: load what matches by name and shape, report the rest
+    reset: list = field(default_factory=list)   # submodules that keep a fresh init (a new head)
+    freeze: list = field(default_factory=list)  # submodules whose parameters do not train
+
+
+@dataclass
 class RootConfig:
     """Top-level keys of ``conf/train.yaml`` besides the groups."""
 
@@ -78,6 +88,7 @@ class RootConfig:
     export_weights: bool = False
     # Resume: a checkpoint directory, or last / best (this run's checkpoints/).
     ckpt_path: Optional[str] = None
+    init: dict = field(default_factory=dict)
     # Where a run writes; filled in by the entry point (Hydra's run dir).
     output_dir: Optional[str] = None
     model: dict = field(default_factory=dict)

@@ -15,12 +15,13 @@ import difflib
 import importlib
 import inspect
 import typing
+from pathlib import Path
 from typing import Any, Iterable, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from framework.config.errors import ConfigError
-from framework.config.schemas import RootConfig, TrainerConfig
+from framework.config.schemas import InitConfig, RootConfig, TrainerConfig
 
 # Keys the framework reads from a component node and removes before instantiating it.
 FRAMEWORK_KEYS = {
@@ -41,6 +42,10 @@ def validate(cfg: DictConfig) -> None:
 
     check_schema(container, RootConfig, "", problems, ignore={"hydra"})
     check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
+    init = container.get("init") or {}
+    check_schema(init, InitConfig, "init", problems)
+    if init.get("weights") and not Path(str(init["weights"])).exists():
+        problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)
 
     for group in ("model", "datamodule", "task", "optimizer"):

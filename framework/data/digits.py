@@ -13,8 +13,9 @@ from framework.data.base import DataModule, split_dataset
 DIGITS_FILE = Path(__file__).parent / "assets" / "digits.csv.gz"  # source and licence: assets/README.md
 
 
-def load_digits(classes: list[int] | None = None) -> TensorDataset:
-    """All digits as (float images [N, 1, 8, 8] in [0, 1], int64 labels), optionally only ``classes``."""
+def load_digits(classes: list[int] | None = None, relabel: bool = False) -> TensorDataset:
+    """All digits as (float images [N, 1, 8, 8] in [0, 1], int64 labels), optionally only ``classes``
+    (``relabel``: labels become positions in ``classes``, e.g. [5..9] -> [0..4])."""
     with gzip.open(DIGITS_FILE, "rt") as f:
         data = np.loadtxt(f, delimiter=",", dtype=np.float32)
     images = torch.from_numpy(data[:, :64] / 16.0).reshape(-1, 1, 8, 8)
@@ -22,26 +23,30 @@ def load_digits(classes: list[int] | None = None) -> TensorDataset:
     if classes is not None:
         keep = torch.isin(labels, torch.tensor(classes))
         images, labels = images[keep], labels[keep]
+        if relabel:
+            labels = torch.searchsorted(torch.tensor(sorted(classes)), labels)
     return TensorDataset(images, labels)
 
 
 class DigitsDataModule(DataModule):
     """Train/val/test split of the digits by a fixed seed (independent of the training seed).
 
-    ``classes``: keep only these digits (labels unchanged), e.g. [0, 1, 2, 3, 4].
+    ``classes``: keep only these digits, e.g. [0, 1, 2, 3, 4]; ``relabel``: number them 0..k-1
+    (so ``num_classes`` = len(classes)), else keep the digit as the label.
     """
 
     def __init__(self, batch_size: int = 64, num_workers: int = 0, val_fraction: float = 0.1,
                  test_fraction: float = 0.2, split_seed: int = 0, input_shape: list = (1, 8, 8),
-                 num_classes: int = 10, classes: list | None = None):
+                 num_classes: int = 10, classes: list | None = None, relabel: bool = False):
         super().__init__(batch_size, num_workers, input_shape, num_classes)
         self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
         self.classes = list(classes) if classes is not None else None
+        self.relabel = relabel
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return
-        dataset = load_digits(self.classes)
-        self._check_shape([1, 8, 8], 10, "the digits data")
+        dataset = load_digits(self.classes, self.relabel)
+        self._check_shape([1, 8, 8], len(self.classes) if self.relabel else 10, "the digits data")
         self.val_set, self.test_set, self.train_set = split_dataset(
             dataset, [self.val_fraction, self.test_fraction], self.split_seed)
