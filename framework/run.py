@@ -72,7 +72,8 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
             results["init"] = apply_init(parts.model, init.get("weights"), init.get("strict", False),
                                          list(init.get("reset") or []), list(init.get("freeze") or []))
         loggers = parts.loggers
-        trainer = Trainer(trainer_cfg, strategy, parts.task, loggers, parts.callbacks, seed=seed)
+        trainer = Trainer(trainer_cfg, strategy, parts.task, loggers, parts.callbacks, seed=seed,
+                          output_dir=str(cfg.output_dir))
         loggers = trainer.loggers  # fast_dev_run drops them
         ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
         if cfg.train:

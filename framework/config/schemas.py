@@ -44,6 +44,14 @@ class TrainerConfig:
     log_every_n_steps: int = 50
     deterministic: bool = False
     enable_progress_bar: bool = True
+    # Train on the same N batches (int) or fraction (float) every epoch, unshuffled; 0 = off.
+    overfit_batches: Union[int, float] = 0.0
+    # Validation batches run before training to catch a broken val loop early; -1 = all.
+    num_sanity_val_steps: int = 2
+    # null | simple (time per loop section -> profile.txt) | pytorch (torch.profiler trace -> profiler/).
+    profiler: Optional[Literal["simple", "pytorch"]] = None
+    # torch.compile the model (in place, parameter names unchanged) before the strategy wraps it.
+    compile: bool = False
 
 
 @dataclass

@@ -62,7 +62,8 @@ class Trainer:
     (latest value of every metric), ``model``, ``optimizer``, ``strategy``, ``loggers``.
     """
 
-    def __init__(self, config: TrainerConfig, strategy: Strategy, task, loggers=(), callbacks=(), seed: int = 0):
+    def __init__(self, config: TrainerConfig, strategy: Strategy, task, loggers=(), callbacks=(), seed: int = 0,
+                 output_dir: str = "."):
         if config.fast_dev_run:
             # Lightning's meaning: N batches of each loop, one epoch, nothing written by loggers.
             n = 1 if config.fast_dev_run is True else int(config.fast_dev_run)
@@ -70,6 +71,8 @@ class Trainer:
                              limit_test_batches=n, val_check_interval=1.0, check_val_every_n_epoch=1,
                              log_every_n_steps=1)
             loggers = ()
+        if config.overfit_batches:
+            config = replace(config, limit_train_batches=config.overfit_batches)
         self.config = config
         self.strategy = strategy
         self.task = task
@@ -77,6 +80,11 @@ class Trainer:
         self.precision = Precision(config.precision, strategy.device)
         self.loggers = list(loggers) if strategy.is_global_zero else []
         self.callbacks = list(callbacks)
+        self.output_dir = output_dir
+        if config.profiler:
+            from framework.callbacks.profiler import PROFILERS
+
+            self.callbacks.append(PROFILERS[config.profiler](output_dir))
         self._hooks = {e: [getattr(cb, e) for cb in self.callbacks if callable(getattr(cb, e, None))]
                        for e in EVENTS}
         self._null = contextlib.nullcontext()
@@ -90,6 +98,7 @@ class Trainer:
         self.should_stop = False
         self.step_completed = False
         self.batch_in_epoch = 0      # training batches of the current epoch already run
+        self.current_batch = None    # the batch being trained on (for callbacks)
         self.at_epoch_end = False    # inside the epoch-end validation / callbacks
         self.epoch_finished = False  # the current epoch's end-of-epoch work is done
         self.num_training_batches = 0
@@ -117,6 +126,8 @@ class Trainer:
         ``ckpt_path``: a checkpoint directory to resume from (model, optimizer, scheduler,
         scaler, epoch, step, position in the epoch, RNG states, callbacks)."""
         datamodule.setup("fit")
+        if self.config.compile:
+            model.compile()  # in place: parameter names (and so checkpoints) stay the same
         self.model, self.optimizer = self.strategy.setup(model, optimizer_factory)
         train_loader = self._loader(datamodule.train_dataloader(), train=True)
         val_loader = None
@@ -131,6 +142,8 @@ class Trainer:
 
             load_checkpoint(ckpt_path, self)
             log.info("Resumed from %s at epoch %d, step %d", ckpt_path, self.current_epoch, self.global_step)
+        elif val_loader is not None and self.config.num_sanity_val_steps:
+            self._run_guarded("sanity check", lambda: self._evaluate(val_loader, "val", sanity=True))
         self._run_guarded("fit", lambda: self._fit_loop(train_loader, val_loader))
 
     def validate(self, datamodule) -> dict[str, float]:
@@ -227,7 +240,7 @@ class Trainer:
                                  f"training set ({length} samples)")
             self.global_batch_size = global_batch * self.config.accumulate_grad_batches
             self.micro_batch_global_size = global_batch
-        shuffle = train and isinstance(loader.sampler, RandomSampler)
+        shuffle = train and isinstance(loader.sampler, RandomSampler) and not self.config.overfit_batches
         # Training drops the tail that does not fill a global batch: every rank then runs
         # the same number of equal steps, and 1 rank and N ranks see the same batches.
         sampler = self.strategy.sampler(length, shuffle, self.seed, global_batch if train else None)
@@ -290,6 +303,7 @@ class Trainer:
                 if batch_idx >= n:
                     break
                 self.batch_in_epoch = batch_idx + 1
+                self.current_batch = batch
                 if self._move:
                     batch = move_to_device(batch, strategy.device)
                 micro += 1
@@ -371,15 +385,19 @@ class Trainer:
                 logger.log_metrics(row, self.global_step if step is None else step)
 
     @torch.no_grad()
-    def _evaluate(self, loader: Optional[DataLoader], stage: str) -> dict[str, float]:
-        """Mean loss and metrics over ``loader`` on all ranks, weighted by sample counts."""
+    def _evaluate(self, loader: Optional[DataLoader], stage: str, sanity: bool = False) -> dict[str, float]:
+        """Mean loss and metrics over ``loader`` on all ranks, weighted by sample counts.
+        ``sanity``: the pre-training check; its results are neither logged nor shown to callbacks."""
         if loader is None:
             return {}
         limit = limit_batches(len(loader), getattr(self.config, f"limit_{stage}_batches"))
+        if sanity and self.config.num_sanity_val_steps >= 0:
+            limit = min(limit, self.config.num_sanity_val_steps)
         model = self.model
         was_training = model.training
         model.eval()
-        self._call("on_validation_start" if stage == "val" else "on_test_start")
+        if not sanity:
+            self._call("on_validation_start" if stage == "val" else "on_test_start")
         totals, count = None, 0
         batches = limit
         if self.strategy.lockstep_forward:
@@ -409,9 +427,11 @@ class Trainer:
         # Sums of (value x samples) and of samples: the mean equals single-device's exactly.
         summed = self.strategy.all_reduce(packed, "sum").tolist()
         results = {f"{stage}/{name}": summed[i] / summed[-1] for i, name in enumerate(names)} if summed[-1] else {}
+        model.train(was_training)
+        if sanity:
+            return results
         if stage == "val":
             self._last_val_step = self.global_step
         self.log_metrics(results)
         self._call("on_validation_end" if stage == "val" else "on_test_end", results)
-        model.train(was_training)
         return results

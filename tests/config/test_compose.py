@@ -16,6 +16,10 @@ GROUPS = ["model", "datamodule", "task", "optimizer", "scheduler", "strategy", "
 # Options that need data on disk or a GPU: here they validate to one explanatory problem.
 NEEDS_DATA = {("datamodule", "mnist"): "MNIST not found", ("datamodule", "cifar10"): "CIFAR10 not found",
               ("datamodule", "imagefolder"): "missing value"}
+try:
+    import mlflow  # noqa: F401
+except ImportError:
+    NEEDS_DATA[("logger", "mlflow")] = "mlflow is not installed"
 if not torch.cuda.is_available():
     NEEDS_DATA[("trainer", "gpu")] = "no CUDA device"
     NEEDS_DATA[("strategy", "ddp2")] = "needs CUDA devices"

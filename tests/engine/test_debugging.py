@@ -1,0 +1,84 @@
+"""Debugging aids and the remaining callbacks: overfit_batches, sanity check, profilers, LR monitor,
+backbone fine-tuning, throughput."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from framework import compose, fit
+
+QUIET = ["trainer.enable_progress_bar=false"]
+
+
+def test_overfit_batches_reaches_near_zero_loss_on_the_same_batches(tiny_cfg, tmp_path):
+    results = fit(tiny_cfg("trainer.overfit_batches=2", "trainer.max_epochs=60", "scheduler=none", "optimizer.lr=0.01", "callbacks=none",
+                           "trainer.log_every_n_steps=10"), output_dir=str(tmp_path))
+    assert results["steps"] == 120 and results["metrics"]["train/loss"] < 0.05
+
+
+def test_sanity_check_fails_a_broken_validation_loop_before_any_training(tiny_cfg, tmp_path, monkeypatch):
+    from framework.tasks import ClassificationTask
+
+    real = ClassificationTask.step
+
+    def broken(self, model, batch, stage):
+        if stage == "val":
+            raise RuntimeError("bug in the validation step")
+        return real(self, model, batch, stage)
+
+    monkeypatch.setattr(ClassificationTask, "step", broken)
+    with pytest.raises(RuntimeError, match="bug in the validation step"):
+        fit(tiny_cfg(), output_dir=str(tmp_path))
+    assert not (tmp_path / "metrics.csv").exists()  # failed before the first training step was logged
+
+
+@pytest.mark.parametrize("profiler,artifact", [("simple", "profile.txt"), ("pytorch", "profiler")])
+def test_profilers_write_their_report(tiny_cfg, tmp_path, profiler, artifact):
+    fit(tiny_cfg(f"trainer.profiler={profiler}"), output_dir=str(tmp_path))
+    path = tmp_path / artifact
+    assert path.exists()
+    if profiler == "simple":
+        assert "optimizer step" in path.read_text() and "validation" in path.read_text()
+    else:
+        assert any(p.name.endswith(".pt.trace.json") for p in path.iterdir())
+
+
+def test_lr_monitor_logs_the_schedule(tiny_cfg, tmp_path):
+    fit(tiny_cfg("callbacks=lr_monitor", "scheduler=onecycle"), output_dir=str(tmp_path))
+    with open(tmp_path / "metrics.csv") as f:
+        lrs = [float(r["lr-Adam"]) for r in csv.DictReader(f) if r.get("lr-Adam")]
+    assert len(lrs) == 12 and max(lrs) > lrs[0] and lrs[-1] < max(lrs)  # one-cycle: up, then down
+
+
+def test_backbone_finetuning_unfreezes_with_its_own_learning_rate(tmp_path):
+    cfg = compose(["experiment=digits_cnn", "callbacks=backbone_finetuning", "trainer.max_epochs=2",
+                   "trainer.limit_train_batches=3", "callbacks.backbone_finetuning.unfreeze_at_epoch=1",
+                   "export_weights=true", "logger=none", *QUIET])
+    from framework.build import build_components
+    from framework.config.schemas import TrainerConfig
+    from framework.engine.loop import Trainer
+    from framework.strategies import RankEnv, build_strategy
+    from omegaconf import OmegaConf, open_dict
+
+    with open_dict(cfg):
+        cfg.output_dir = str(tmp_path)
+    container = OmegaConf.to_container(cfg, resolve=True)
+    parts = build_components(cfg, True)
+    trainer = Trainer(TrainerConfig(**container["trainer"]), build_strategy(container, RankEnv()), parts.task,
+                      callbacks=parts.callbacks)
+    seen = []
+    parts.callbacks[0].on_train_epoch_end = lambda t: seen.append(
+        [(len(g["params"]), g["lr"]) for g in t.optimizer.param_groups])
+    trainer._hooks["on_train_epoch_end"] = [lambda t: parts.callbacks[0].on_train_epoch_end(t)]
+    trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
+    head_only, with_backbone = seen
+    assert len(head_only) == 1 and len(with_backbone) == 2
+    assert with_backbone[1][1] == pytest.approx(with_backbone[0][1] * 0.1)
+
+
+def test_throughput_callback_logs_samples_per_second(tiny_cfg, tmp_path):
+    fit(tiny_cfg("callbacks=throughput", "callbacks.throughput.log_every_n_steps=4"), output_dir=str(tmp_path))
+    with open(tmp_path / "metrics.csv") as f:
+        rates = [float(r["throughput/samples_per_s"]) for r in csv.DictReader(f) if r.get("throughput/samples_per_s")]
+    assert len(rates) == 3 and all(r > 0 for r in rates)
