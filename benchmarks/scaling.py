@@ -31,7 +31,7 @@ from framework import compose, fit
 from framework.strategies.base import free_port
 
 CNN = ["experiment=digits_cnn", "scheduler=none", "datamodule=synthetic", "datamodule.input_shape=[3,32,32]",
-       "datamodule.num_samples=8192", "datamodule.batch_size=64", "model.channels=[32,64]", "model.dropout=0.0",
+       "datamodule.num_samples=16384", "datamodule.batch_size=256", "model.channels=[32,64]", "model.dropout=0.0",
        "trainer.limit_val_batches=0", "test=false", "logger=none", "trainer.enable_progress_bar=false",
        "trainer.accelerator=cpu", "trainer.max_epochs=1", "callbacks=none"]
 
@@ -48,12 +48,12 @@ def _hand_ddp(rank: int, world: int, port: int, steps: int, out: list) -> None:
     from framework.data import SyntheticDataModule
     from framework.models import CNN as Net
 
-    dm = SyntheticDataModule(batch_size=64, num_samples=8192, input_shape=[3, 32, 32])
+    dm = SyntheticDataModule(batch_size=256, num_samples=16384, input_shape=[3, 32, 32])
     dm.setup("fit")
     torch.manual_seed(0)
     model = DistributedDataParallel(Net([3, 32, 32], 10, channels=[32, 64], dropout=0.0))
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    loader = DataLoader(dm.train_set, batch_size=64 // world, sampler=DistributedSampler(dm.train_set), drop_last=True)
+    loader = DataLoader(dm.train_set, batch_size=256 // world, sampler=DistributedSampler(dm.train_set), drop_last=True)
     times, t_prev = [], __import__("time").perf_counter()
     for i, (x, y) in enumerate(loader):
         if i >= steps:
@@ -81,7 +81,7 @@ def _alone(index: int, steps: int, paths: list) -> None:
     torch.manual_seed(0)
     model = Net([3, 32, 32], 10, channels=[32, 64], dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    x, y = torch.randn(128, 3, 32, 32), torch.randint(0, 10, (128,))
     times = []
     for _ in range(steps):
         t = time.perf_counter()
@@ -107,7 +107,7 @@ def machine_ceiling(steps: int, tmp: str) -> float:
 def hand_ddp_samples_per_s(steps: int, tmp: str) -> float:
     path = os.path.join(tmp, "hand.txt")
     torch.multiprocessing.spawn(_hand_ddp, args=(2, free_port(), steps, [path]), nprocs=2, join=True)
-    return 64 / float(open(path).read())
+    return 256 / float(open(path).read())
 
 
 def main() -> None:
@@ -124,7 +124,7 @@ def main() -> None:
             hand.append(hand_ddp_samples_per_s(args.steps, tmp))
             ceiling.append(machine_ceiling(args.steps, tmp))
         s, d, h, c = (statistics.median(v) for v in (single, ddp, hand, ceiling))
-        print(f"CNN 3x32x32, global batch 64, {args.steps} steps x {args.repeats} repeats, 1 thread per rank")
+        print(f"CNN 3x32x32, global batch 256, {args.steps} steps x {args.repeats} repeats, 1 thread per rank")
         print(f"  single 1 rank      {s:8.1f} samples/s")
         print(f"  ddp 2 ranks        {d:8.1f} samples/s   scaling 2/1 = {d / s:.3f}  (target >= 1.8)")
         print(f"  machine ceiling: 2 independent 1-thread processes vs 1 = {c:.3f}; "

@@ -12,6 +12,10 @@ class CSVLogger:
         self.flush_every_n_logs = flush_every_n_logs
         self._rows: dict[int, dict] = {}  # step -> merged metrics logged at that step
         self._logs = 0
+        if self.path.exists():  # a resumed run in the same directory keeps the rows before it
+            with open(self.path, newline="") as f:
+                for row in csv.DictReader(f):
+                    self._rows[int(row.pop("step"))] = {k: float(v) for k, v in row.items() if v not in ("", None)}
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._rows.setdefault(step, {}).update(metrics)

@@ -82,3 +82,10 @@ def test_throughput_callback_logs_samples_per_second(tiny_cfg, tmp_path):
     with open(tmp_path / "metrics.csv") as f:
         rates = [float(r["throughput/samples_per_s"]) for r in csv.DictReader(f) if r.get("throughput/samples_per_s")]
     assert len(rates) == 3 and all(r > 0 for r in rates)
+
+
+def test_compile_gives_the_same_results(tiny_cfg, tmp_path):
+    eager = fit(tiny_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=3"), output_dir=str(tmp_path / "e"))
+    compiled = fit(tiny_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.compile=true"),
+                   output_dir=str(tmp_path / "c"))
+    assert compiled["metrics"]["val/loss"] == pytest.approx(eager["metrics"]["val/loss"], rel=1e-4)
