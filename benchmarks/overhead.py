@@ -24,11 +24,11 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import torch
-from torch.nn import functional as F
 from torch.utils.data import DataLoader
+
+from hand_loop import median_step_time
 
 from framework.build import build_components
 from framework.config.schemas import TrainerConfig
@@ -55,20 +55,7 @@ def hand_loop(cfg, steps: int) -> float:
     dm.setup("fit")
     optimizer = parts.optimizer_factory(model.parameters())
     loader = DataLoader(dm.train_set, batch_size=container["datamodule"]["batch_size"], shuffle=True, drop_last=True)
-    model.train()
-    times = []
-    t_prev = time.perf_counter()
-    for i, (x, y) in enumerate(loader):
-        if i >= steps:
-            break
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        now = time.perf_counter()
-        times.append(now - t_prev)
-        t_prev = now
-    return statistics.median(times)
+    return median_step_time(model, optimizer, loader, steps)
 
 
 def engine(cfg, steps: int, with_defaults: bool, out_dir: str) -> float:

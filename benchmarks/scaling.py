@@ -27,6 +27,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
+from hand_loop import median_step_time
+
 from framework import compose, fit
 from framework.strategies.base import free_port
 
@@ -54,20 +56,10 @@ def _hand_ddp(rank: int, world: int, port: int, steps: int, out: list) -> None:
     model = DistributedDataParallel(Net([3, 32, 32], 10, channels=[32, 64], dropout=0.0))
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     loader = DataLoader(dm.train_set, batch_size=256 // world, sampler=DistributedSampler(dm.train_set), drop_last=True)
-    times, t_prev = [], __import__("time").perf_counter()
-    for i, (x, y) in enumerate(loader):
-        if i >= steps:
-            break
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        now = __import__("time").perf_counter()
-        times.append(now - t_prev)
-        t_prev = now
+    median = median_step_time(model, optimizer, loader, steps)
     if rank == 0:
         with open(out[0], "w") as f:
-            f.write(str(statistics.median(times)))
+            f.write(str(median))
     dist.destroy_process_group()
 
 

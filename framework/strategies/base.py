@@ -69,6 +69,8 @@ class Strategy:
     lockstep_forward = False
     # Wrappers such as DDP and FSDP need a process group even for a single process.
     needs_process_group = False
+    # One process per device (ddp, fsdp, ...) rather than one per node.
+    process_per_device = False
 
     def __init__(self, options: dict, accelerator: str, env: RankEnv = RankEnv(), devices: int = 1):
         self.options = options
@@ -80,7 +82,7 @@ class Strategy:
     # ---- topology (class-level: known before any process starts) ----
     @classmethod
     def processes_per_node(cls, trainer: dict, options: dict) -> int:
-        return 1
+        return trainer.get("devices", 1) if cls.process_per_device else 1
 
     @classmethod
     def data_parallel_size(cls, trainer: dict, options: dict) -> int:

@@ -59,10 +59,7 @@ class DDPStrategy(Strategy):
     name = "ddp"
     schema = DDPConfig
     needs_process_group = True
-
-    @classmethod
-    def processes_per_node(cls, trainer: dict, options: dict) -> int:
-        return trainer.get("devices", 1)
+    process_per_device = True
 
     @classmethod
     def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:

@@ -29,10 +29,6 @@ class DDP2Strategy(Strategy):
     needs_process_group = True
 
     @classmethod
-    def processes_per_node(cls, trainer: dict, options: dict) -> int:
-        return 1
-
-    @classmethod
     def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:
         if accelerator != "cuda":
             problems.append(f"strategy=ddp2: DataParallel within a node needs CUDA devices "

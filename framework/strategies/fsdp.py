@@ -58,11 +58,8 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     schema = FSDPConfig
     needs_process_group = True
+    process_per_device = True
     lockstep_forward = True
-
-    @classmethod
-    def processes_per_node(cls, trainer: dict, options: dict) -> int:
-        return trainer.get("devices", 1)
 
     @classmethod
     def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:
