@@ -35,6 +35,23 @@ def flatten(node: dict, prefix: str = "") -> dict:
     return flat
 
 
+def _predicted_state(cfg: DictConfig, strategy, trainer) -> float | None:
+    """The planner's per-rank model-state prediction for this job (report: predicted vs measured)."""
+    from framework.plan import optimizer_state_bytes, predict_model_state_bytes
+
+    if trainer.model is None:
+        return None
+    params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    shard = None
+    if strategy.name == "hsdp":
+        from framework.strategies.hsdp import mesh_shape
+
+        shard = mesh_shape({"devices": strategy.env.local_world_size,
+                            "num_nodes": strategy.world_size // strategy.env.local_world_size}, strategy.options)[1]
+    return predict_model_state_bytes(params, strategy.name, strategy.data_parallel_world(),
+                                     optimizer_state_bytes(cfg), shard)
+
+
 def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     """Train and/or test the experiment ``cfg`` (resolved, validated) on this rank; return its results."""
     start = time.perf_counter()
@@ -99,6 +116,7 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
             throughput=throughput(trainer.step_times, trainer.train_samples),
             memory={"peak_bytes_per_rank": peaks,
                     "model_state_bytes_per_rank": [s["total"] if s else None for s in states],
+                    "predicted_model_state_bytes": _predicted_state(cfg, strategy, trainer),
                     # a sharded parameter's numel() is its full size
                     "parameters": sum(p.numel() for p in trainer.model.parameters()) if trainer.model else None},
         )

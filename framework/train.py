@@ -5,30 +5,60 @@ import logging
 import sys
 import tempfile
 
+from pathlib import Path
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
 from framework.config.overrides import lenient
+from framework.engine.results import write_json
 from framework.job import run_job, set_job_fields
 from framework.launch.env import detect_environment
 
 log = logging.getLogger("framework.train")
 
 
+# Jobs of this process's multirun that failed at run time (the sweep's exit status).
+FAILED_JOBS: list[str] = []
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> float | None:
-    runtime = HydraConfig.get().runtime
+    hydra_cfg = HydraConfig.get()
+    runtime = hydra_cfg.runtime
     set_job_fields(cfg, runtime.output_dir, runtime.choices.get("experiment"))
+    sweeping = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         results = run_job(cfg)
     except ConfigError as err:
         log.error("%s", err)
         print(err, file=sys.stderr)
-        sys.exit(2)
+        if not sweeping:
+            sys.exit(2)
+        # In a sweep an invalid combination is a result, not the end of the sweep.
+        record_invalid(cfg, runtime.output_dir, err)
+        return None
+    except Exception as err:
+        if not sweeping:
+            raise
+        log.exception("job %s failed", runtime.output_dir)  # results.json says which rank and why
+        FAILED_JOBS.append(str(runtime.output_dir))
+        return None
     # The value a Hydra sweeper optimises: the final validation loss when there is one.
     return results.get("metrics", {}).get("val/loss")
+
+
+def record_invalid(cfg: DictConfig, output_dir: str, err: ConfigError) -> None:
+    """results.json for a combination rejected before any process started."""
+    trainer = cfg.get("trainer") or {}
+    write_json(Path(output_dir) / "results.json", {
+        "status": "invalid", "experiment": cfg.get("name"),
+        "strategy": OmegaConf.select(cfg, "strategy.name", default=None),
+        "devices": trainer.get("devices"), "num_nodes": trainer.get("num_nodes"),
+        "world_size": None, "reason": "; ".join(err.problems), "output_dir": str(output_dir)})
 
 
 def main() -> None:
@@ -42,6 +72,9 @@ def main() -> None:
         scratch = tempfile.mkdtemp(prefix=f"framework-rank{env.rank}-")
         sys.argv += [f"hydra.run.dir={scratch}"]
     _hydra_main()
+    if FAILED_JOBS:
+        print(f"{len(FAILED_JOBS)} job(s) failed: {', '.join(FAILED_JOBS)}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

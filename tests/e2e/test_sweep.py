@@ -1,0 +1,49 @@
+"""A real multirun: strategies x device counts, one invalid combination, a report at the end."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+from tests.conftest import TINY
+
+
+def test_sweep_records_every_job_and_ends_with_a_report(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.train", "-m", *TINY, "strategy=single,ddp", "trainer.devices=1,2",
+         "trainer.accelerator=cpu", "callbacks=none", "logger=csv", f"hydra.sweep.dir={sweep}"],
+        capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # one directory per job, nothing else besides the report
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert jobs == ["0", "1", "2", "3"]
+    with open(sweep / "report.csv") as f:
+        rows = {(r["strategy"], r["devices"]): r for r in csv.DictReader(f)}
+    assert rows[("single", "2")]["status"] == "invalid" and "strategy=single" in rows[("single", "2")]["reason"]
+    for key in [("single", "1"), ("ddp", "1"), ("ddp", "2")]:
+        assert rows[key]["status"] == "completed" and float(rows[key]["samples_per_s"]) > 0
+    assert float(rows[("ddp", "2")]["speedup"]) > 0 and rows[("ddp", "2")]["world_size"] == "2"
+    # same seed and global batch: the same test accuracy on 1 and 2 ranks
+    assert float(rows[("ddp", "2")]["test/acc"]) == float(rows[("single", "1")]["test/acc"])
+    measured, predicted = float(rows[("ddp", "2")]["model_state_bytes"]), float(rows[("ddp", "2")]["predicted_model_state_bytes"])
+    assert abs(measured - predicted) / predicted < 0.05
+    report = (sweep / "report.md").read_text()
+    assert "3 completed, 1 invalid, 0 failed" in report
+    for name in ("throughput.png", "memory.png", "loss_curves.png"):
+        assert (sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    invalid = json.loads((sweep / rows[("single", "2")]["job"] / "results.json").read_text())
+    assert invalid["status"] == "invalid"
+
+
+def test_report_rebuilds_an_interrupted_sweep(tmp_path):
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "results.json").write_text(json.dumps(
+        {"status": "completed", "strategy": "single", "devices": 1, "world_size": 1,
+         "throughput": {"samples_per_s": 100.0}, "metrics": {"test/acc": 0.9}}))
+    (tmp_path / "1").mkdir()  # started, never finished
+    proc = subprocess.run([sys.executable, "-m", "framework.report", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 completed, 0 invalid, 0 failed, 1 missing" in (tmp_path / "report.md").read_text()
