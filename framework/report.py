@@ -69,8 +69,10 @@ def collect(sweep_dir: Path) -> list[dict]:
 def _fmt(value) -> str:
     if value is None:
         return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= 1e5:
+        return f"{value:,.0f}"
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
+        return f"{value:.4g}"
     return str(value)
 
 
