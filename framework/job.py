@@ -29,7 +29,8 @@ def run_job(cfg: DictConfig) -> dict:
     metrics = results.get("metrics", {})
     shown = ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith(("val/", "test/")))
     log.info("Finished '%s' (%s): %s", cfg.name, results.get("status"), shown or "no metrics")
-    log.info("Outputs: %s (results.json, config.yaml, train.log, metrics.csv, tb/)", output_dir.resolve())
+    written = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in output_dir.iterdir()))
+    log.info("Outputs: %s (%s)", output_dir.resolve(), written)
     return results
 
 
