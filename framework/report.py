@@ -19,6 +19,9 @@ from hydra.experimental.callback import Callback
 
 log = logging.getLogger(__name__)
 
+# Job directories of this process's last multirun whose status is "failed" (its exit status).
+SWEEP_FAILURES: list[str] = []
+
 COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s", "speedup", "efficiency",
            "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes", "val/loss", "val/acc",
            "test/loss", "test/acc", "wall_time_s", "reason"]
@@ -147,6 +150,8 @@ class SweepReport(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         path = write_report(config.hydra.sweep.dir)
         log.info("Sweep report: %s", Path(path).resolve())
+        # Read from the jobs' results.json, so it holds whichever launcher ran them.
+        SWEEP_FAILURES[:] = [r["job"] for r in collect(Path(config.hydra.sweep.dir)) if r.get("status") == "failed"]
 
 
 def main() -> None:

@@ -15,14 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 from framework.config import ConfigError
 from framework.config.overrides import lenient
 from framework.engine.results import write_json
+from framework.report import SWEEP_FAILURES
 from framework.job import run_job, set_job_fields
 from framework.launch.env import detect_environment
 
 log = logging.getLogger("framework.train")
-
-
-# Jobs of this process's multirun that failed at run time (the sweep's exit status).
-FAILED_JOBS: list[str] = []
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -44,8 +41,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     except Exception as err:
         if not sweeping:
             raise
-        log.exception("job %s failed", runtime.output_dir)  # results.json says which rank and why
-        FAILED_JOBS.append(str(runtime.output_dir))
+        # results.json says which rank failed and why; the sweep goes on, and the report
+        # at its end counts the failures for the exit status (framework.report.SweepReport).
+        log.exception("job %s failed", runtime.output_dir)
         return None
     # The value a Hydra sweeper optimises: the final validation loss when there is one.
     return results.get("metrics", {}).get("val/loss")
@@ -72,8 +70,8 @@ def main() -> None:
         scratch = tempfile.mkdtemp(prefix=f"framework-rank{env.rank}-")
         sys.argv += [f"hydra.run.dir={scratch}"]
     _hydra_main()
-    if FAILED_JOBS:
-        print(f"{len(FAILED_JOBS)} job(s) failed: {', '.join(FAILED_JOBS)}", file=sys.stderr)
+    if SWEEP_FAILURES:
+        print(f"{len(SWEEP_FAILURES)} job(s) failed: {', '.join(SWEEP_FAILURES)}", file=sys.stderr)
         sys.exit(1)
 
 

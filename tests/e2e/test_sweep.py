@@ -47,3 +47,14 @@ def test_report_rebuilds_an_interrupted_sweep(tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "1 completed, 0 invalid, 0 failed, 1 missing" in (tmp_path / "report.md").read_text()
+
+
+def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_path):
+    sweep = tmp_path / "sweep"
+    # a global batch larger than the training set fails at run time, inside the rank
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.train", "-m", *TINY, "datamodule.batch_size=4096,32", "callbacks=none",
+         "logger=csv", f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "1 job(s) failed: 0" in proc.stderr
+    report = (sweep / "report.md").read_text()
+    assert "1 completed, 0 invalid, 1 failed" in report and "rank 0: ValueError" in report
