@@ -39,8 +39,18 @@ def _elastic_entry(container: dict) -> dict:
     return record(_run_rank)(container, detect_environment())
 
 
+def _standard_start_method() -> None:
+    # Spawned children inherit the parent's start-method name; inside a joblib (loky) worker
+    # that is "loky", which a fresh child cannot set up. Use plain spawn there.
+    import multiprocessing
+
+    if multiprocessing.get_start_method(allow_none=True) not in (None, "spawn", "fork", "forkserver"):
+        multiprocessing.set_start_method("spawn", force=True)
+
+
 def launch_elastic(container: dict, nprocs: int) -> dict:
     """N ranks under torch's elastic agent on this machine; returns rank 0's results."""
+    _standard_start_method()
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
@@ -76,6 +86,7 @@ def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> No
 
 def launch_spawn(container: dict, nprocs: int) -> dict:
     """N ranks by torch.multiprocessing.spawn; rank 0's results come back through results.json."""
+    _standard_start_method()
     try:
         torch.multiprocessing.spawn(_spawn_entry, args=(container, nprocs, free_port()), nprocs=nprocs, join=True)
     except torch.multiprocessing.ProcessRaisedException as err:

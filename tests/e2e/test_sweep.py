@@ -58,3 +58,22 @@ def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_pat
     assert proc.returncode == 1 and "1 job(s) failed: 0" in proc.stderr
     report = (sweep / "report.md").read_text()
     assert "1 completed, 0 invalid, 1 failed" in report and "rank 0: ValueError" in report
+
+
+def test_optuna_search_and_joblib_launcher(tmp_path):
+    import pytest
+
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    sweep = tmp_path / "optuna"
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.train", "-m", "hparams_search=digits_optuna", *TINY,
+         "hydra.sweeper.n_trials=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "callbacks=none",
+         "logger=csv", f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    best = (sweep / "optimization_results.yaml").read_text()
+    assert "best_params" in best and "optimizer.lr" in best
+    # each trial trained with the sampled values, which it recorded in its resolved config
+    lrs = {(sweep / j / "config.yaml").read_text().split("lr: ")[1].split("\n")[0] for j in ("0", "1")}
+    assert len(lrs) == 2
+    assert "2 completed" in (sweep / "report.md").read_text()
