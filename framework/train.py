@@ -38,7 +38,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         # In a sweep an invalid combination is a result, not the end of the sweep.
         record_invalid(cfg, runtime.output_dir, err)
         return None
-    except Exception as err:
+    except Exception:
         if not sweeping:
             raise
         # results.json says which rank failed and why; the sweep goes on, and the report

@@ -1,8 +1,6 @@
 """Shared helpers: shrunk configs that train in well under a second."""
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from framework import compose
@@ -26,8 +24,3 @@ def tiny_cfg():
 
     return make
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -143,14 +143,14 @@ class Trainer:
             load_checkpoint(ckpt_path, self)
             log.info("Resumed from %s at epoch %d, step %d", ckpt_path, self.current_epoch, self.global_step)
         elif val_loader is not None and self.config.num_sanity_val_steps:
-            self._run_guarded("sanity check", lambda: self._evaluate(val_loader, "val", sanity=True))
-        self._run_guarded("fit", lambda: self._fit_loop(train_loader, val_loader))
+            self._run_guarded(lambda: self._evaluate(val_loader, "val", sanity=True))
+        self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))
 
     def validate(self, datamodule) -> dict[str, float]:
         datamodule.setup("validate")
         self._require_model()
         loader = self._loader(datamodule.val_dataloader(), train=False)
-        return self._run_guarded("validate", lambda: self._evaluate(loader, "val"))
+        return self._run_guarded(lambda: self._evaluate(loader, "val"))
 
     def test(self, datamodule, model: Optional[torch.nn.Module] = None, ckpt_path=None) -> dict[str, float]:
         """Run the test loop on the trained model, or on ``model`` (set up by the strategy, with
@@ -165,7 +165,7 @@ class Trainer:
                 log.info("Testing the weights of %s", ckpt_path)
         self._require_model()
         loader = self._loader(datamodule.test_dataloader(), train=False)
-        return self._run_guarded("test", lambda: self._evaluate(loader, "test"))
+        return self._run_guarded(lambda: self._evaluate(loader, "test"))
 
     # ---------------------------------------------------------------- internals
     def _require_model(self) -> None:
@@ -214,7 +214,7 @@ class Trainer:
         for hook in self._hooks[event]:
             hook(self, *args)
 
-    def _run_guarded(self, stage: str, body: Callable):
+    def _run_guarded(self, body: Callable):
         try:
             return body()
         except BaseException as err:

@@ -1,7 +1,6 @@
 """Every option of every config group, and every experiment, composes and validates."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch

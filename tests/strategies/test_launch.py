@@ -1,7 +1,6 @@
 """Launching: torchrun multi-node on one machine, SLURM detection, failures named by rank."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -11,7 +10,7 @@ import pytest
 
 from framework import compose, fit
 from framework.launch.env import detect_environment, first_host
-from tests.conftest import free_port
+from framework.strategies.base import free_port
 from tests.strategies.test_equivalence import BASE, train_losses
 
 
