@@ -1,32 +1,118 @@
 #!/usr/bin/env bash
-# One short check of the CUDA paths on a GPU machine: nccl, dp, ddp, fsdp, bf16.
-#   bash benchmarks/gpu_check.sh        (prints one line per run, then the figures)
-# Needs a CUDA device; with one GPU, dp/ddp/fsdp run on 1 device (nccl still initialises).
+# One short check of the CUDA paths on a GPU machine (a few minutes on one H200):
+#   bash benchmarks/gpu_check.sh [out_dir]
+# 1. equivalence: single / ddp / zero / fsdp (nccl, one rank each) give the same fp32 losses;
+# 2. precision and strategies: bf16-mixed, 16-mixed (GradScaler), dp, ddp2, fsdp grad_op,
+#    fsdp bf16 params, fsdp cpu_offload, torch.compile; samples/s, MFU, peak memory;
+#    an FSDP checkpoint evaluated from disk; a device count above the GPUs is rejected;
+# 3. benchmarks/overhead.py on the GPU (engine vs hand-written loop).
+# Prints one line per run and a table; every run's files are under out_dir/runs.
+# SMOKE=1 ACCEL=cpu runs the same plumbing on a CPU machine (tiny and fast).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name(0), torch.cuda.device_count(), 'device(s)')" || exit 1
-N=$(python -c "import torch; print(torch.cuda.device_count())")
-OUT=${OUT:-$(mktemp -d)}
-COMMON="datamodule=synthetic datamodule.input_shape=[3,32,32] datamodule.num_samples=16384 datamodule.batch_size=256
-        model=resnet18 trainer.accelerator=cuda trainer.precision=bf16-mixed trainer.max_epochs=1 trainer.max_steps=40
-        trainer.enable_progress_bar=false logger=csv"
-status=0
-for run in "single:strategy=single" "dp:strategy=dp trainer.devices=$N" "ddp:strategy=ddp trainer.devices=$N" \
-           "fsdp:strategy=fsdp trainer.devices=$N strategy.wrap_classes=[BasicBlock]" \
-           "fsdp_bf16_params:strategy=fsdp trainer.devices=$N strategy.param_dtype=bf16 strategy.reduce_dtype=fp32"; do
-  name=${run%%:*}; args=${run#*:}
-  python -m framework.train $COMMON $args hydra.run.dir="$OUT/$name" > "$OUT/$name.log" 2>&1 || { echo "$name FAILED (see $OUT/$name.log)"; tail -5 "$OUT/$name.log"; status=1; }
-done
-python - "$OUT" <<'PY'
-import json, pathlib, sys
-for d in sorted(pathlib.Path(sys.argv[1]).iterdir()):
-    f = d / "results.json"
-    if f.exists():
-        r = json.loads(f.read_text())
-        t = r.get("throughput") or {}
-        m = r.get("memory") or {}
-        print(f"{d.name:<18} {r['status']:<9} world={r.get('world_size')} samples/s={t.get('samples_per_s') or 0:9.1f} "
-              f"step_ms={t.get('step_time_ms_median') or 0:7.2f} peak_MiB={max(m.get('peak_bytes_per_rank') or [0]) / 2**20:8.1f} "
-              f"val/acc={r.get('metrics', {}).get('val/acc', float('nan')):.3f}")
+OUT=${1:-${OUT:-$(mktemp -d)}}
+RUNS=$OUT/runs
+mkdir -p "$RUNS"
+ACCEL=${ACCEL:-cuda}
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+$PY - <<'PY' || exit 1
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count(),
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+if torch.cuda.is_available():
+    print("nccl", torch.cuda.nccl.version())
 PY
+if [ "${SMOKE:-0}" = 1 ]; then
+  DATA=(datamodule=synthetic datamodule.input_shape=[3,16,16] datamodule.num_samples=640 datamodule.batch_size=32 model=resnet18)
+  STEPS=6
+else
+  DATA=(datamodule=synthetic datamodule.input_shape=[3,32,32] datamodule.num_samples=20480 datamodule.batch_size=256 model=resnet18)
+  STEPS=60
+fi
+COMMON=("${DATA[@]}" trainer.accelerator=$ACCEL trainer.max_epochs=1 trainer.enable_progress_bar=false
+        logger=csv seed=7 "callbacks=[model_checkpoint,throughput]" callbacks.throughput.log_every_n_steps=20
+        trainer.num_sanity_val_steps=0)
+status=0
+
+run() {  # run NAME EXPECTED_EXIT OVERRIDES...
+  local name=$1 expect=$2; shift 2
+  local t0=$SECONDS
+  timeout 200 $PY -m framework.train "${COMMON[@]}" "$@" hydra.run.dir="$RUNS/$name" > "$RUNS/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -ne "$expect" ]; then
+    echo "FAIL $name: exit $rc, expected $expect"; tail -15 "$RUNS/$name.log"; status=1
+  else
+    echo "ok   $name ($((SECONDS - t0)) s)"
+  fi
+}
+
+# 1. Equivalence, fp32 and deterministic: the loss of every step, per strategy.
+EQ=(trainer.precision=32-true trainer.deterministic=true trainer.max_steps=20 trainer.log_every_n_steps=1)
+run eq_single 0 "${EQ[@]}" strategy=single
+run eq_ddp 0 "${EQ[@]}" strategy=ddp
+run eq_zero 0 "${EQ[@]}" strategy=zero
+run eq_fsdp 0 "${EQ[@]}" strategy=fsdp "strategy.wrap_classes=[BasicBlock]"
+
+# 2. Precision and strategies at speed (no per-step logging).
+P=(trainer.max_steps=$STEPS trainer.log_every_n_steps=20)
+run single_32 0 "${P[@]}" strategy=single trainer.precision=32-true
+run single_bf16 0 "${P[@]}" strategy=single trainer.precision=bf16-mixed
+run single_fp16 0 "${P[@]}" strategy=single trainer.precision=16-mixed
+run dp_bf16 0 "${P[@]}" strategy=dp trainer.precision=bf16-mixed
+run ddp_bf16 0 "${P[@]}" strategy=ddp trainer.precision=bf16-mixed
+run ddp2_bf16 0 "${P[@]}" strategy=ddp2 trainer.precision=bf16-mixed
+run zero_bf16 0 "${P[@]}" strategy=zero trainer.precision=bf16-mixed
+run fsdp_bf16 0 "${P[@]}" strategy=fsdp trainer.precision=bf16-mixed "strategy.wrap_classes=[BasicBlock]" export_weights=true
+run fsdp_gradop_bf16 0 "${P[@]}" strategy=fsdp strategy.sharding=grad_op trainer.precision=bf16-mixed
+run fsdp_params_bf16 0 "${P[@]}" strategy=fsdp strategy.param_dtype=bf16 strategy.reduce_dtype=fp32
+run fsdp_offload 0 "${P[@]}" strategy=fsdp strategy.cpu_offload=true
+run compile_bf16 0 "${P[@]}" strategy=single trainer.precision=bf16-mixed trainer.compile=true
+run too_many_devices 2 "${P[@]}" strategy=ddp trainer.devices=$(( $($PY -c "import torch; print(torch.cuda.device_count())") + 1 ))
+grep -h "trainer.accelerator\|trainer.devices" "$RUNS/too_many_devices.log" | head -3
+
+# The FSDP checkpoint, loaded back and tested by framework.evaluate.
+t0=$SECONDS
+if $PY -m framework.evaluate ckpt_path="$RUNS/fsdp_bf16/checkpoints/last" > "$RUNS/evaluate.log" 2>&1; then
+  echo "ok   evaluate fsdp checkpoint ($((SECONDS - t0)) s): $(grep -o "test/acc[^,}]*" "$RUNS/evaluate.log" | tail -1)"
+else
+  echo "FAIL evaluate"; tail -15 "$RUNS/evaluate.log"; status=1
+fi
+
+$PY - "$RUNS" <<'PY'
+import csv, json, pathlib, sys
+runs = pathlib.Path(sys.argv[1])
+def losses(name):
+    with open(runs / name / "metrics.csv") as f:
+        return [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+ref = losses("eq_single")
+print(f"\nequivalence over {len(ref)} steps (fp32, deterministic), max |loss - single|:")
+for name in ("eq_ddp", "eq_zero", "eq_fsdp"):
+    other = losses(name)
+    diff = max(abs(a - b) for a, b in zip(ref, other)) if len(other) == len(ref) else float("nan")
+    print(f"  {name:<10} {diff:.3g}  (steps {len(other)})")
+print(f"\n{'run':<18} {'status':<9} {'samples/s':>10} {'step ms':>8} {'peak MiB':>9} {'state MiB':>9} {'MFU':>6} {'val/acc':>7}")
+for d in sorted(p for p in runs.iterdir() if p.is_dir()):
+    f = d / "results.json"
+    if not f.exists():
+        continue
+    r = json.loads(f.read_text())
+    t, m, metrics = r.get("throughput") or {}, r.get("memory") or {}, r.get("metrics") or {}
+    mfu = ""
+    if (d / "metrics.csv").exists():
+        with open(d / "metrics.csv") as fh:
+            vals = [float(x["throughput/mfu"]) for x in csv.DictReader(fh) if x.get("throughput/mfu")]
+        mfu = f"{vals[-1]:.3f}" if vals else ""
+    state = max(m.get("model_state_bytes_per_rank") or [0]) / 2**20
+    print(f"{d.name:<18} {r['status']:<9} {t.get('samples_per_s') or 0:>10.0f} {t.get('step_time_ms_median') or 0:>8.2f} "
+          f"{max(m.get('peak_bytes_per_rank') or [0]) / 2**20:>9.0f} {state:>9.1f} {mfu:>6} {metrics.get('val/acc', float('nan')):>7.3f}")
+PY
+[ $? -eq 0 ] || status=1
+
+# 3. Engine vs hand-written loop on the GPU.
+if [ "${SMOKE:-0}" = 1 ]; then
+  $PY benchmarks/overhead.py --accelerator "$ACCEL" --steps 20 --repeats 1 || status=1
+else
+  $PY benchmarks/overhead.py --accelerator "$ACCEL" --steps 300 --repeats 5 || status=1
+fi
 exit $status

@@ -7,14 +7,18 @@ import time
 from torch.nn import functional as F
 
 
-def median_step_time(model, optimizer, loader, steps: int) -> float:
+def median_step_time(model, optimizer, loader, steps: int, device=None) -> float:
     """Train ``steps`` steps the way a user writes it by hand; the median step time (s),
-    each step timed from the end of the previous one (data loading included)."""
+    each step timed from the end of the previous one (data loading included). On CUDA the
+    batches move with ``non_blocking`` (the loader pins memory) and no step synchronises,
+    as in the engine."""
     model.train()
     times, t_prev = [], time.perf_counter()
     for i, (x, y) in enumerate(loader):
         if i >= steps:
             break
+        if device is not None:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()

@@ -1,9 +1,10 @@
 """Per-step overhead of the engine vs a hand-written torch loop, side by side in one run.
 
-    python benchmarks/overhead.py [--steps 200] [--repeats 7] [--threads 1]
+    python benchmarks/overhead.py [--steps 200] [--repeats 7] [--threads 1] [--accelerator cpu|cuda]
 
 Both sides train the same model (same init) on the same in-memory data through a
-DataLoader of the same batch size, on one CPU thread. A step is timed from the end of
+DataLoader of the same batch size, on one CPU thread (``--accelerator cuda``: on the GPU,
+fp32, pinned memory and non-blocking copies on both sides). A step is timed from the end of
 the previous step (so data loading counts on both sides); each repeat reports the median
 step time, and the ratio is median(engine) / median(hand loop) over the repeats, which
 alternate between the sides so that machine noise hits both alike.
@@ -53,9 +54,13 @@ def hand_loop(cfg, steps: int) -> float:
     parts = build_components(cfg, is_global_zero=False)
     dm, model = parts.datamodule, parts.model
     dm.setup("fit")
+    cuda = container["trainer"]["accelerator"] == "cuda"
+    device = torch.device("cuda") if cuda else None
+    model = model.to(device) if cuda else model
     optimizer = parts.optimizer_factory(model.parameters())
-    loader = DataLoader(dm.train_set, batch_size=container["datamodule"]["batch_size"], shuffle=True, drop_last=True)
-    return median_step_time(model, optimizer, loader, steps)
+    loader = DataLoader(dm.train_set, batch_size=container["datamodule"]["batch_size"], shuffle=True,
+                        drop_last=True, pin_memory=cuda)
+    return median_step_time(model, optimizer, loader, steps, device)
 
 
 def engine(cfg, steps: int, with_defaults: bool, out_dir: str) -> float:
@@ -84,15 +89,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--accelerator", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable(logging.INFO)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.steps} steps x {args.repeats} repeats, "
+    where = torch.cuda.get_device_name(0) if args.accelerator == "cuda" else f"{args.threads} CPU thread(s)"
+    print(f"torch {torch.__version__}, {where}, {args.steps} steps x {args.repeats} repeats, "
           f"median step time per repeat, then median over repeats")
     print(f"{'model':<10} {'hand loop ms':>12} {'engine ms':>10} {'bare ratio':>10} {'+defaults ms':>13} {'defaults ratio':>14}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            cfg = compose(["experiment=digits_cnn", "scheduler=none", "trainer.enable_progress_bar=false", *MODELS[name]])
+            cfg = compose(["experiment=digits_cnn", "scheduler=none", "trainer.enable_progress_bar=false",
+                           f"trainer.accelerator={args.accelerator}", *MODELS[name]])
             hand, bare, full = [], [], []
             engine(cfg, 20, False, tmp)  # warm-up: first-call costs (allocator, kernels)
             sides = [(hand, lambda r: hand_loop(cfg, args.steps)),

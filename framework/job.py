@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from framework.config import validate
 from framework.launch import launch
+from framework.launch.env import detect_environment
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,9 @@ def run_job(cfg: DictConfig) -> dict:
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     output_dir = Path(cfg.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, output_dir / "config.yaml")
+    env = detect_environment()
+    if env is None or env.rank == 0:  # SLURM tasks share the job's directory; rank 0 writes
+        OmegaConf.save(cfg, output_dir / "config.yaml")
     log.info("Experiment '%s', output in %s", cfg.name, output_dir)
     results = launch(cfg)
     metrics = results.get("metrics", {})

@@ -6,6 +6,12 @@ devices, status, samples/s, speed-up over 1 device of the same strategy, scaling
 efficiency, peak memory and model-state bytes per rank, predicted model state, final
 metrics, wall time) and plots: ``throughput.png``, ``memory.png``, ``loss_curves.png``.
 Works on an interrupted sweep: jobs without results are listed as ``missing``.
+
+Jobs are compared by their overrides (recorded in ``results.json``): every swept key other
+than ``strategy`` and ``trainer.devices`` gets a column, and speed-up compares a job with the
+1-device job that has the same values of those keys (so a sweep over learning rates and
+device counts scales each learning rate against its own baseline). A timing section splits
+the sweep's wall time into training, testing, rank start-up and the per-job overhead left.
 """
 from __future__ import annotations
 
@@ -13,15 +19,22 @@ import csv
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from hydra.experimental.callback import Callback
+
+from framework.engine.results import update_json, write_json
 
 log = logging.getLogger(__name__)
 
 # Job directories of this process's last multirun whose status is "failed" (its exit status).
 SWEEP_FAILURES: list[str] = []
 
+# The sweep's own record (start, end, launcher), written by SweepReport.
+SWEEP_FILE = "sweep.json"
 COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s", "speedup", "efficiency",
            "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes", "val/loss", "val/acc",
            "test/loss", "test/acc", "wall_time_s", "reason"]
@@ -30,6 +43,17 @@ COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s"
 def _jobs(sweep_dir: Path) -> list[Path]:
     return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")),
                   key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else p.name))
+
+
+def job_overrides(job: dict) -> dict[str, str]:
+    """A job's command-line overrides as {key: value}, without Hydra's own (hydra.*, hydra/*)."""
+    out = {}
+    for item in job.get("overrides") or []:
+        key, sep, value = item.partition("=")
+        key = key.lstrip("+~")
+        if sep and not key.startswith(("hydra.", "hydra/")):
+            out[key] = value
+    return out
 
 
 def collect(sweep_dir: Path) -> list[dict]:
@@ -44,6 +68,7 @@ def collect(sweep_dir: Path) -> list[dict]:
         memory, metrics = r.get("memory") or {}, r.get("metrics") or {}
         peaks = [b for b in memory.get("peak_bytes_per_rank") or [] if b]
         states = [b for b in memory.get("model_state_bytes_per_rank") or [] if b]
+        hydra_job = r.get("job") or {}
         row = {"job": job.name, "strategy": r.get("strategy"), "devices": r.get("devices"),
                "world_size": r.get("world_size"), "status": r.get("status"),
                "samples_per_s": (r.get("throughput") or {}).get("samples_per_s"),
@@ -51,22 +76,56 @@ def collect(sweep_dir: Path) -> list[dict]:
                "model_state_bytes": max(states) if states else None,
                "predicted_model_state_bytes": memory.get("predicted_model_state_bytes"),
                "wall_time_s": r.get("wall_time_s"),
-               "reason": r.get("error") or r.get("reason") or ""}
+               "reason": r.get("error") or r.get("reason") or "",
+               # not columns: what the comparison groups and the timing section use
+               "overrides": job_overrides(hydra_job), "job_time_s": hydra_job.get("time_s"),
+               "started_at": hydra_job.get("started_at"),
+               "fit_time_s": r.get("fit_time_s"), "test_time_s": r.get("test_time_s")}
         if r.get("failed_rank") is not None:
             row["reason"] = f"rank {r['failed_rank']}: {row['reason']}"
         row.update({k: metrics.get(k) for k in ("val/loss", "val/acc", "test/loss", "test/acc")})
         rows.append(row)
-    # Speed-up over 1 device of the same strategy (or of single when that strategy has no 1-device job).
-    base = {}
-    for row in rows:
-        if row.get("status") == "completed" and row.get("world_size") == 1 and row.get("samples_per_s"):
-            base.setdefault(row["strategy"], row["samples_per_s"])
-    for row in rows:
-        ref = base.get(row.get("strategy")) or base.get("single")
-        if row.get("samples_per_s") and ref:
+    _speedups(rows, swept_keys(rows))
+    return rows
+
+
+def swept_keys(rows: list[dict]) -> list[str]:
+    """Override keys whose value differs between jobs, in command-line order."""
+    recorded = [r["overrides"] for r in rows if r.get("overrides") is not None]
+    keys = list(dict.fromkeys(k for overrides in recorded for k in overrides))
+    return [k for k in keys if len({o.get(k) for o in recorded}) > 1]
+
+
+def _is_strategy_key(key: str) -> bool:
+    return key == "strategy" or key.startswith("strategy.")
+
+
+def _speedups(rows: list[dict], swept: list[str]) -> None:
+    """Speed-up over the 1-device job with the same swept parameters and strategy (or over
+    single when that strategy has no 1-device job); only where device counts were compared."""
+    scale = {"trainer.devices", "trainer.num_nodes"}
+
+    def group(row):
+        return tuple((row.get("overrides") or {}).get(k) for k in swept if k not in scale and not _is_strategy_key(k))
+
+    def variant(row):
+        return (row.get("strategy"),) + tuple((row.get("overrides") or {}).get(k) for k in swept if _is_strategy_key(k))
+
+    done = [r for r in rows if r.get("status") == "completed" and r.get("samples_per_s")]
+    base, single = {}, {}
+    for row in done:
+        if row.get("world_size") == 1:
+            base.setdefault((group(row), variant(row)), row["samples_per_s"])
+            if row["strategy"] == "single":
+                single.setdefault(group(row), row["samples_per_s"])
+    sizes: dict = {}
+    for row in done:
+        sizes.setdefault(group(row), set()).add(row.get("world_size"))
+    for row in done:
+        ref = base.get((group(row), variant(row))) or single.get(group(row))
+        if ref and len(sizes[group(row)]) > 1:
             row["speedup"] = row["samples_per_s"] / ref
             row["efficiency"] = row["speedup"] / max(1, row.get("world_size") or 1)
-    return rows
 
 
 def _fmt(value) -> str:
@@ -83,8 +142,12 @@ def write_report(sweep_dir: str | Path) -> Path:
     """Write report.csv, report.md and the plots into ``sweep_dir``; returns report.md's path."""
     sweep_dir = Path(sweep_dir)
     rows = collect(sweep_dir)
+    params = [k for k in swept_keys(rows) if k not in ("strategy", "trainer.devices")]
+    for row in rows:
+        row.update({k: (row.get("overrides") or {}).get(k) for k in params})
+    columns = COLUMNS[:1] + params + COLUMNS[1:]
     with open(sweep_dir / "report.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     plots = _plots(sweep_dir, rows)
@@ -93,13 +156,54 @@ def write_report(sweep_dir: str | Path) -> Path:
              f"{sum(r.get('status') == 'invalid' for r in rows)} invalid, "
              f"{sum(r.get('status') == 'failed' for r in rows)} failed, "
              f"{sum(r.get('status') == 'missing' for r in rows)} missing.", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         lines.append("| " + " | ".join(_fmt(row.get(c)).replace("|", "/").replace("\n", " ")[:200]
-                                       for c in COLUMNS) + " |")
-    lines += [""] + [f"![{p.stem}]({p.name})" for p in plots]
+                                       for c in columns) + " |")
+    scored = [r for r in rows if r.get("status") == "completed" and r.get("val/loss") is not None]
+    if params and scored:
+        best = min(scored, key=lambda r: r["val/loss"])
+        lines += ["", f"Lowest val/loss: job {best['job']} ({_fmt(best['val/loss'])}), "
+                      + ", ".join(f"{k}={best.get(k)}" for k in params)]
+    lines += ["", *timing(sweep_dir, rows), ""] + [f"![{p.stem}]({p.name})" for p in plots]
     (sweep_dir / "report.md").write_text("\n".join(lines) + "\n")
     return sweep_dir / "report.md"
+
+
+def timing(sweep_dir: Path, rows: list[dict]) -> list[str]:
+    """Where the sweep's wall time went; the overhead per job is what is left after training,
+    testing and rank start-up (the target is at most 2 s)."""
+    ran = [r for r in rows if r.get("status") != "missing"]
+    ends = [r["started_at"] + r["job_time_s"] for r in ran if r.get("started_at") and r.get("job_time_s")]
+    sweep = json.loads((sweep_dir / SWEEP_FILE).read_text()) if (sweep_dir / SWEEP_FILE).exists() else {}
+    start = sweep.get("started_at") or min((r["started_at"] for r in ran if r.get("started_at")), default=None)
+    end = sweep.get("finished_at") or max(ends, default=None)
+    if not ran or start is None or end is None:
+        return []
+    wall, n = end - start, len(ran)
+    fit = sum(r.get("fit_time_s") or 0 for r in ran)
+    test = sum(r.get("test_time_s") or 0 for r in ran)
+    jobs = sum(r.get("job_time_s") or 0 for r in ran)
+    # A job's time outside its rank 0: validating, starting the ranks, joining the group.
+    startup = sum(r["job_time_s"] - (r.get("wall_time_s") or 0) for r in ran if r.get("job_time_s"))
+    launcher = sweep.get("launcher") or "unknown"
+    lines = ["## Timing", "",
+             f"- sweep: {wall:.1f} s of wall time for {n} jobs (launcher: {launcher})"
+             + ("" if sweep.get("finished_at") else ", up to the last job's end"),
+             f"- in the jobs: training {fit:.1f} s, testing {test:.1f} s, rank start-up {startup:.1f} s "
+             f"(validation, starting processes, joining the group), the ranks' own set-up "
+             f"{jobs - startup - fit - test:.1f} s (data, model, loggers, checkpoints)"]
+    if launcher not in ("basic", "unknown") or jobs > wall * 1.02:
+        # Other launchers start each job in a process of its own (often several at once),
+        # before the job's clock starts: the rest of the wall time is theirs, not the jobs'.
+        lines.append(f"- the {launcher} launcher starts jobs in processes of their own, outside the jobs' "
+                     f"measured time ({jobs:.1f} s of job time in {wall:.1f} s of sweep): "
+                     "the per-job overhead is computed for the basic launcher only")
+    else:
+        per_job = (wall - fit - test) / n
+        lines.append(f"- overhead per job: (wall - training - testing) / jobs = {per_job:.2f} s, "
+                     f"of which rank start-up {startup / n:.2f} s; beyond it: {per_job - startup / n:.2f} s")
+    return lines
 
 
 def _plots(sweep_dir: Path, rows: list[dict]) -> list[Path]:
@@ -119,7 +223,8 @@ def _plots(sweep_dir: Path, rows: list[dict]) -> list[Path]:
                 ax.plot(*zip(*pts), marker="o", label=strategy)
         ax.set_xlabel("devices (world size)")
         ax.set_ylabel(ylabel)
-        ax.legend() if done else None
+        if ax.lines:
+            ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(sweep_dir / f"{name}.png", dpi=100)
@@ -145,13 +250,23 @@ def _plots(sweep_dir: Path, rows: list[dict]) -> list[Path]:
 
 
 class SweepReport(Callback):
-    """Hydra callback: write the report when a multirun ends."""
+    """Hydra callback: record the sweep's start, and write the report when the multirun ends."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        choices = OmegaConf.select(config, "hydra.runtime.choices", default={}) or {}
+        write_json(sweep_dir / SWEEP_FILE, {
+            "started_at": time.time(), "overrides": list(OmegaConf.select(config, "hydra.overrides.task") or []),
+            "launcher": choices.get("hydra/launcher"), "sweeper": choices.get("hydra/sweeper")})
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        path = write_report(config.hydra.sweep.dir)
+        sweep_dir = Path(config.hydra.sweep.dir)
+        update_json(sweep_dir / SWEEP_FILE, finished_at=time.time())
+        path = write_report(sweep_dir)
         log.info("Sweep report: %s", Path(path).resolve())
         # Read from the jobs' results.json, so it holds whichever launcher ran them.
-        SWEEP_FAILURES[:] = [r["job"] for r in collect(Path(config.hydra.sweep.dir)) if r.get("status") == "failed"]
+        SWEEP_FAILURES[:] = [r["job"] for r in collect(sweep_dir) if r.get("status") == "failed"]
 
 
 def main() -> None:

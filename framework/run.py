@@ -93,13 +93,17 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
                           output_dir=str(cfg.output_dir))
         loggers = trainer.loggers  # fast_dev_run drops them
         ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
+        t0 = time.perf_counter()
         if cfg.train:
             trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
+        t1 = time.perf_counter()
         if cfg.test:
             if cfg.train:
                 trainer.test(parts.datamodule)
             else:  # evaluation only: the checkpoint's weights (or the model as built)
                 trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
+        # Where the rank's time went; the sweep report subtracts them from the sweep's wall time.
+        results.update(fit_time_s=t1 - t0, test_time_s=time.perf_counter() - t1)
         if cfg.get("export_weights") and trainer.model is not None:
             # Collective: every rank takes part in gathering sharded weights; rank 0 writes.
             weights = strategy.full_state_dict(trainer.model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
+import time
 
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
 from framework.config.overrides import lenient
-from framework.engine.results import write_json
+from framework.engine.results import update_json, write_json
 from framework.report import SWEEP_FAILURES
 from framework.job import run_job, set_job_fields
 from framework.launch.env import detect_environment
@@ -28,6 +29,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     runtime = hydra_cfg.runtime
     set_job_fields(cfg, runtime.output_dir, runtime.choices.get("experiment"))
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
+    started = time.time()
     try:
         results = run_job(cfg)
     except ConfigError as err:
@@ -45,8 +47,21 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         # at its end counts the failures for the exit status (framework.report.SweepReport).
         log.exception("job %s failed", runtime.output_dir)
         return None
+    finally:
+        record_job(runtime.output_dir, hydra_cfg, started)
     # The value a Hydra sweeper optimises: the final validation loss when there is one.
     return results.get("metrics", {}).get("val/loss")
+
+
+def record_job(output_dir: str, hydra_cfg, started: float) -> None:
+    """Add the Hydra job to results.json: its overrides (what the report compares jobs by)
+    and its wall time from composition to the end, rank start-up included."""
+    env = detect_environment()
+    if env is not None and env.rank != 0:
+        return  # under torchrun/SLURM rank 0 owns results.json
+    update_json(Path(output_dir) / "results.json", job={
+        "num": hydra_cfg.job.get("num"), "overrides": list(hydra_cfg.overrides.task),
+        "started_at": started, "time_s": time.time() - started})
 
 
 def record_invalid(cfg: DictConfig, output_dir: str, err: ConfigError) -> None:

@@ -31,8 +31,12 @@ class Throughput:
         from torch.utils.flop_counter import FlopCounterMode
 
         inputs = batch[0] if isinstance(batch, (list, tuple)) else batch
+        # Eval mode: the same FLOPs, without moving BatchNorm's running statistics.
+        training = model.training
+        model.eval()
         with FlopCounterMode(display=False) as counter, torch.no_grad():
             model(inputs)
+        model.train(training)
         self.flops_per_sample = 3 * counter.get_total_flops() / inputs.shape[0]
 
     def on_train_batch_end(self, trainer, loss, batch_idx: int) -> None:

@@ -33,3 +33,9 @@ def write_json(path: Path, data: dict) -> None:
         json.dump(data, f, indent=2, default=str)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def update_json(path: Path, **fields) -> None:
+    """Add ``fields`` to the JSON object in ``path`` (atomically); nothing when it does not exist."""
+    if path.exists():
+        write_json(path, {**json.loads(path.read_text()), **fields})

@@ -8,7 +8,8 @@ from framework.strategies.base import RankEnv
 
 
 def detect_environment(environ: dict | None = None) -> RankEnv | None:
-    """RankEnv from torchrun's (or the elastic agent's) or SLURM's variables; None outside both.
+    """RankEnv from torchrun's (or the elastic agent's), SLURM's or submitit's local executor's
+    variables; None outside them.
 
     SLURM counts only inside a job step (``srun``), where every task has its own
     SLURM_PROCID; a batch script's own shell is not a rank. For SLURM, MASTER_ADDR and
@@ -26,6 +27,14 @@ def detect_environment(environ: dict | None = None) -> RankEnv | None:
         env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
         return RankEnv(rank=int(env["SLURM_PROCID"]), local_rank=int(env.get("SLURM_LOCALID", "0")), world_size=world,
                        local_world_size=world // max(1, nodes), node_rank=int(env.get("SLURM_NODEID", "0")))
+    if "SUBMITIT_LOCAL_GLOBALID" in env and int(env.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1:
+        # submitit's local executor (hydra/launcher=slurm_local): a SLURM job's tasks on this
+        # machine, with the same one-task-per-device layout and its own variable names.
+        world = int(env["SUBMITIT_LOCAL_NTASKS"])
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", str(15000 + int(env.get("SUBMITIT_LOCAL_JOB_ID", "0")) % 20000))
+        return RankEnv(rank=int(env["SUBMITIT_LOCAL_GLOBALID"]), local_rank=int(env.get("SUBMITIT_LOCAL_LOCALID", "0")),
+                       world_size=world, local_world_size=world, node_rank=0)
     return None
 
 

@@ -40,12 +40,20 @@ def apply_fsdp(model: nn.Module, mesh, options: dict) -> nn.Module:
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     reshard = options.get("sharding", "full") == "full"
+    param_dtype, reduce_dtype = _DTYPES[options.get("param_dtype")], _DTYPES[options.get("reduce_dtype")]
     kwargs = {
         "mesh": mesh,
-        "mp_policy": MixedPrecisionPolicy(param_dtype=_DTYPES[options.get("param_dtype")],
-                                          reduce_dtype=_DTYPES[options.get("reduce_dtype")]),
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
         "offload_policy": CPUOffloadPolicy() if options.get("cpu_offload") else OffloadPolicy(),
     }
+    if param_dtype not in (None, torch.float32):
+        # BatchNorm stays fp32 (as FSDP1 kept it): batch_norm will not mix low-precision
+        # weights with its fp32 running statistics. Its input is cast up, its output back.
+        norm_policy = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=reduce_dtype,
+                                           output_dtype=param_dtype)
+        for module in list(model.modules())[1:]:
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                fully_shard(module, reshard_after_forward=reshard, **{**kwargs, "mp_policy": norm_policy})
     wrap = set(options.get("wrap_classes") or [])
     for module in list(model.modules())[1:]:
         if type(module).__name__ in wrap:

@@ -34,7 +34,11 @@ def test_sweep_records_every_job_and_ends_with_a_report(tmp_path):
     for name in ("throughput.png", "memory.png", "loss_curves.png"):
         assert (sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     invalid = json.loads((sweep / rows[("single", "2")]["job"] / "results.json").read_text())
-    assert invalid["status"] == "invalid"
+    assert invalid["status"] == "invalid" and "++trainer.devices=2" in invalid["job"]["overrides"]
+    # the sweep's own record, and where its wall time went
+    record = json.loads((sweep / "sweep.json").read_text())
+    assert record["launcher"] == "basic" and record["finished_at"] > record["started_at"]
+    assert "## Timing" in report and "overhead per job" in report and "of which rank start-up" in report
 
 
 def test_report_rebuilds_an_interrupted_sweep(tmp_path):
@@ -77,3 +81,56 @@ def test_optuna_search_and_joblib_launcher(tmp_path):
     lrs = {(sweep / j / "config.yaml").read_text().split("lr: ")[1].split("\n")[0] for j in ("0", "1")}
     assert len(lrs) == 2
     assert "2 completed" in (sweep / "report.md").read_text()
+
+
+def _job(root, name, overrides, world, samples_per_s, val_loss):
+    (root / name).mkdir()
+    (root / name / "results.json").write_text(json.dumps(
+        {"status": "completed", "strategy": "ddp", "devices": world, "world_size": world,
+         "throughput": {"samples_per_s": samples_per_s}, "metrics": {"val/loss": val_loss},
+         "job": {"overrides": overrides, "started_at": 1000.0 + int(name), "time_s": 1.0}}))
+
+
+def test_report_compares_each_job_with_its_own_one_device_baseline(tmp_path):
+    from framework.report import collect, write_report
+
+    # learning rate x devices: speed-up is measured within each learning rate
+    for name, lr, world, rate in [("0", "0.1", 1, 100.0), ("1", "0.1", 2, 180.0),
+                                  ("2", "0.2", 1, 50.0), ("3", "0.2", 2, 95.0)]:
+        _job(tmp_path, name, ["strategy=ddp", f"optimizer.lr={lr}", f"++trainer.devices={world}"], world, rate,
+             float(lr))
+    rows = {r["job"]: r for r in collect(tmp_path)}
+    assert rows["1"]["speedup"] == 1.8 and rows["3"]["speedup"] == 1.9 and rows["2"]["speedup"] == 1.0
+    report = write_report(tmp_path).read_text()
+    assert "| job | optimizer.lr | strategy |" in report
+    assert "Lowest val/loss: job 0 (0.1), optimizer.lr=0.1" in report
+
+
+def test_report_of_a_search_over_one_device_jobs_has_no_speedup(tmp_path):
+    from framework.report import collect
+
+    for name, lr in [("0", "0.1"), ("1", "0.2")]:
+        _job(tmp_path, name, [f"optimizer.lr={lr}"], 1, 100.0 * float(lr), 1.0)
+    assert all(r.get("speedup") is None for r in collect(tmp_path))
+
+
+def test_slurm_launcher_layout_through_submitit_local(tmp_path, tiny_cfg):
+    # hydra/launcher=slurm_local: submitit runs one task per device, each task joins the
+    # job's process group, as srun's tasks do on a cluster.
+    import pytest
+
+    from framework import fit
+
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    sweep = tmp_path / "slurm"
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.train", "-m", "hydra/launcher=slurm_local", *TINY, "strategy=ddp",
+         "trainer.devices=2", "callbacks=none", "logger=csv", f"hydra.sweep.dir={sweep}"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((sweep / "0" / "results.json").read_text())
+    assert results["status"] == "completed" and results["world_size"] == 2
+    assert (sweep / "0" / "ranks" / "1" / "train.log").exists()  # rank 1 was a task of its own
+    single = fit(tiny_cfg("callbacks=none", "logger=none"), output_dir=str(tmp_path / "single"))
+    assert results["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-5)
+    assert "1 completed" in (sweep / "report.md").read_text()

@@ -47,6 +47,15 @@ def test_slurm_variables_make_a_rank():
     assert first_host("node1,node2") == "node1" and first_host("a[1,3-4]") == "a1"
 
 
+def test_submitit_local_variables_make_a_rank():
+    environ = {"SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1", "SUBMITIT_LOCAL_NTASKS": "2",
+               "SUBMITIT_LOCAL_JOB_ID": "777"}
+    env = detect_environment(environ)
+    assert (env.rank, env.local_rank, env.world_size, env.node_rank) == (1, 1, 2, 0)
+    assert environ["MASTER_ADDR"] == "127.0.0.1" and environ["MASTER_PORT"] == str(15000 + 777)
+    assert detect_environment({"SUBMITIT_LOCAL_GLOBALID": "0", "SUBMITIT_LOCAL_NTASKS": "1"}) is None
+
+
 def test_torchrun_variables_make_a_rank():
     env = detect_environment({"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
                               "GROUP_RANK": "1"})
