@@ -145,6 +145,8 @@ def write_report(sweep_dir: str | Path) -> Path:
     params = [k for k in swept_keys(rows) if k not in ("strategy", "trainer.devices")]
     for row in rows:
         row.update({k: (row.get("overrides") or {}).get(k) for k in params})
+        # one line per strategy and swept value in the plots: "ddp optimizer.lr=0.001"
+        row["series"] = " ".join([str(row.get("strategy"))] + [f"{k}={row[k]}" for k in params])
     columns = COLUMNS[:1] + params + COLUMNS[1:]
     with open(sweep_dir / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
@@ -211,17 +213,19 @@ def _plots(sweep_dir: Path, rows: list[dict]) -> list[Path]:
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     done = [r for r in rows if r.get("status") == "completed"]
     paths = []
     for key, ylabel, name in [("samples_per_s", "samples/s", "throughput"),
                               ("peak_mem_mib", "peak memory per rank (MiB)", "memory")]:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for strategy in sorted({r["strategy"] for r in done}):
-            pts = sorted((r["world_size"], r[key]) for r in done if r["strategy"] == strategy and r.get(key))
+        for series in sorted({r["series"] for r in done}):
+            pts = sorted((r["world_size"], r[key]) for r in done if r["series"] == series and r.get(key))
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=strategy)
+                ax.plot(*zip(*pts), marker="o", label=series)
         ax.set_xlabel("devices (world size)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel)
         if ax.lines:
             ax.legend()
@@ -237,7 +241,7 @@ def _plots(sweep_dir: Path, rows: list[dict]) -> list[Path]:
             with open(path) as f:
                 pts = [(int(x["step"]), float(x["train/loss"])) for x in csv.DictReader(f) if x.get("train/loss")]
             if pts:
-                ax.plot(*zip(*pts), label=f"{r['job']}: {r['strategy']} x{r['world_size']}")
+                ax.plot(*zip(*pts), label=f"{r['job']}: {r['series']} x{r['world_size']}")
     ax.set_xlabel("step")
     ax.set_ylabel("train/loss")
     ax.grid(alpha=0.3)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -78,13 +79,18 @@ def main() -> None:
     """Console entry point: Hydra's command line, with typo'd keys reported by our validator."""
     sys.argv[1:] = lenient(sys.argv[1:])
     env = detect_environment()
+    scratch = None
     if env is not None and env.rank != 0:
         # Under torchrun/SLURM every rank runs this entry point. Only rank 0's Hydra run dir
         # is the job's (ranks agree on it in framework.run); the others get a scratch dir
         # instead of a directory per rank, and log under <job dir>/ranks/<r>/.
         scratch = tempfile.mkdtemp(prefix=f"framework-rank{env.rank}-")
         sys.argv += [f"hydra.run.dir={scratch}"]
-    _hydra_main()
+    try:
+        _hydra_main()
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     if SWEEP_FAILURES:
         print(f"{len(SWEEP_FAILURES)} job(s) failed: {', '.join(SWEEP_FAILURES)}", file=sys.stderr)
         sys.exit(1)

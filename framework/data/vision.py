@@ -3,13 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchvision import datasets, transforms
-
 from framework.data.base import DataModule, split_dataset
 
 
 class _TorchvisionDataModule(DataModule):
-    dataset_cls = None  # set by subclasses
+    dataset_name = ""  # torchvision.datasets class, set by subclasses
     expected = ""       # what must exist under data_dir, for the error message
     mean: tuple = ()
     std: tuple = ()
@@ -26,7 +24,7 @@ class _TorchvisionDataModule(DataModule):
         """Problems found before any process starts (called by config validation)."""
         if download or (Path(data_dir) / cls.expected).exists():
             return []
-        name = cls.dataset_cls.__name__
+        name = cls.dataset_name
         return [f"datamodule.data_dir: {name} not found: '{Path(data_dir) / cls.expected}' does not exist. "
                 f"Get it on a machine with internet: python -c \"import torchvision; "
                 f"torchvision.datasets.{name}('{data_dir}', download=True)\" and copy '{data_dir}' here, "
@@ -38,22 +36,25 @@ class _TorchvisionDataModule(DataModule):
         problems = self.check_config(self.data_dir, self.download)
         if problems:
             raise FileNotFoundError(problems[0])
+        from torchvision import datasets, transforms  # here: importing torchvision costs seconds
+
+        dataset_cls = getattr(datasets, self.dataset_name)
         tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize(self.mean, self.std)])
-        full_train = self.dataset_cls(self.data_dir, train=True, download=self.download, transform=tf)
-        self.test_set = self.dataset_cls(self.data_dir, train=False, download=self.download, transform=tf)
+        full_train = dataset_cls(self.data_dir, train=True, download=self.download, transform=tf)
+        self.test_set = dataset_cls(self.data_dir, train=False, download=self.download, transform=tf)
         image, _ = full_train[0]
-        self._check_shape(image.shape, len(full_train.classes), self.dataset_cls.__name__)
+        self._check_shape(image.shape, len(full_train.classes), self.dataset_name)
         self.val_set, self.train_set = split_dataset(full_train, [self.val_fraction], self.split_seed)
 
 
 class MNISTDataModule(_TorchvisionDataModule):
-    dataset_cls = datasets.MNIST
+    dataset_name = "MNIST"
     expected = "MNIST/raw"
     mean, std = (0.1307,), (0.3081,)
 
 
 class CIFAR10DataModule(_TorchvisionDataModule):
-    dataset_cls = datasets.CIFAR10
+    dataset_name = "CIFAR10"
     expected = "cifar-10-batches-py"
     mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -82,6 +83,8 @@ class ImageFolderDataModule(DataModule):
         if problems:
             raise FileNotFoundError(problems[0])
         channels, height, width = self.input_shape
+        from torchvision import datasets, transforms
+
         steps = [transforms.Resize((height, width))]
         if channels == 1:
             steps.append(transforms.Grayscale(1))

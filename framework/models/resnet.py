@@ -6,7 +6,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torchvision.models import resnet18 as tv_resnet18
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +18,8 @@ def resnet18(input_shape: list, num_classes: int, weights: str | None = None) ->
     ``num_classes`` != 1000, the stem when C != 3) keep their fresh initialisation and
     are listed in the log.
     """
+    from torchvision.models import resnet18 as tv_resnet18  # here: importing torchvision costs seconds
+
     model = tv_resnet18(weights=None, num_classes=num_classes)
     channels = input_shape[0]
     if channels != 3:

@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from torch import nn
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from framework.strategies.ddp import DDPConfig, DDPStrategy, apply_ddp
 
@@ -20,6 +19,8 @@ class ZeroStrategy(DDPStrategy):
     schema = ZeroConfig
 
     def setup(self, model: nn.Module, optimizer_factory: Callable | None):
+        from torch.distributed.optim import ZeroRedundancyOptimizer  # here: it imports FSDP's modules (~1 s)
+
         model = apply_ddp(model.to(self.device), self.device, self.options)
         if optimizer_factory is None:
             return model, None

@@ -9,7 +9,7 @@ def test_fsdp_bf16_params_keep_batchnorm_in_fp32_and_learn(tmp_path):
     # stay fp32 while every other layer computes in bf16.
     cfg = compose(["experiment=digits_cnn", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
                    "logger=none", "callbacks=none", "strategy=fsdp", "strategy.param_dtype=bf16",
-                   "strategy.reduce_dtype=fp32", "strategy.wrap_classes=[Sequential]"])
+                   "strategy.reduce_dtype=fp32"])
     results = fit(cfg, output_dir=str(tmp_path))
     assert results["status"] == "completed"
     assert results["metrics"]["val/acc"] > 0.4  # chance is 0.1

@@ -18,6 +18,8 @@ def test_two_torchrun_agents_as_two_nodes_match_single_device(tmp_path):
     single = fit(compose(BASE + ["strategy=single"]), output_dir=str(tmp_path / "single"))
     run_dir, port = tmp_path / "multinode", free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["TMPDIR"] = str(tmp_path / "tmp")  # where rank 1's scratch Hydra dir goes, and is removed from
+    (tmp_path / "tmp").mkdir()
     args = [a for a in BASE if not a.startswith("export_weights")]
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
@@ -33,6 +35,7 @@ def test_two_torchrun_agents_as_two_nodes_match_single_device(tmp_path):
     assert results["metrics"]["test/acc"] == pytest.approx(single["metrics"]["test/acc"], rel=1e-5)
     # one job directory, owned by rank 0; rank 1 logs under it
     assert (run_dir / "ranks" / "1" / "train.log").exists()
+    assert not [p for p in (tmp_path / "tmp").iterdir() if p.name.startswith("framework-rank")]
 
 
 def test_slurm_variables_make_a_rank():
