@@ -1,4 +1,5 @@
-"""Start N local ranks: torch's elastic agent (torchrun's machinery) or torch.multiprocessing.spawn.
+"""Start N local ranks: torch's elastic agent (torchrun's machinery, ranks forked from a
+server process) or torch.multiprocessing.spawn (ddp_spawn).
 
 Ranks get the resolved config as a plain dict: they never re-parse argv or re-run Hydra.
 """
@@ -33,9 +34,33 @@ def _run_rank(container: dict, env: RankEnv) -> dict:
     return run(OmegaConf.create(container), env)
 
 
-def _elastic_entry(container: dict) -> dict:
+# Ranks fork from one server process that imported torch and the framework once (the first
+# job pays for it, later jobs of a sweep start their ranks in well under a second). The
+# server keeps the environment it started with; later changes travel with each launch.
+_SERVER_ENV: dict | None = None
+# What the elastic agent sets for each worker: never taken from the parent's environment.
+_AGENT_KEYS = {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+               "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+
+
+def _environment_changes() -> dict:
+    """{name: value, or None when removed} since the fork server started."""
+    global _SERVER_ENV
+    if _SERVER_ENV is None:
+        _SERVER_ENV = dict(os.environ)
+    changes = {k: v for k, v in os.environ.items() if _SERVER_ENV.get(k) != v}
+    changes.update({k: None for k in _SERVER_ENV if k not in os.environ})
+    return {k: v for k, v in changes.items() if k not in _AGENT_KEYS and not k.startswith("TORCHELASTIC_")}
+
+
+def _elastic_entry(container: dict, env_changes: dict) -> dict:
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    for name, value in env_changes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     return record(_run_rank)(container, detect_environment())
 
 
@@ -53,13 +78,16 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
     _standard_start_method()
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    import multiprocessing
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["framework.run"])
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
-                          monitor_interval=0.1, start_method="spawn")
+                          monitor_interval=0.1, start_method="forkserver")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:
-        returns = elastic_launch(config, _elastic_entry)(container)
+        returns = elastic_launch(config, _elastic_entry)(container, _environment_changes())
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()  # the root cause: the others were stopped after it
         message = failure.message.get("message", str(failure.message)) if isinstance(failure.message, dict) \

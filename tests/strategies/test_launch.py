@@ -89,3 +89,31 @@ def test_a_failing_rank_fails_the_job_and_is_named(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "failed" and results["failed_rank"] == 1
     assert "model construction failed on purpose" in results["error"]
+
+
+class EnvProbe:
+    """A user callback: writes the FRAMEWORK_PROBE variable each rank sees to out_dir/rank<r>."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir = out_dir
+
+    def on_fit_start(self, trainer) -> None:
+        os.makedirs(self.out_dir, exist_ok=True)
+        with open(os.path.join(self.out_dir, f"rank{trainer.strategy.rank}"), "w") as f:
+            f.write(os.environ.get("FRAMEWORK_PROBE", "<unset>"))
+
+
+def test_ranks_see_the_environment_of_each_launch(tmp_path, monkeypatch):
+    # Ranks fork from a server process started by the first launch; a variable set (or
+    # removed) afterwards must still reach the next job's ranks.
+    for i, value in enumerate(["first", "second", None]):
+        if value is None:
+            monkeypatch.delenv("FRAMEWORK_PROBE")
+        else:
+            monkeypatch.setenv("FRAMEWORK_PROBE", value)
+        fit(compose(BASE + ["strategy=ddp", "trainer.devices=2", "logger=none", "export_weights=false",
+                            "+callbacks.probe._target_=tests.strategies.test_launch.EnvProbe",
+                            f"+callbacks.probe.out_dir={tmp_path / 'probe' / str(i)}"]),
+            output_dir=str(tmp_path / str(i)))
+        for rank in (0, 1):
+            assert (tmp_path / "probe" / str(i) / f"rank{rank}").read_text() == (value or "<unset>")
