@@ -80,7 +80,7 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
 
     import multiprocessing
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["framework.run"])
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "framework.run"])
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
                           monitor_interval=0.1, start_method="forkserver")
