@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from framework.engine.checkpoint import save_checkpoint
+from framework.engine.checkpoint import copy_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -95,21 +95,32 @@ class ModelCheckpoint:
         if trainer.global_step == self._last_saved_step:
             return
         score = self._score(trainer)
+        saved = None
         if self.save_top_k != 0 and score is not None:
             fields = _Fields({k.replace("/", "_"): v for k, v in trainer.logged_metrics.items()})
             name = self.filename.format_map({**fields, "epoch": trainer.current_epoch, "step": trainer.global_step})
             worst = max(self.best_k, key=lambda k: self._key(self.best_k[k]), default=None)
             full = 0 < self.save_top_k <= len(self.best_k)
             if not full or self._key(score) < self._key(self.best_k[worst]):
-                self._write(trainer, name)
+                # Record the new top-k before writing: the checkpoint carries this state.
                 self.best_k[name] = score
                 if full:
                     del self.best_k[worst]
-                    if trainer.is_global_zero:
-                        shutil.rmtree(self.dirpath / worst, ignore_errors=True)
-                self._update_best(trainer)
+                best = min(self.best_k, key=lambda k: self._key(self.best_k[k]))
+                self.best_model_path = str(self.dirpath / best)
+                self._write(trainer, name)
+                saved = name
+                if full and trainer.is_global_zero:
+                    shutil.rmtree(self.dirpath / worst, ignore_errors=True)
+                self._link_best(trainer, best)
         if self.save_last:
-            self._write(trainer, "last")
+            if saved:  # the same state: `last` shares its files instead of writing them twice
+                copy_checkpoint(self.dirpath / saved, self.dirpath / "last", trainer.strategy)
+                if trainer.is_global_zero:
+                    log.info("Saved checkpoint %s (step %d, the files of %s)", self.dirpath / "last",
+                             trainer.global_step, saved)
+            else:
+                self._write(trainer, "last")
         self._last_saved_step = trainer.global_step
 
     def _write(self, trainer, name: str) -> None:
@@ -117,9 +128,7 @@ class ModelCheckpoint:
         if trainer.is_global_zero:
             log.info("Saved checkpoint %s (step %d)", self.dirpath / name, trainer.global_step)
 
-    def _update_best(self, trainer) -> None:
-        best = min(self.best_k, key=lambda k: self._key(self.best_k[k]))
-        self.best_model_path = str(self.dirpath / best)
+    def _link_best(self, trainer, best: str) -> None:
         if trainer.is_global_zero:
             # `best` is a relative symlink, replaced atomically.
             tmp = self.dirpath / ".best-link"

@@ -93,12 +93,35 @@ def save_checkpoint(path: Path, trainer) -> None:
                    tmp / TRAINER_FILE)
     strategy.barrier()
     if strategy.is_global_zero:
-        old = path.parent / f".old-{path.name}"
-        shutil.rmtree(old, ignore_errors=True)
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)  # the commit point: a rename within one directory
-        shutil.rmtree(old, ignore_errors=True)
+        _commit(tmp, path)
+    strategy.barrier()
+
+
+def _commit(tmp: Path, path: Path) -> None:
+    old = path.parent / f".old-{path.name}"
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)  # the commit point: a rename within one directory
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # a file system without hard links
+        shutil.copy2(src, dst)
+
+
+def copy_checkpoint(src: Path, path: Path, strategy) -> None:
+    """Make ``path`` the checkpoint ``src`` saved at this very step, without writing it again:
+    hard links to its files (a save never rewrites a file in place), then the same atomic
+    rename as a save (collective)."""
+    if strategy.is_global_zero:
+        tmp = path.parent / f".tmp-{path.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp, copy_function=_link_or_copy)
+        _commit(tmp, path)
     strategy.barrier()
 
 

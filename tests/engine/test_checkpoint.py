@@ -44,6 +44,17 @@ def test_resume_gives_the_same_losses_bit_for_bit(straight, tmp_path, step, wher
         assert resumed["metrics"][key] == results["metrics"][key]
 
 
+def test_last_shares_the_files_of_a_checkpoint_saved_at_the_same_step(straight):
+    # Step 18 ends the run and is saved by name: `last` is hard links to it, not a second
+    # write, and carries the callback state that already counts step18 among the kept.
+    ckpts = straight[0] / "checkpoints"
+    for name in ("trainer.pt", "rng/0.pt"):
+        assert os.stat(ckpts / "last" / name).st_ino == os.stat(ckpts / "step18" / name).st_ino
+    state = torch.load(ckpts / "last" / "trainer.pt", weights_only=False)
+    assert state["global_step"] == 18
+    assert any("step18" in cb.get("best_k", {}) for cb in state["callbacks"].values())
+
+
 def test_top_k_best_and_last(tmp_path):
     results = fit(compose(RUN[:-5] + ["callbacks.model_checkpoint.filename='epoch{epoch}-acc{val_acc:.4f}'",
                                       "callbacks.model_checkpoint.monitor=val/acc", "callbacks.model_checkpoint.mode=max",
