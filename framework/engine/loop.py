@@ -417,9 +417,17 @@ class Trainer:
             values = torch.stack([loss.float(), *(m.float() for m in metrics.values())]) * size
             totals = values if totals is None else totals + values
             count += size
-        for _ in range(batches - min(limit, len(loader))):
+        repeats = batches - min(limit, len(loader))
+        if batch is None and len(loader.dataset) and (repeats or stage not in self._eval_names):
+            # This rank got no sample (fewer samples than ranks). The dataset's first sample
+            # stands in, never counted: for the lockstep forwards, and for the metric names,
+            # which every rank needs to reduce the same vector.
+            batch = loader.collate_fn([loader.dataset[0]])
+            batch = move_to_device(batch, self.strategy.device) if self._move else batch
+        for _ in range(max(repeats, int(stage not in self._eval_names and batch is not None))):
             with self.precision.autocast():
-                self.task.step(model, batch, stage)
+                _, metrics = self.task.step(model, batch, stage)
+            self._eval_names.setdefault(stage, ["loss", *metrics])
         names = self._eval_names.get(stage, ["loss"])
         if totals is None:  # this rank had no batch; it still joins the reduction
             totals = torch.zeros(len(names), device=self.strategy.device)

@@ -62,3 +62,19 @@ def test_strategy_matches_single_device(case, single, tmp_path):
     assert set(weights) == set(ref)
     for name, tensor in ref.items():
         torch.testing.assert_close(weights[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
+
+
+TINY_VAL = ["experiment=digits_mlp", "datamodule=synthetic", "datamodule.input_shape=[8]", "datamodule.num_samples=200",
+            "datamodule.val_fraction=0.005", "datamodule.batch_size=16", "trainer.max_epochs=1", "logger=none",
+            "callbacks=none", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "strategy.timeout_s=60"]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_rank_without_validation_samples_still_joins(strategy, tmp_path):
+    # 1 validation sample, 2 ranks: rank 1 has nothing to evaluate, yet must take part in
+    # the reduction (ddp) and in every sharded forward (fsdp). Metrics equal single device's.
+    single = fit(compose(TINY_VAL + ["strategy=single"]), output_dir=str(tmp_path / "single"))
+    results = fit(compose(TINY_VAL + [f"strategy={strategy}", "trainer.devices=2"]), output_dir=str(tmp_path / strategy))
+    assert results["status"] == "completed"
+    for key in ("val/loss", "val/acc", "test/loss", "test/acc"):
+        assert results["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
