@@ -14,6 +14,20 @@ class ProgressBar:
         self.refresh_every_n_steps = refresh_every_n_steps
         self.bar = None
         self._postfix: dict[str, str] = {}
+        self._redirect = None
+
+    def on_fit_start(self, trainer) -> None:
+        if trainer.is_global_zero:
+            # Log lines (checkpoints saved, ...) print above the bar instead of through it.
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            self._redirect = logging_redirect_tqdm(tqdm_class=tqdm)
+            self._redirect.__enter__()
+
+    def on_fit_end(self, trainer) -> None:
+        if self._redirect is not None:
+            self._redirect.__exit__(None, None, None)
+            self._redirect = None
 
     def on_train_epoch_start(self, trainer) -> None:
         self.bar = tqdm(total=trainer.num_training_batches, desc=f"Epoch {trainer.current_epoch}",
@@ -45,3 +59,4 @@ class ProgressBar:
 
     def on_exception(self, trainer, error: BaseException) -> None:
         self.on_train_epoch_end(trainer)
+        self.on_fit_end(trainer)
