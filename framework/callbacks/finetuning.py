@@ -5,6 +5,8 @@ import logging
 
 log = logging.getLogger(__name__)
 
+_LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
+
 
 class BackboneFinetuning:
     """Freeze the submodule ``backbone`` until epoch ``unfreeze_at_epoch``; from then on it
@@ -39,7 +41,15 @@ class BackboneFinetuning:
     def _unfreeze(self, trainer) -> None:
         for p in self._params:
             p.requires_grad_(True)
-        lr = trainer.optimizer.param_groups[0]["lr"] * self.lr_factor
-        trainer.optimizer.add_param_group({"params": self._params, "lr": lr})
+        # The new group is the first one scaled by lr_factor, scheduler keys included
+        # (initial_lr, and OneCycleLR's max_lr/min_lr), so the schedule goes on for it too.
+        first = trainer.optimizer.param_groups[0]
+        group = {k: v * self.lr_factor if k in _LR_KEYS else v for k, v in first.items() if k != "params"}
+        trainer.optimizer.add_param_group({**group, "params": self._params})
+        scheduler = getattr(trainer, "scheduler", None)
+        base_lrs = getattr(scheduler, "base_lrs", None)
+        if base_lrs is not None and len(base_lrs) < len(trainer.optimizer.param_groups):
+            base_lrs.append(group.get("initial_lr", group["lr"]))
+        lr = group["lr"]
         if trainer.is_global_zero:
             log.info("Unfroze %s at epoch %d with lr %.3g", self.backbone, trainer.current_epoch, lr)

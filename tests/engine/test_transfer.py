@@ -60,3 +60,21 @@ def test_missing_weights_and_unknown_submodule_are_reported(tmp_path):
     with pytest.raises(ValueError, match="init.freeze: the model has no submodule 'backbone'"):
         fit(compose(["experiment=digits_finetune_5to9", "init.weights=null", "init.freeze=[backbone]", *QUIET]),
             output_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("scheduler", ["onecycle", "cosine"])
+def test_unfrozen_backbone_follows_the_schedule_at_its_lr_factor(scheduler, tmp_path):
+    # The backbone's param group joins mid-run: the scheduler must drive it too (OneCycleLR
+    # needs its max_lr/min_lr), at lr_factor x the head's learning rate.
+    import csv
+
+    fit(compose(["experiment=digits_cnn", f"scheduler={scheduler}", "trainer.max_epochs=3",
+                 "trainer.limit_train_batches=4", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
+                 "logger=csv", "callbacks=[lr_monitor,backbone_finetuning]",
+                 "callbacks.backbone_finetuning.unfreeze_at_epoch=1", "callbacks.backbone_finetuning.lr_factor=0.1"]),
+        output_dir=str(tmp_path))
+    with open(tmp_path / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("lr-Adam/pg1")]
+    assert len({r["lr-Adam/pg1"] for r in rows}) >= 2  # it changes with the schedule
+    for r in rows:
+        assert float(r["lr-Adam/pg1"]) == pytest.approx(0.1 * float(r["lr-Adam"]), rel=1e-6)
