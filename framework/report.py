@@ -41,7 +41,9 @@ COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s"
 
 
 def _jobs(sweep_dir: Path) -> list[Path]:
-    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")),
+    """The job directories: those a job has started writing to (Hydra opens train.log first)."""
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+                   and any((p / name).exists() for name in ("train.log", "config.yaml", "results.json"))),
                   key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else p.name))
 
 
@@ -258,6 +260,16 @@ class SweepReport(Callback):
 
     def on_multirun_start(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.is_dir() and not config.get("overwrite"):
+            from framework.config.validate import previous_run
+
+            taken = [p.name for p in _jobs(sweep_dir) if previous_run(p)]
+            if taken:  # before any job starts: the jobs would overwrite them one by one
+                message = (f"hydra.sweep.dir: '{sweep_dir}' already holds the results of jobs {', '.join(taken)}; "
+                           f"choose another hydra.sweep.dir, or set overwrite=true")
+                log.error(message)
+                print(message, file=sys.stderr)
+                sys.exit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         choices = OmegaConf.select(config, "hydra.runtime.choices", default={}) or {}
         write_json(sweep_dir / SWEEP_FILE, {
@@ -276,6 +288,10 @@ class SweepReport(Callback):
 def main() -> None:
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
         print("usage: python -m framework.report <sweep dir>", file=sys.stderr)
+        sys.exit(2)
+    if (Path(sys.argv[1]) / "results.json").exists():
+        print(f"{sys.argv[1]} is one run's directory; the report compares the jobs of a sweep directory "
+              f"(outputs/multirun/<date>/<time>)", file=sys.stderr)
         sys.exit(2)
     print(write_report(sys.argv[1]))
 

@@ -68,6 +68,8 @@ def record_job(output_dir: str, hydra_cfg, started: float) -> None:
 def record_invalid(cfg: DictConfig, output_dir: str, err: ConfigError) -> None:
     """results.json for a combination rejected before any process started."""
     trainer = cfg.get("trainer") or {}
+    if (Path(output_dir) / "results.json").exists() and not cfg.get("overwrite"):
+        return  # another run's results: kept (the error is in the log)
     write_json(Path(output_dir) / "results.json", {
         "status": "invalid", "experiment": cfg.get("name"),
         "strategy": OmegaConf.select(cfg, "strategy.name", default=None),

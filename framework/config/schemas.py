@@ -99,6 +99,8 @@ class RootConfig:
     init: dict = field(default_factory=dict)
     # Where a run writes; filled in by the entry point (Hydra's run dir).
     output_dir: Optional[str] = None
+    # A new run may replace the results and checkpoints of a run already in output_dir.
+    overwrite: bool = False
     model: dict = field(default_factory=dict)
     datamodule: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)

@@ -76,8 +76,39 @@ def validate(cfg: DictConfig) -> None:
     from framework.engine.checkpoint import check_ckpt_path
 
     problems.extend(check_ckpt_path(container.get("ckpt_path"), container.get("output_dir") or "."))
+    problems.extend(check_output_dir(container))
     if problems:
         raise ConfigError(problems)
+
+
+def previous_run(directory: Path) -> list[str]:
+    """What a finished or interrupted run left in ``directory`` that a new run would replace."""
+    found = ["results.json"] if (directory / "results.json").exists() else []
+    checkpoints = directory / "checkpoints"
+    if checkpoints.is_dir() and any(p for p in checkpoints.iterdir() if not p.name.startswith(".")):
+        found.append("checkpoints/")
+    return found
+
+
+def check_output_dir(container: dict) -> list[str]:
+    """A run must not overwrite another run's results and checkpoints, unless it resumes that
+    run (a ckpt_path inside it) or ``overwrite`` says so. (framework.evaluate writes to a
+    directory of its own inside the run.)"""
+    from framework.engine.checkpoint import resolve_ckpt_path
+
+    output_dir = container.get("output_dir")
+    if not output_dir or container.get("overwrite"):
+        return []
+    found = previous_run(Path(output_dir))
+    ckpt = container.get("ckpt_path")
+    if not found or (ckpt and _inside(resolve_ckpt_path(str(ckpt), output_dir), Path(output_dir))):
+        return []
+    return [f"output_dir: '{output_dir}' already holds a run ({', '.join(found)}) that this run would overwrite; "
+            f"resume it with ckpt_path=last, choose another directory (hydra.run.dir=...), or set overwrite=true"]
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return directory.resolve() in path.resolve().parents
 
 
 def _resolve(node: Any, problems: list[str], path: str = "") -> Any:

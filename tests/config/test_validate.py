@@ -116,3 +116,18 @@ def test_strategy_options_are_checked_against_that_strategy():
     assert "strategy.sharding: expected one of 'full', 'grad_op'" in msg
     [msg] = problems("strategy=ddp", "+strategy.sharding=full")
     assert msg.startswith("strategy.sharding: unknown key")
+
+
+def test_a_run_directory_with_results_is_not_overwritten(tmp_path):
+    from framework import fit
+
+    run = ["experiment=digits_mlp", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+           "trainer.enable_progress_bar=false", "logger=none", "callbacks=model_checkpoint"]
+    fit(compose(run), output_dir=str(tmp_path))
+    before = (tmp_path / "results.json").read_text()
+    with pytest.raises(ConfigError, match=r"output_dir: .* already holds a run \(results.json, checkpoints/\)"):
+        fit(compose(run), output_dir=str(tmp_path))
+    assert (tmp_path / "results.json").read_text() == before
+    # resuming that run, or saying overwrite=true, are fine
+    for extra in (["ckpt_path=last", "trainer.max_epochs=2"], ["overwrite=true"]):
+        assert fit(compose(run + extra), output_dir=str(tmp_path))["status"] == "completed", extra

@@ -46,11 +46,17 @@ def test_report_rebuilds_an_interrupted_sweep(tmp_path):
     (tmp_path / "0" / "results.json").write_text(json.dumps(
         {"status": "completed", "strategy": "single", "devices": 1, "world_size": 1,
          "throughput": {"samples_per_s": 100.0}, "metrics": {"test/acc": 0.9}}))
-    (tmp_path / "1").mkdir()  # started, never finished
+    (tmp_path / "1").mkdir()  # started (Hydra opened its log), never finished
+    (tmp_path / "1" / "train.log").write_text("")
+    (tmp_path / "notes").mkdir()  # not a job
     proc = subprocess.run([sys.executable, "-m", "framework.report", str(tmp_path)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "1 completed, 0 invalid, 0 failed, 1 missing" in (tmp_path / "report.md").read_text()
+    # a run directory is not a sweep: said so, instead of a report of its subfolders
+    proc = subprocess.run([sys.executable, "-m", "framework.report", str(tmp_path / "0")], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "one run's directory" in proc.stderr
 
 
 def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_path):
@@ -62,6 +68,11 @@ def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_pat
     assert proc.returncode == 1 and "1 job(s) failed: 0" in proc.stderr
     report = (sweep / "report.md").read_text()
     assert "1 completed, 0 invalid, 1 failed" in report and "rank 0: ValueError" in report
+    # the same sweep again into the same directory: refused before any job, nothing replaced
+    kept = (sweep / "1" / "results.json").read_text()
+    again = subprocess.run(proc.args, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "already holds the results of jobs 0, 1" in again.stderr
+    assert (sweep / "1" / "results.json").read_text() == kept
 
 
 def test_optuna_search_and_joblib_launcher(tmp_path):
