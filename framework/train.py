@@ -58,9 +58,10 @@ def record_job(output_dir: str, hydra_cfg, started: float) -> None:
     """Add the Hydra job to results.json: its overrides (what the report compares jobs by)
     and its wall time from composition to the end, rank start-up included."""
     env = detect_environment()
-    if env is not None and env.rank != 0:
-        return  # under torchrun/SLURM rank 0 owns results.json
-    update_json(Path(output_dir) / "results.json", job={
+    path = Path(output_dir) / "results.json"
+    if (env is not None and env.rank != 0) or not path.exists() or path.stat().st_mtime < started:
+        return  # rank 0 owns results.json; and one this job did not write is not touched
+    update_json(path, job={
         "num": hydra_cfg.job.get("num"), "overrides": list(hydra_cfg.overrides.task),
         "started_at": started, "time_s": time.time() - started})
 

@@ -40,6 +40,13 @@ def test_short_run_writes_every_output(tmp_path):
 
     log = (run_dir / "train.log").read_text()
     assert "Instantiating model <framework.models.MLP>" in log and "Finished 'digits_mlp' (completed)" in log
+    assert "++datamodule.batch_size=32" in results["job"]["overrides"] and results["job"]["time_s"] > 0
+
+    # the same command again: refused before it starts, the first run's files untouched
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "train.log"}
+    again = train(*TINY, f"hydra.run.dir={run_dir}")
+    assert again.returncode == 2 and "already holds a run (results.json, checkpoints/)" in again.stderr
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "train.log"} == before
 
 
 def test_invalid_config_exits_non_zero_and_writes_only_the_log(tmp_path):
