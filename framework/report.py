@@ -133,6 +133,11 @@ def _speedups(rows: list[dict], swept: list[str]) -> None:
 def _fmt(value) -> str:
     if value is None:
         return ""
+    if isinstance(value, str) and "." in value:  # a swept float, as typed or sampled: 4 digits
+        try:
+            value = float(value)
+        except ValueError:
+            return value
     if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= 1e5:
         return f"{value:,.0f}"
     if isinstance(value, float):
