@@ -81,13 +81,18 @@ def test_optuna_search_and_joblib_launcher(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "framework.train", "-m", "hparams_search=digits_optuna", *TINY,
          "hydra.sweeper.n_trials=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "callbacks=none",
-         "logger=csv", f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=300)
+         "logger=csv", "strategy=ddp", "trainer.devices=2", f"hydra.sweep.dir={sweep}"],
+        capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     best = (sweep / "optimization_results.yaml").read_text()
     assert "best_params" in best and "optimizer.lr" in best
     # each trial trained with the sampled values, which it recorded in its resolved config
     lrs = {(sweep / j / "config.yaml").read_text().split("lr: ")[1].split("\n")[0] for j in ("0", "1")}
     assert len(lrs) == 2
+    # distributed trials, launched from joblib's worker processes: both ranks of each trained
+    for job in ("0", "1"):
+        assert json.loads((sweep / job / "results.json").read_text())["world_size"] == 2
+        assert (sweep / job / "ranks" / "1" / "train.log").exists()
     assert "2 completed" in (sweep / "report.md").read_text()
 
 
