@@ -8,6 +8,11 @@
 # 3. benchmarks/overhead.py on the GPU (engine vs hand-written loop).
 # Prints one line per run and a table; every run's files are under out_dir/runs.
 # SMOKE=1 ACCEL=cpu runs the same plumbing on a CPU machine (tiny and fast).
+# On a machine whose python has torch but not Hydra, bring the wheels (made where pip works):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#       -d .whl hydra-core==1.3.2 omegaconf==2.3.0 && pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
+# and there: pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+#            bash benchmarks/gpu_check.sh $OUT/check
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-$(mktemp -d)}}
