@@ -63,16 +63,6 @@ class StrategyConfig:
     timeout_s: float = 1800.0
 
 
-@dataclass
-class SingleConfig(StrategyConfig):
-    name: str = "single"
-
-
-@dataclass
-class AutoConfig(StrategyConfig):
-    name: str = "auto"
-
-
 
 @dataclass
 class InitConfig:

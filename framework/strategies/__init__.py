@@ -1,7 +1,7 @@
 """Strategies by name, and the topology check that runs before any process starts."""
 from __future__ import annotations
 
-from framework.config.schemas import AutoConfig
+from framework.config.schemas import StrategyConfig
 from framework.strategies.base import RankEnv, Strategy, resolve_accelerator
 from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
@@ -15,7 +15,7 @@ from framework.strategies.zero import ZeroStrategy
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
     SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDP2Strategy, ZeroStrategy,
     FSDPStrategy, HSDPStrategy)}
-STRATEGY_SCHEMAS: dict[str, type] = {"auto": AutoConfig, **{n: c.schema for n, c in STRATEGIES.items()}}
+STRATEGY_SCHEMAS: dict[str, type] = {"auto": StrategyConfig, **{n: c.schema for n, c in STRATEGIES.items()}}
 
 
 def strategy_class(options: dict, trainer: dict) -> type[Strategy]:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from framework.config.schemas import SingleConfig
+from framework.config.schemas import StrategyConfig
 from framework.data.sampler import ShardedSampler
 
 
@@ -61,7 +61,7 @@ class Strategy:
     shares (they are no-ops while no process group exists). Subclasses override what differs."""
 
     name = "single"
-    schema: type = SingleConfig
+    schema: type = StrategyConfig
     # How a job's local ranks start: "elastic" (torch's elastic agent, as torchrun) or "spawn".
     launcher = "elastic"
     # True when every rank must run every forward together (sharded parameters are

@@ -8,7 +8,6 @@ each node's share over its GPUs. Multi-node runs start through torchrun
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 from torch import nn
@@ -18,14 +17,9 @@ from framework.strategies.ddp import DDPConfig, register_comm_hook
 from framework.strategies.base import Strategy
 
 
-@dataclass
-class DDP2Config(DDPConfig):
-    name: str = "ddp2"
-
-
 class DDP2Strategy(Strategy):
     name = "ddp2"
-    schema = DDP2Config
+    schema = DDPConfig  # ddp's options
     needs_process_group = True
 
     @classmethod

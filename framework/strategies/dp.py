@@ -1,23 +1,15 @@
 """DataParallel: one process drives every visible CUDA device (scatters the batch, gathers outputs)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 from torch import nn
 
-from framework.config.schemas import StrategyConfig
 from framework.strategies.base import Strategy
-
-
-@dataclass
-class DPConfig(StrategyConfig):
-    name: str = "dp"
 
 
 class DataParallelStrategy(Strategy):
     name = "dp"
-    schema = DPConfig
 
     @classmethod
     def data_parallel_size(cls, trainer: dict, options: dict) -> int:

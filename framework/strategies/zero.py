@@ -1,22 +1,15 @@
 """ZeRO stage 1: DDP for gradients, optimizer state sharded with ZeroRedundancyOptimizer."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 from torch import nn
 
-from framework.strategies.ddp import DDPConfig, DDPStrategy, apply_ddp
-
-
-@dataclass
-class ZeroConfig(DDPConfig):
-    name: str = "zero"
+from framework.strategies.ddp import DDPStrategy, apply_ddp
 
 
 class ZeroStrategy(DDPStrategy):
     name = "zero"
-    schema = ZeroConfig
 
     def setup(self, model: nn.Module, optimizer_factory: Callable | None):
         from torch.distributed.optim import ZeroRedundancyOptimizer  # here: it imports FSDP's modules (~1 s)
