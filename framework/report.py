@@ -145,10 +145,11 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def write_report(sweep_dir: str | Path) -> Path:
-    """Write report.csv, report.md and the plots into ``sweep_dir``; returns report.md's path."""
+def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
+    """Write report.csv, report.md and the plots into ``sweep_dir`` (from ``rows``, else
+    ``collect(sweep_dir)``); returns report.md's path."""
     sweep_dir = Path(sweep_dir)
-    rows = collect(sweep_dir)
+    rows = collect(sweep_dir) if rows is None else rows
     params = [k for k in swept_keys(rows) if k not in ("strategy", "trainer.devices")]
     for row in rows:
         row.update({k: (row.get("overrides") or {}).get(k) for k in params})
@@ -284,10 +285,11 @@ class SweepReport(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         update_json(sweep_dir / SWEEP_FILE, finished_at=time.time())
-        path = write_report(sweep_dir)
-        log.info("Sweep report: %s", Path(path).resolve())
         # Read from the jobs' results.json, so it holds whichever launcher ran them.
-        SWEEP_FAILURES[:] = [r["job"] for r in collect(sweep_dir) if r.get("status") == "failed"]
+        rows = collect(sweep_dir)
+        path = write_report(sweep_dir, rows)
+        log.info("Sweep report: %s", Path(path).resolve())
+        SWEEP_FAILURES[:] = [r["job"] for r in rows if r.get("status") == "failed"]
 
 
 def main() -> None:
