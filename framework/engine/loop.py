@@ -424,7 +424,8 @@ class Trainer:
             # which every rank needs to reduce the same vector.
             batch = loader.collate_fn([loader.dataset[0]])
             batch = move_to_device(batch, self.strategy.device) if self._move else batch
-        for _ in range(max(repeats, int(stage not in self._eval_names and batch is not None))):
+            repeats = max(repeats, 1)
+        for _ in range(repeats):
             with self.precision.autocast():
                 _, metrics = self.task.step(model, batch, stage)
             self._eval_names.setdefault(stage, ["loss", *metrics])
