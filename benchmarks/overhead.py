@@ -31,10 +31,7 @@ from torch.utils.data import DataLoader
 
 from hand_loop import median_step_time
 
-from framework.build import build_components
-from framework.config.schemas import TrainerConfig
-from framework.engine.loop import Trainer
-from framework.strategies import RankEnv, build_strategy
+from framework.build import build_components, build_trainer
 from framework import compose
 from omegaconf import OmegaConf
 
@@ -64,17 +61,13 @@ def hand_loop(cfg, steps: int) -> float:
 
 
 def engine(cfg, steps: int, with_defaults: bool, out_dir: str) -> float:
-    torch.manual_seed(cfg.seed)
     overrides = {"trainer": {"max_steps": steps, "max_epochs": 1, "limit_val_batches": 0,
                              "enable_progress_bar": with_defaults, "log_every_n_steps": 50},
                  "output_dir": out_dir}
     cfg = OmegaConf.merge(cfg, overrides)
     if not with_defaults:
         cfg.logger, cfg.callbacks = None, None
-    container = OmegaConf.to_container(cfg, resolve=True)
-    parts = build_components(cfg, is_global_zero=True)
-    trainer = Trainer(TrainerConfig(**container["trainer"]), build_strategy(container, RankEnv()), parts.task,
-                      parts.loggers, parts.callbacks, seed=cfg.seed)
+    trainer, parts = build_trainer(cfg)
     with contextlib.redirect_stderr(io.StringIO()):
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
     for logger in parts.loggers:

@@ -1,5 +1,6 @@
 """Turn a validated config into objects: datamodule, model, task, optimizer/scheduler partials,
-loggers and callbacks. Logs what it builds, so a run's log explains itself."""
+loggers, callbacks, and the Trainer that runs them. Logs what it builds, so a run's log
+explains itself."""
 from __future__ import annotations
 
 import logging
@@ -10,8 +11,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from framework.callbacks import ProgressBar
+from framework.callbacks.profiler import PROFILERS
+from framework.config.schemas import SchedulerConfig, TrainerConfig
 from framework.config.validate import FRAMEWORK_KEYS
+from framework.distributed import RankEnv
+from framework.engine.loop import Trainer
 from framework.engine.scheduler import SchedulerSpec
+from framework.engine.seed import seed_everything, set_deterministic
+from framework.strategies import Strategy, build_strategy
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +31,7 @@ class Components:
     optimizer_factory: Callable
     scheduler: Optional[SchedulerSpec]
     loggers: list = field(default_factory=list)
-    callbacks: list = field(default_factory=list)
+    callbacks: dict = field(default_factory=dict)  # config name -> callback
 
 
 def _make(node: DictConfig, what: str):
@@ -36,10 +43,24 @@ def build_scheduler(node: Optional[DictConfig]) -> Optional[SchedulerSpec]:
     if not node:
         return None
     framework_keys = FRAMEWORK_KEYS["scheduler"]
-    settings = {k: node[k] for k in framework_keys if k in node}
+    settings = SchedulerConfig(**{k: node[k] for k in framework_keys if k in node})
     factory_cfg = OmegaConf.create({k: v for k, v in node.items() if k not in framework_keys})
-    return SchedulerSpec(_make(factory_cfg, "scheduler"), settings.get("interval", "epoch"),
-                         settings.get("frequency", 1))
+    return SchedulerSpec(_make(factory_cfg, "scheduler"), settings.interval, settings.frequency)
+
+
+def build_callbacks(cfg: DictConfig) -> dict:
+    """The configured callbacks by config name, with the progress bar and profiler the trainer keys ask for."""
+    callbacks = {name: _make(node, f"callback '{name}'") for name, node in (cfg.get("callbacks") or {}).items() if node}
+    # As in Lightning: enable_progress_bar adds a bar when none is configured, and removes any when false.
+    bars = [name for name, cb in callbacks.items() if isinstance(cb, ProgressBar)]
+    if not cfg.trainer.enable_progress_bar:
+        for name in bars:
+            del callbacks[name]
+    elif not bars:
+        callbacks["progress_bar"] = ProgressBar()
+    if cfg.trainer.get("profiler"):
+        callbacks["profiler"] = PROFILERS[cfg.trainer.profiler](str(cfg.output_dir))
+    return callbacks
 
 
 def build_components(cfg: DictConfig, is_global_zero: bool) -> Components:
@@ -52,11 +73,18 @@ def build_components(cfg: DictConfig, is_global_zero: bool) -> Components:
     loggers = []
     if is_global_zero:
         loggers = [_make(node, f"logger '{name}'") for name, node in (cfg.get("logger") or {}).items() if node]
-    callbacks = [_make(node, f"callback '{name}'") for name, node in (cfg.get("callbacks") or {}).items() if node]
-    # As in Lightning: enable_progress_bar adds a bar when none is configured, and removes any when false.
-    has_bar = any(isinstance(cb, ProgressBar) for cb in callbacks)
-    if not cfg.trainer.enable_progress_bar:
-        callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
-    elif not has_bar:
-        callbacks.append(ProgressBar())
-    return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, callbacks)
+    return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(cfg))
+
+
+def build_trainer(cfg: DictConfig, env: RankEnv = RankEnv(),
+                  strategy: Optional[Strategy] = None) -> tuple[Trainer, Components]:
+    """Seed, build the components of the validated ``cfg`` and the Trainer that runs them on the
+    rank ``env`` (with ``strategy`` when it is already built and joined to its group)."""
+    container = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg = TrainerConfig(**container)
+    strategy = strategy or build_strategy(OmegaConf.to_container(cfg, resolve=True), env)
+    seed = seed_everything(cfg.get("seed"))  # before any model is built: it draws the initial weights
+    set_deterministic(trainer_cfg.deterministic)
+    parts = build_components(cfg, strategy.is_global_zero)
+    trainer = Trainer(trainer_cfg, strategy, parts.task, parts.loggers, parts.callbacks, seed=seed)
+    return trainer, parts

@@ -5,13 +5,15 @@ Shared by the Hydra entry point (``python -m framework.train``) and the Python A
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from framework.config import validate
+from framework.distributed import detect_environment
 from framework.launch import launch
-from framework.launch.env import detect_environment
+from framework.preflight import preflight
+from framework.strategies import resolve
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +21,11 @@ log = logging.getLogger(__name__)
 def run_job(cfg: DictConfig) -> dict:
     """Validate ``cfg`` (raises ConfigError listing every problem, before anything is written
     but the log), write ``config.yaml`` to ``cfg.output_dir``, train; return the results."""
-    validate(cfg)
-    # Ranks get the resolved config: ${now:...} and friends are fixed once, here.
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    container = preflight(cfg)
+    # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
+    # strategy's options in full (its schema's defaults filled in, `auto` resolved).
+    container["strategy"] = asdict(resolve(container)[1])
+    cfg = OmegaConf.create(container)
     output_dir = Path(cfg.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     env = detect_environment()

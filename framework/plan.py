@@ -13,17 +13,12 @@ import sys
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-STATE_BYTES = {"Adam": 8, "AdamW": 8, "SGD": 4}
+from framework.engine.memory import optimizer_state_bytes
+from framework.strategies import STRATEGIES
 
-
-def optimizer_state_bytes(cfg: DictConfig) -> int:
-    """Bytes of optimizer state per parameter (fp32) for the configured optimizer."""
-    name = str(cfg.optimizer._target_).rsplit(".", 1)[-1]
-    if name == "SGD" and not cfg.optimizer.get("momentum"):
-        return 0
-    return STATE_BYTES.get(name, 8)
+COMPARED = ("ddp", "zero", "fsdp")
 
 
 def count_parameters(cfg: DictConfig) -> int:
@@ -33,23 +28,18 @@ def count_parameters(cfg: DictConfig) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def predict_model_state_bytes(params: int, strategy: str, world: int, k: int, shard: int | None = None) -> float:
-    """Per-rank model-state bytes (fp32) for ``strategy`` on ``world`` data-parallel ranks."""
-    full = (8 + k) * params
-    if strategy == "zero":
-        return 8 * params + k * params / world
-    if strategy == "fsdp":
-        return full / world
-    if strategy == "hsdp":
-        return full / (shard or world)
-    return full
-
-
 def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
-    params, k = count_parameters(cfg), optimizer_state_bytes(cfg)
-    return [{"strategy": s, "devices": n, "parameters": params,
-             "model_state_bytes_per_rank": predict_model_state_bytes(params, s, n, k)}
-            for s in ("ddp", "zero", "fsdp") for n in devices]
+    """Per-rank model-state bytes of each compared strategy on each device count (one node)."""
+    params = count_parameters(cfg)
+    k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
+    rows = []
+    for name in COMPARED:
+        cls = STRATEGIES[name]
+        for n in devices:
+            topology = cls.make_topology(n, 1, cls.schema(name=name))
+            rows.append({"strategy": name, "devices": n, "parameters": params,
+                         "model_state_bytes_per_rank": cls.predict_model_state_bytes(params, k, topology)})
+    return rows
 
 
 def main() -> None:
@@ -57,10 +47,11 @@ def main() -> None:
 
     cfg = compose(sys.argv[1:])
     rows = plan(cfg)
-    params, k = rows[0]["parameters"], optimizer_state_bytes(cfg)
+    params = rows[0]["parameters"]
+    k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
     print(f"{cfg.name}: {params:,} parameters, fp32, {cfg.optimizer._target_} ({k} B/param of state)")
     print(f"{'strategy':<8} " + " ".join(f"{n:>12} dev" for n in (1, 2, 4, 8)))
-    for strategy in ("ddp", "zero", "fsdp"):
+    for strategy in COMPARED:
         cells = [r["model_state_bytes_per_rank"] for r in rows if r["strategy"] == strategy]
         print(f"{strategy:<8} " + " ".join(f"{c / 2**20:>12.2f} MiB" for c in cells))
 

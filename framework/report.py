@@ -30,9 +30,6 @@ from framework.engine.results import update_json, write_json
 
 log = logging.getLogger(__name__)
 
-# Job directories of this process's last multirun whose status is "failed" (its exit status).
-SWEEP_FAILURES: list[str] = []
-
 # The sweep's own record (start, end, launcher), written by SweepReport.
 SWEEP_FILE = "sweep.json"
 COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s", "speedup", "efficiency",
@@ -267,7 +264,7 @@ class SweepReport(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if sweep_dir.is_dir() and not config.get("overwrite"):
-            from framework.config.validate import previous_run
+            from framework.preflight import previous_run
 
             taken = [p.name for p in _jobs(sweep_dir) if previous_run(p)]
             if taken:  # before any job starts: the jobs would overwrite them one by one
@@ -289,7 +286,10 @@ class SweepReport(Callback):
         rows = collect(sweep_dir)
         path = write_report(sweep_dir, rows)
         log.info("Sweep report: %s", Path(path).resolve())
-        SWEEP_FAILURES[:] = [r["job"] for r in rows if r.get("status") == "failed"]
+        failed = [r["job"] for r in rows if r.get("status") == "failed"]
+        if failed:  # the sweep's exit status: it ran to the end, but not every job did
+            print(f"{len(failed)} job(s) failed: {', '.join(failed)}", file=sys.stderr)
+            sys.exit(1)
 
 
 def main() -> None:

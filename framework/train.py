@@ -17,9 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from framework.config import ConfigError
 from framework.config.overrides import lenient
 from framework.engine.results import update_json, write_json
-from framework.report import SWEEP_FAILURES
+from framework.distributed import detect_environment
 from framework.job import run_job, set_job_fields
-from framework.launch.env import detect_environment
 
 log = logging.getLogger("framework.train")
 
@@ -45,7 +44,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         if not sweeping:
             raise
         # results.json says which rank failed and why; the sweep goes on, and the report
-        # at its end counts the failures for the exit status (framework.report.SweepReport).
+        # at its end turns the failures into the exit status (framework.report.SweepReport).
         log.exception("job %s failed", runtime.output_dir)
         return None
     finally:
@@ -94,9 +93,6 @@ def main() -> None:
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    if SWEEP_FAILURES:
-        print(f"{len(SWEEP_FAILURES)} job(s) failed: {', '.join(SWEEP_FAILURES)}", file=sys.stderr)
-        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,20 @@
-"""Shared helpers: shrunk configs that train in well under a second."""
+"""Fixtures: compose a shrunk config; tests marked ``gpu`` run only where CUDA is."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from framework import compose
+from tests.helpers import TINY
 
-# A tiny MLP on digits, two short epochs, no progress bar: the base of most tests.
-TINY = [
-    "experiment=digits_mlp",
-    "model.hidden_sizes=[32]",
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=6",
-    "trainer.log_every_n_steps=1",
-    "trainer.enable_progress_bar=false",
-    "datamodule.batch_size=32",
-]
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (benchmarks/gpu_check.sh runs these on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture
@@ -23,4 +23,3 @@ def tiny_cfg():
         return compose(TINY + list(overrides))
 
     return make
-

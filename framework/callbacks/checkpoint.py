@@ -44,16 +44,17 @@ class ModelCheckpoint:
         self._warned = False
 
     # ---- events
-    def on_train_batch_end(self, trainer, loss, batch_idx: int) -> None:
+    def on_train_step_end(self, trainer, loss) -> None:
         n = self.every_n_train_steps
-        if n and trainer.step_completed and trainer.global_step % n == 0:
+        if n and trainer.global_step % n == 0:
             self._save(trainer)
 
     def on_validation_end(self, trainer, metrics: dict) -> None:
         # Mid-epoch validation (val_check_interval < 1) with a monitor: save right away.
         # At the end of an epoch the save waits for on_train_epoch_end, once the epoch's
         # scheduler step is done, so that resuming from it continues exactly.
-        if self.monitor and self.every_n_epochs and not trainer.at_epoch_end:
+        mid_epoch = trainer.state.batch_in_epoch < trainer.num_training_batches
+        if self.monitor and self.every_n_epochs and mid_epoch:
             self._save(trainer)
 
     def on_train_epoch_end(self, trainer) -> None:

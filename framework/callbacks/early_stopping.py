@@ -23,8 +23,6 @@ class EarlyStopping:
         self.stopping_threshold, self.divergence_threshold = stopping_threshold, divergence_threshold
         self.best = math.inf if mode == "min" else -math.inf
         self.wait = 0
-        self.stopped_step: Optional[int] = None
-        self.reason: Optional[str] = None
 
     def on_validation_end(self, trainer, metrics: dict) -> None:
         if self.monitor in metrics:
@@ -59,7 +57,6 @@ class EarlyStopping:
                 reason = (f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait} checks "
                           f"(best {self.best:.6g})")
         if reason:
-            self.reason, self.stopped_step = reason, trainer.global_step
             trainer.should_stop = True
             if trainer.is_global_zero:
                 log.info("Early stopping at step %d: %s", trainer.global_step, reason)

@@ -17,9 +17,8 @@ class LearningRateMonitor:
         trainer.log_metrics({(name if i == 0 else f"{name}/pg{i}"): float(group["lr"])
                              for i, group in enumerate(trainer.optimizer.param_groups)})
 
-    def on_train_batch_end(self, trainer, loss, batch_idx: int) -> None:
-        if self.logging_interval == "step" and trainer.step_completed \
-                and trainer.global_step % trainer.config.log_every_n_steps == 0:
+    def on_train_step_end(self, trainer, loss) -> None:
+        if self.logging_interval == "step" and trainer.global_step % trainer.config.log_every_n_steps == 0:
             self._log(trainer)
 
     def on_train_epoch_end(self, trainer) -> None:

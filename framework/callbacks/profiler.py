@@ -77,8 +77,8 @@ class PyTorchProfiler:
             record_shapes=True)
         self.profiler.__enter__()
 
-    def on_train_batch_end(self, trainer, loss, batch_idx: int) -> None:
-        if self.profiler is not None and trainer.step_completed:
+    def on_train_step_end(self, trainer, loss) -> None:
+        if self.profiler is not None:
             self.profiler.step()
 
     def on_fit_end(self, trainer) -> None:

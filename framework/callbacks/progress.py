@@ -35,10 +35,11 @@ class ProgressBar:
                         dynamic_ncols=True, leave=True)
 
     def on_train_batch_end(self, trainer, loss, batch_idx: int) -> None:
-        if self.bar is None:
-            return
-        self.bar.update(1)
-        if self.bar.disable or trainer.global_step % self.refresh_every_n_steps or not trainer.step_completed:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def on_train_step_end(self, trainer, loss) -> None:
+        if self.bar is None or self.bar.disable or trainer.global_step % self.refresh_every_n_steps:
             return
         recent = trainer.step_times[-self.refresh_every_n_steps:]
         self._postfix["loss"] = f"{loss.item():.4f}"

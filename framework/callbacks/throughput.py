@@ -11,9 +11,9 @@ PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12, "A10
 
 
 class Throughput:
-    """Logs ``throughput/samples_per_s`` every ``log_every_n_steps`` optimizer steps; on CUDA
-    also ``throughput/mfu`` = achieved FLOP/s per device / ``peak_flops`` (null: from the
-    device name). FLOPs per sample are counted once on the first batch with torch's
+    """Logs ``throughput/samples_per_s`` every ``log_every_n_steps`` optimizer steps, and
+    ``throughput/mfu`` = achieved FLOP/s per device / ``peak_flops`` where a peak is known
+    (null: from the CUDA device's name). FLOPs per sample are counted once on the first batch with torch's
     FlopCounterMode (forward x 3 for forward + backward)."""
 
     def __init__(self, log_every_n_steps: int = 50, peak_flops: Optional[float] = None):
@@ -39,10 +39,10 @@ class Throughput:
         model.train(training)
         self.flops_per_sample = 3 * counter.get_total_flops() / inputs.shape[0]
 
-    def on_train_batch_end(self, trainer, loss, batch_idx: int) -> None:
-        if self.peak_flops and self.flops_per_sample is None:  # CUDA only: MFU needs a peak
+    def on_train_step_end(self, trainer, loss) -> None:
+        if self.peak_flops and self.flops_per_sample is None:  # MFU needs a peak (known on CUDA)
             self.count_flops(trainer.strategy.unwrap(trainer.model), trainer.current_batch)
-        if not trainer.step_completed or trainer.global_step % self.log_every_n_steps:
+        if trainer.global_step % self.log_every_n_steps:
             return
         now = time.perf_counter()
         rate = (trainer.train_samples - self._samples0) / max(now - self._t0, 1e-9)

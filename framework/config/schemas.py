@@ -13,10 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
-ACCELERATORS = ("auto", "cpu", "cuda", "mps")
-
-
 @dataclass
 class TrainerConfig:
     """Lightning-compatible trainer options (same names, same meaning)."""
@@ -56,12 +52,22 @@ class TrainerConfig:
 
 @dataclass
 class StrategyConfig:
-    """Options shared by every strategy."""
+    """Options shared by every strategy; a strategy with options of its own extends it
+    (its module's ``schema``). The defaults live here and there only: the YAML files of
+    ``conf/strategy`` name the strategy and change what differs."""
 
     name: str = "auto"
     # Process-group timeout (s): a hung collective fails instead of waiting forever.
     timeout_s: float = 1800.0
 
+
+@dataclass
+class SchedulerConfig:
+    """Keys of the ``scheduler`` node read by the framework (Lightning's interval/frequency) and
+    removed before the scheduler class is instantiated with the rest."""
+
+    interval: Literal["step", "epoch"] = "epoch"  # step every optimizer step, or every epoch
+    frequency: int = 1                            # every N intervals
 
 
 @dataclass

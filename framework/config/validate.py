@@ -1,12 +1,15 @@
 """Validate a composed config before any process starts, reporting every problem at once.
 
 Checks, in one pass:
-- keys the framework interprets (root, trainer, strategy) against typed schemas:
+- keys the framework interprets (root, trainer, init, scheduler settings) against typed schemas:
   unknown key (with the closest valid key), wrong type, value outside a choice set;
 - ``???`` values that were never filled in, and interpolations that do not resolve;
 - every ``_target_``: it imports (the original ImportError is shown) and its keys bind
   to the callable's signature (unknown argument with the closest name, missing argument);
-- the topology against this machine: accelerator, devices, strategy, batch divisibility.
+- and the caller's further checks (``framework.preflight`` adds the strategy's topology
+  against this machine, checkpoints, plug-in contracts and the run directory).
+
+This module imports no torch: it is the bottom of the framework's layers.
 """
 from __future__ import annotations
 
@@ -16,17 +19,16 @@ import importlib
 import inspect
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Literal, Union
+from typing import Any, Callable, Iterable, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from framework.config.errors import ConfigError
-from framework.config.schemas import InitConfig, RootConfig, TrainerConfig
+from framework.config.schemas import InitConfig, RootConfig, SchedulerConfig, TrainerConfig
 
 # Keys the framework reads from a component node and removes before instantiating it.
-FRAMEWORK_KEYS = {
-    "scheduler": {"interval", "frequency"},
-}
+FRAMEWORK_KEYS = {"scheduler": {f.name for f in dataclasses.fields(SchedulerConfig)}}
+
 # Arguments the framework supplies at run time (e.g. parameters exist only after wrapping).
 RUNTIME_ARGS = {
     "optimizer": {"params"},
@@ -35,8 +37,11 @@ RUNTIME_ARGS = {
 _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise ``ConfigError`` listing every problem in ``cfg``; return None when it is valid."""
+def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()) -> dict:
+    """Raise ``ConfigError`` listing every problem in ``cfg``; return its resolved container when valid.
+
+    ``checks``: further checks of the resolved container, each returning its problems (the
+    layers above config add theirs: strategy topology, checkpoints, the run directory)."""
     problems: list[str] = []
     container = _resolve(cfg, problems)
 
@@ -47,7 +52,16 @@ def validate(cfg: DictConfig) -> None:
     if init.get("weights") and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)
+    _check_components(container, problems)
+    for check in checks:
+        problems.extend(check(container))
+    if problems:
+        raise ConfigError(problems)
+    return container
 
+
+def _check_components(container: dict, problems: list[str]) -> None:
+    """Every ``_target_`` group: it imports and its keys bind to the signature."""
     for group in ("model", "datamodule", "task", "optimizer"):
         node = container.get(group)
         if not isinstance(node, dict) or not node:
@@ -57,9 +71,8 @@ def validate(cfg: DictConfig) -> None:
     scheduler = container.get("scheduler")
     if scheduler:
         check_target(scheduler, "scheduler", problems, "scheduler")
-        interval = scheduler.get("interval", "epoch")
-        if interval not in ("step", "epoch"):
-            problems.append(f"scheduler.interval: {interval!r} is not one of 'step', 'epoch'")
+        settings = {k: v for k, v in scheduler.items() if k in FRAMEWORK_KEYS["scheduler"]}
+        check_schema(settings, SchedulerConfig, "scheduler", problems)
     for group in ("logger", "callbacks"):
         for name, node in (container.get(group) or {}).items():
             if node is None:
@@ -68,47 +81,6 @@ def validate(cfg: DictConfig) -> None:
                 problems.append(f"{group}.{name}: expected a mapping with '_target_', got {node!r}")
                 continue
             check_target(node, f"{group}.{name}", problems, group)
-
-    # Topology checks need the strategy class; import here to keep config/ free of torch at import.
-    from framework.strategies import check_strategy
-
-    check_strategy(container, problems)
-    from framework.engine.checkpoint import check_ckpt_path
-
-    problems.extend(check_ckpt_path(container.get("ckpt_path"), container.get("output_dir") or "."))
-    problems.extend(check_output_dir(container))
-    if problems:
-        raise ConfigError(problems)
-
-
-def previous_run(directory: Path) -> list[str]:
-    """What a finished or interrupted run left in ``directory`` that a new run would replace."""
-    found = ["results.json"] if (directory / "results.json").exists() else []
-    checkpoints = directory / "checkpoints"
-    if checkpoints.is_dir() and any(p for p in checkpoints.iterdir() if not p.name.startswith(".")):
-        found.append("checkpoints/")
-    return found
-
-
-def check_output_dir(container: dict) -> list[str]:
-    """A run must not overwrite another run's results and checkpoints, unless it resumes that
-    run (a ckpt_path inside it) or ``overwrite`` says so. (framework.evaluate writes to a
-    directory of its own inside the run.)"""
-    from framework.engine.checkpoint import resolve_ckpt_path
-
-    output_dir = container.get("output_dir")
-    if not output_dir or container.get("overwrite"):
-        return []
-    found = previous_run(Path(output_dir))
-    ckpt = container.get("ckpt_path")
-    if not found or (ckpt and _inside(resolve_ckpt_path(str(ckpt), output_dir), Path(output_dir))):
-        return []
-    return [f"output_dir: '{output_dir}' already holds a run ({', '.join(found)}) that this run would overwrite; "
-            f"resume it with ckpt_path=last, choose another directory (hydra.run.dir=...), or set overwrite=true"]
-
-
-def _inside(path: Path, directory: Path) -> bool:
-    return directory.resolve() in path.resolve().parents
 
 
 def _resolve(node: Any, problems: list[str], path: str = "") -> Any:

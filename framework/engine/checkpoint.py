@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed.checkpoint as dcp
 
 TRAINER_FILE = "trainer.pt"
 
@@ -33,6 +32,13 @@ def _single_process_ok():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         yield
+
+
+def _dcp():
+    # Imported when a checkpoint is written or read (~0.75 s), not by every run that imports this module.
+    import torch.distributed.checkpoint as dcp
+
+    return dcp
 
 
 def is_checkpoint(path: Path) -> bool:
@@ -86,7 +92,7 @@ def save_checkpoint(path: Path, trainer) -> None:
     strategy.barrier()
     state, extra = strategy.checkpoint_state(trainer.model, trainer.optimizer)
     with _single_process_ok():
-        dcp.save(state, checkpoint_id=str(tmp))
+        _dcp().save(state, checkpoint_id=str(tmp))
     torch.save(rng_state(), tmp / "rng" / f"{strategy.rank}.pt")
     if strategy.is_global_zero:
         torch.save({**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size},
@@ -131,7 +137,7 @@ def load_checkpoint(path: Path, trainer) -> None:
     path = Path(path)
     state, _ = strategy.checkpoint_state(trainer.model, trainer.optimizer)
     with _single_process_ok():
-        dcp.load(state, checkpoint_id=str(path))
+        _dcp().load(state, checkpoint_id=str(path))
     saved = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=False)
     strategy.load_checkpoint_state(trainer.model, trainer.optimizer, state, saved.get("strategy_extra"))
     trainer.load_state_dict(saved)
@@ -149,7 +155,7 @@ def load_model_checkpoint(path: Path, trainer) -> None:
 
     state = {"model": get_model_state_dict(trainer.model)}
     with _single_process_ok():
-        dcp.load(state, checkpoint_id=str(path))
+        _dcp().load(state, checkpoint_id=str(path))
     set_model_state_dict(trainer.model, state["model"])
 
 

@@ -9,20 +9,34 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import replace
-from typing import Callable, Optional
+from dataclasses import asdict, replace
+from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
-from framework.callbacks import EVENTS
 from framework.config.schemas import TrainerConfig
+from framework.engine.loop_state import LoopState
 from framework.engine.memory import model_state_bytes
 from framework.engine.precision import Precision
+from framework.engine.protocols import EVENTS
 from framework.engine.scheduler import SchedulerSpec
 from framework.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
+
+
+def effective_config(config: TrainerConfig) -> TrainerConfig:
+    """``config`` with the debugging shortcuts (fast_dev_run, overfit_batches) spelled out."""
+    if config.fast_dev_run:
+        # Lightning's meaning: N batches of each loop, one epoch, nothing written by loggers.
+        n = 1 if config.fast_dev_run is True else int(config.fast_dev_run)
+        config = replace(config, max_epochs=1, max_steps=n, limit_train_batches=n, limit_val_batches=n,
+                         limit_test_batches=n, val_check_interval=1.0, check_val_every_n_epoch=1,
+                         log_every_n_steps=1)
+    if config.overfit_batches:
+        config = replace(config, limit_train_batches=config.overfit_batches)
+    return config
 
 
 def _unlimited(value: Optional[int]) -> bool:
@@ -55,61 +69,45 @@ def move_to_device(batch, device: torch.device):
 
 
 class Trainer:
-    """Runs fit / validate / test on this rank.
+    """Runs fit and test on this rank.
 
-    State that callbacks read: ``global_step`` (optimizer steps), ``current_epoch``,
-    ``should_stop`` (set it to stop after the current batch), ``logged_metrics``
-    (latest value of every metric), ``model``, ``optimizer``, ``strategy``, ``loggers``.
+    What callbacks read: ``state`` (a LoopState: ``global_step``, ``current_epoch``, ...; the
+    first two also as attributes), ``should_stop`` (set it to stop at the next step
+    boundary; every rank agrees), ``logged_metrics`` (latest value of every metric),
+    ``model``, ``optimizer``, ``scheduler``, ``strategy``, ``loggers``, ``config``,
+    ``num_training_batches``, ``global_batch_size``, ``step_times``, ``train_samples`` and
+    ``current_batch`` (the training batch being run, on the strategy's device).
     """
 
-    def __init__(self, config: TrainerConfig, strategy: Strategy, task, loggers=(), callbacks=(), seed: int = 0,
-                 output_dir: str = "."):
-        if config.fast_dev_run:
-            # Lightning's meaning: N batches of each loop, one epoch, nothing written by loggers.
-            n = 1 if config.fast_dev_run is True else int(config.fast_dev_run)
-            config = replace(config, max_epochs=1, max_steps=n, limit_train_batches=n, limit_val_batches=n,
-                             limit_test_batches=n, val_check_interval=1.0, check_val_every_n_epoch=1,
-                             log_every_n_steps=1)
-            loggers = ()
-        if config.overfit_batches:
-            config = replace(config, limit_train_batches=config.overfit_batches)
-        self.config = config
-        self.strategy = strategy
-        self.task = task
-        self.seed = seed
+    def __init__(self, config: TrainerConfig, strategy: Strategy, task, loggers=(),
+                 callbacks: Mapping[str, object] | Sequence[object] = (), seed: int = 0):
+        self.config = config = effective_config(config)
+        self.strategy, self.task, self.seed = strategy, task, seed
         self.precision = Precision(config.precision, strategy.device)
-        self.loggers = list(loggers) if strategy.is_global_zero else []
-        self.callbacks = list(callbacks)
-        self.output_dir = output_dir
-        if config.profiler:
-            from framework.callbacks.profiler import PROFILERS
-
-            self.callbacks.append(PROFILERS[config.profiler](output_dir))
+        self.loggers = list(loggers) if strategy.is_global_zero and not config.fast_dev_run else []
+        # Callback state in checkpoints is keyed by the callback's config name (or its own
+        # state_key), so removing one callback never hands its state to another.
+        named = callbacks.items() if isinstance(callbacks, Mapping) else \
+            [(type(cb).__qualname__, cb) for cb in callbacks]
+        self.callbacks = [cb for _, cb in named]
+        self._state_keys = [getattr(cb, "state_key", None) or name for name, cb in named]
         self._hooks = {e: [getattr(cb, e) for cb in self.callbacks if callable(getattr(cb, e, None))]
                        for e in EVENTS}
         self._null = contextlib.nullcontext()
         self._move = strategy.device.type != "cpu"
         self.model: Optional[torch.nn.Module] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
-        self.scheduler = None
-        self.global_step = 0
-        self.current_epoch = 0
-        self.epochs_run = 0
+        self.scheduler, self.scheduler_spec = None, None
+        self.state = LoopState()
         self.should_stop = False
-        self.step_completed = False
-        self.batch_in_epoch = 0      # training batches of the current epoch already run
-        self.current_batch = None    # the batch being trained on (for callbacks)
-        self.at_epoch_end = False    # inside the epoch-end validation / callbacks
-        self.epoch_finished = False  # the current epoch's end-of-epoch work is done
-        self.num_training_batches = 0
-        self.global_batch_size = 0
-        self.micro_batch_global_size = 0
+        self.current_batch = None
+        self.num_training_batches = self.global_batch_size = self.micro_batch_global_size = 0
         self.logged_metrics: dict[str, float] = {}
         self.step_times: list[float] = []  # seconds per optimizer step, data loading included
         self.train_samples = 0
         self.model_state_bytes: Optional[dict] = None  # params + grads + optimizer state on this rank
         self._eval_names: dict[str, list[str]] = {}
-        self._last_val_step = -1
+        self._t_prev = 0.0
         # Seeded per epoch: a resumed run's DataLoader draws the same worker seeds, and the
         # loader never consumes the global RNG that dropout and friends use.
         self._loader_generator = torch.Generator()
@@ -117,6 +115,14 @@ class Trainer:
     @property
     def is_global_zero(self) -> bool:
         return self.strategy.is_global_zero
+
+    @property
+    def global_step(self) -> int:
+        return self.state.global_step
+
+    @property
+    def current_epoch(self) -> int:
+        return self.state.current_epoch
 
     # ---------------------------------------------------------------- public loops
     def fit(self, model: torch.nn.Module, datamodule, optimizer_factory: Callable,
@@ -136,7 +142,7 @@ class Trainer:
         self.num_training_batches = limit_batches(len(train_loader), self.config.limit_train_batches)
         if scheduler is not None:
             self.scheduler = scheduler.build(self.optimizer, self._scheduler_intervals(scheduler.interval))
-            self._scheduler_spec = scheduler
+            self.scheduler_spec = scheduler
         if ckpt_path is not None:
             from framework.engine.checkpoint import load_checkpoint
 
@@ -145,12 +151,6 @@ class Trainer:
         elif val_loader is not None and self.config.num_sanity_val_steps:
             self._run_guarded(lambda: self._evaluate(val_loader, "val", sanity=True))
         self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))
-
-    def validate(self, datamodule) -> dict[str, float]:
-        datamodule.setup("validate")
-        self._require_model()
-        loader = self._loader(datamodule.val_dataloader(), train=False)
-        return self._run_guarded(lambda: self._evaluate(loader, "val"))
 
     def test(self, datamodule, model: Optional[torch.nn.Module] = None, ckpt_path=None) -> dict[str, float]:
         """Run the test loop on the trained model, or on ``model`` (set up by the strategy, with
@@ -163,46 +163,145 @@ class Trainer:
 
                 load_model_checkpoint(ckpt_path, self)
                 log.info("Testing the weights of %s", ckpt_path)
-        self._require_model()
+        if self.model is None:
+            raise RuntimeError("no model: call fit() first or pass model= to test()")
         loader = self._loader(datamodule.test_dataloader(), train=False)
         return self._run_guarded(lambda: self._evaluate(loader, "test"))
 
-    # ---------------------------------------------------------------- internals
-    def _require_model(self) -> None:
-        if self.model is None:
-            raise RuntimeError("no model: call fit() first or pass model= to test()")
-
+    # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
         """The loop's state for a checkpoint (model and optimizer are saved by the strategy)."""
         return {
-            "global_step": self.global_step, "current_epoch": self.current_epoch,
-            "batch_in_epoch": self.batch_in_epoch, "epoch_finished": self.epoch_finished,
-            "epochs_run": self.epochs_run, "logged_metrics": dict(self.logged_metrics),
-            "last_val_step": self._last_val_step,
+            "loop": asdict(self.state), "logged_metrics": dict(self.logged_metrics),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
-            "callbacks": {self._callback_key(i, cb): cb.state_dict() for i, cb in enumerate(self.callbacks)
+            "callbacks": {key: cb.state_dict() for key, cb in zip(self._state_keys, self.callbacks)
                           if callable(getattr(cb, "state_dict", None))},
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.global_step, self.current_epoch = state["global_step"], state["current_epoch"]
-        self.batch_in_epoch, self.epoch_finished = state["batch_in_epoch"], state["epoch_finished"]
-        self.epochs_run, self._last_val_step = state["epochs_run"], state["last_val_step"]
+        self.state = LoopState(**state["loop"])
         self.logged_metrics.update(state["logged_metrics"])
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.precision.scaler is not None and state.get("scaler") is not None:
             self.precision.scaler.load_state_dict(state["scaler"])
-        saved = state.get("callbacks", {})
-        for i, cb in enumerate(self.callbacks):
-            key = self._callback_key(i, cb)
+        saved = dict(state.get("callbacks", {}))
+        for key, cb in zip(self._state_keys, self.callbacks):
             if key in saved and callable(getattr(cb, "load_state_dict", None)):
-                cb.load_state_dict(saved[key])
+                cb.load_state_dict(saved.pop(key))
+        if saved and self.is_global_zero:
+            log.warning("The checkpoint holds state of callbacks that are not configured now: %s "
+                        "(configured: %s); that state is not used", ", ".join(sorted(saved)),
+                        ", ".join(self._state_keys) or "none")
 
-    @staticmethod
-    def _callback_key(index: int, callback) -> str:
-        return f"{index}:{type(callback).__qualname__}"
+    # ---------------------------------------------------------------- the fit loop
+    def _fit_loop(self, train_loader: DataLoader, val_loader: Optional[DataLoader]) -> None:
+        st = self.state
+        self._call("on_fit_start")
+        while True:
+            st.advance_if_finished()  # resumed from (or just finished) an epoch's end
+            if not self._should_train():
+                break
+            self._train_epoch(train_loader, val_loader)
+            self._end_epoch(val_loader)
+        # A run cut short by max_steps still reports validation metrics of its final weights.
+        if val_loader is not None and st.last_val_step != st.global_step and st.global_step > 0:
+            self._evaluate(val_loader, "val")
+        self._call("on_fit_end")
+
+    def _should_train(self) -> bool:
+        cfg, st = self.config, self.state
+        return (self.num_training_batches > 0 and not self.should_stop
+                and (_unlimited(cfg.max_epochs) or st.current_epoch < cfg.max_epochs)
+                and (_unlimited(cfg.max_steps) or st.global_step < cfg.max_steps))
+
+    def _train_epoch(self, loader: DataLoader, val_loader: Optional[DataLoader]) -> None:
+        """The epoch's remaining batches, one optimizer step (accumulation window) at a time,
+        with mid-epoch validation every ``val_check_interval`` batches."""
+        st, n, accum = self.state, self.num_training_batches, self.config.accumulate_grad_batches
+        loader.sampler.set_epoch(st.current_epoch)
+        # Resuming mid-epoch: the sampler starts after the batches already trained on.
+        loader.sampler.set_start(min(st.batch_in_epoch, n) * loader.batch_size)
+        self._loader_generator.manual_seed(self.seed + st.current_epoch)
+        self.model.train()
+        self._call("on_train_epoch_start")
+        batches, val_every = iter(loader), self._val_every(n)
+        self._t_prev = time.perf_counter()
+        while st.batch_in_epoch < n and not self.should_stop:
+            first = st.batch_in_epoch
+            self._train_step(batches, min(accum, n - first))
+            if self._validates_this_epoch(val_loader) and st.batch_in_epoch // val_every > first // val_every \
+                    and st.batch_in_epoch < n:
+                self._evaluate(val_loader, "val")
+                self._sync_should_stop()
+                self._t_prev = time.perf_counter()
+            if not _unlimited(self.config.max_steps) and st.global_step >= self.config.max_steps:
+                self.should_stop = True
+
+    def _train_step(self, batches, size: int) -> None:
+        """One optimizer step: ``size`` micro-batches forward and backward, then the strategy's step."""
+        st, strategy, model, precision = self.state, self.strategy, self.model, self.precision
+        accum, step_loss = self.config.accumulate_grad_batches, None
+        for i in range(size):
+            batch = next(batches)
+            self.current_batch = batch = move_to_device(batch, strategy.device) if self._move else batch
+            # Only the last micro-batch of an accumulation window all-reduces gradients.
+            with (self._null if i == size - 1 else strategy.no_sync(model)):
+                with precision.autocast():
+                    loss, metrics = self.task.step(model, batch, "train")
+                precision.backward(loss / accum if accum > 1 else loss)
+            loss = loss.detach()
+            step_loss = loss if step_loss is None else step_loss + loss
+            st.batch_in_epoch += 1
+            if i < size - 1:
+                self._call("on_train_batch_end", loss, st.batch_in_epoch - 1)
+        self._optimizer_step()
+        st.global_step += 1
+        now = time.perf_counter()
+        self.step_times.append(now - self._t_prev)
+        self._t_prev = now
+        self.train_samples += size * self.micro_batch_global_size
+        spec = self.scheduler_spec
+        if spec is not None and spec.interval == "step" and st.global_step % spec.frequency == 0:
+            self.scheduler.step()
+        if st.global_step % self.config.log_every_n_steps == 0:
+            self._log_train(step_loss, size, metrics)
+        self._call("on_train_batch_end", loss, st.batch_in_epoch - 1)
+        if self._hooks["on_train_step_end"]:
+            self._call("on_train_step_end", step_loss / size)
+
+    def _optimizer_step(self) -> None:
+        cfg = self.config
+        self.strategy.optimizer_step(self.model, self.optimizer, self.precision, cfg.gradient_clip_val,
+                                     cfg.gradient_clip_algorithm)
+        if self.model_state_bytes is None:  # once, while gradients and optimizer state both exist
+            self.model_state_bytes = model_state_bytes(self.strategy.unwrap(self.model), self.optimizer)
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _end_epoch(self, val_loader: Optional[DataLoader]) -> None:
+        """Validation, the epoch-interval scheduler step and the callbacks, once the epoch's
+        batches are all run (a stopped epoch only gets its callbacks)."""
+        st, n, cfg = self.state, self.num_training_batches, self.config
+        finished = st.batch_in_epoch >= n
+        if finished and self._validates_this_epoch(val_loader) and st.last_val_step != st.global_step \
+                and (isinstance(cfg.val_check_interval, float) or n % self._val_every(n) == 0):
+            self._evaluate(val_loader, "val")
+        spec = self.scheduler_spec
+        if finished and spec is not None and spec.interval == "epoch" and (st.current_epoch + 1) % spec.frequency == 0:
+            self.scheduler.step()
+        st.epoch_finished = finished
+        self._call("on_train_epoch_end")
+        self._sync_should_stop()
+
+    def _validates_this_epoch(self, val_loader: Optional[DataLoader]) -> bool:
+        return val_loader is not None and (self.state.current_epoch + 1) % self.config.check_val_every_n_epoch == 0
+
+    def _val_every(self, n: int) -> int:
+        interval = self.config.val_check_interval
+        if isinstance(interval, float):
+            return max(1, int(n * interval)) if interval < 1.0 else max(1, n)
+        return max(1, interval)
 
     def _sync_should_stop(self) -> None:
         # A stop decided on any rank stops every rank at the same step.
@@ -210,6 +309,7 @@ class Trainer:
             flag = torch.tensor(float(self.should_stop), device=self.strategy.device)
             self.should_stop = bool(self.strategy.all_reduce(flag, "max").item())
 
+    # ---------------------------------------------------------------- events and logging
     def _call(self, event: str, *args) -> None:
         for hook in self._hooks[event]:
             hook(self, *args)
@@ -221,6 +321,22 @@ class Trainer:
             self._call("on_exception", err)
             raise
 
+    def _log_train(self, step_loss: torch.Tensor, micro: int, metrics: dict) -> None:
+        # The only place a training step's loss leaves the device: every log_every_n_steps.
+        values = [step_loss / micro] + [m.detach().float() for m in metrics.values()]
+        reduced = self.strategy.all_reduce(torch.stack(values).float(), "mean").tolist()
+        out = {"train/loss": reduced[0], **{f"train/{k}": v for k, v in zip(metrics, reduced[1:])}}
+        self.log_metrics(out)
+
+    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        """Record ``metrics`` (floats) at ``step`` (default: the current optimizer step) in every logger."""
+        self.logged_metrics.update(metrics)
+        if self.loggers:
+            row = {**metrics, "epoch": self.current_epoch}
+            for logger in self.loggers:
+                logger.log_metrics(row, self.global_step if step is None else step)
+
+    # ---------------------------------------------------------------- data
     def _loader(self, loader: Optional[DataLoader], train: bool) -> Optional[DataLoader]:
         """Re-create ``loader`` with the per-rank batch and the strategy's sampler."""
         if loader is None:
@@ -229,7 +345,7 @@ class Trainer:
             raise ValueError("datamodule: the engine shards map-style datasets with a batch_size; "
                              "an IterableDataset or a custom batch_sampler cannot be split across ranks")
         global_batch = loader.batch_size
-        world = self.strategy.data_parallel_world()
+        world = self.strategy.topology.data_parallel_size
         if global_batch % world:
             raise ValueError(f"datamodule.batch_size: the global batch {global_batch} does not divide "
                              f"across {world} data-parallel ranks")
@@ -263,127 +379,7 @@ class Trainer:
             total = min(total, self.config.max_steps)
         return max(1, int(total))
 
-    def _val_every(self, n: int) -> int:
-        interval = self.config.val_check_interval
-        if isinstance(interval, float):
-            return max(1, int(n * interval)) if interval < 1.0 else max(1, n)
-        return max(1, interval)
-
-    def _fit_loop(self, train_loader: DataLoader, val_loader: Optional[DataLoader]) -> None:
-        cfg = self.config
-        model, optimizer, strategy, precision, task = self.model, self.optimizer, self.strategy, self.precision, self.task
-        accum, n = cfg.accumulate_grad_batches, self.num_training_batches
-        max_steps = None if _unlimited(cfg.max_steps) else cfg.max_steps
-        max_epochs = None if _unlimited(cfg.max_epochs) else cfg.max_epochs
-        val_every = self._val_every(n)
-        step_scheduler = self.scheduler if (self.scheduler and self._scheduler_spec.interval == "step") else None
-        epoch_scheduler = self.scheduler if (self.scheduler and self._scheduler_spec.interval == "epoch") else None
-        frequency = self._scheduler_spec.frequency if self.scheduler else 1
-        log_every, batch_end_hooks = cfg.log_every_n_steps, self._hooks["on_train_batch_end"]
-        self._call("on_fit_start")
-        epoch, skip = self.current_epoch, self.batch_in_epoch
-        if self.epoch_finished:  # resumed from a checkpoint taken after its epoch's end
-            epoch, skip = epoch + 1, 0
-        sampler = train_loader.sampler
-        per_rank_batch = train_loader.batch_size
-        while n > 0 and not self.should_stop and (max_epochs is None or epoch < max_epochs) \
-                and (max_steps is None or self.global_step < max_steps):
-            self.current_epoch = epoch
-            self.epoch_finished = False
-            sampler.set_epoch(epoch)
-            # Resuming mid-epoch: the sampler starts after the batches already trained on.
-            sampler.set_start(min(skip, n) * per_rank_batch)
-            self._loader_generator.manual_seed(self.seed + epoch)
-            model.train()
-            validate_this_epoch = val_loader is not None and (epoch + 1) % cfg.check_val_every_n_epoch == 0
-            self._call("on_train_epoch_start")
-            micro, step_loss, step_metrics = 0, None, None
-            t_prev = time.perf_counter()
-            for batch_idx, batch in enumerate(train_loader, start=min(skip, n)):
-                if batch_idx >= n:
-                    break
-                self.batch_in_epoch = batch_idx + 1
-                self.current_batch = batch
-                if self._move:
-                    batch = move_to_device(batch, strategy.device)
-                micro += 1
-                last_micro = micro == accum or batch_idx + 1 == n
-                # Only the last micro-batch of an accumulation window all-reduces gradients.
-                with (self._null if last_micro else strategy.no_sync(model)):
-                    with precision.autocast():
-                        loss, step_metrics = task.step(model, batch, "train")
-                    precision.backward(loss / accum if accum > 1 else loss)
-                loss = loss.detach()
-                step_loss = loss if step_loss is None else step_loss + loss
-                self.step_completed = last_micro
-                if last_micro:
-                    self._optimizer_step(model, optimizer)
-                    self.global_step += 1
-                    now = time.perf_counter()
-                    self.step_times.append(now - t_prev)
-                    t_prev = now
-                    self.train_samples += micro * self.micro_batch_global_size
-                    if step_scheduler is not None and self.global_step % frequency == 0:
-                        step_scheduler.step()
-                    if self.global_step % log_every == 0:
-                        self._log_train(step_loss, micro, step_metrics)
-                    micro, step_loss = 0, None
-                for hook in batch_end_hooks:
-                    hook(self, loss, batch_idx)
-                if validate_this_epoch and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < n:
-                    self._evaluate(val_loader, "val")
-                    self._sync_should_stop()
-                    t_prev = time.perf_counter()
-                if max_steps is not None and self.global_step >= max_steps:
-                    self.should_stop = True
-                if self.should_stop:
-                    break
-            skip = 0
-            self.epochs_run = epoch + 1
-            self.at_epoch_end = True
-            if validate_this_epoch and (isinstance(cfg.val_check_interval, float) or n % val_every == 0) \
-                    and self._last_val_step != self.global_step and self.batch_in_epoch >= n:
-                self._evaluate(val_loader, "val")
-            if epoch_scheduler is not None and (epoch + 1) % frequency == 0 and self.batch_in_epoch >= n:
-                epoch_scheduler.step()
-            self.epoch_finished = self.batch_in_epoch >= n
-            self._call("on_train_epoch_end")
-            self._sync_should_stop()
-            self.at_epoch_end = False
-            if self.epoch_finished:
-                self.batch_in_epoch = 0
-            epoch += 1
-        self.current_epoch = epoch
-        # A run cut short by max_steps still reports validation metrics of its final weights.
-        if val_loader is not None and self._last_val_step != self.global_step and self.global_step > 0:
-            self._evaluate(val_loader, "val")
-        self._call("on_fit_end")
-
-    def _optimizer_step(self, model, optimizer) -> None:
-        clip = self.config.gradient_clip_val
-        if clip:
-            self.precision.unscale(optimizer)
-            self.strategy.clip_gradients(model, clip, self.config.gradient_clip_algorithm)
-        self.precision.step(optimizer)
-        if self.model_state_bytes is None:  # once, while gradients and optimizer state both exist
-            self.model_state_bytes = model_state_bytes(self.strategy.unwrap(model), optimizer)
-        optimizer.zero_grad(set_to_none=True)
-
-    def _log_train(self, step_loss: torch.Tensor, micro: int, metrics: dict) -> None:
-        # The only place a training step's loss leaves the device: every log_every_n_steps.
-        values = [step_loss / micro] + [m.detach().float() for m in metrics.values()]
-        reduced = self.strategy.all_reduce(torch.stack(values).float(), "mean").tolist()
-        out = {"train/loss": reduced[0], **{f"train/{k}": v for k, v in zip(metrics, reduced[1:])}}
-        self.log_metrics(out)
-
-    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
-        """Record ``metrics`` (floats) at ``step`` (default: the current optimizer step) in every logger."""
-        self.logged_metrics.update(metrics)
-        if self.loggers:
-            row = {**metrics, "epoch": self.current_epoch}
-            for logger in self.loggers:
-                logger.log_metrics(row, self.global_step if step is None else step)
-
+    # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
     def _evaluate(self, loader: Optional[DataLoader], stage: str, sanity: bool = False) -> dict[str, float]:
         """Mean loss and metrics over ``loader`` on all ranks, weighted by sample counts.
@@ -393,31 +389,52 @@ class Trainer:
         limit = limit_batches(len(loader), getattr(self.config, f"limit_{stage}_batches"))
         if sanity and self.config.num_sanity_val_steps >= 0:
             limit = min(limit, self.config.num_sanity_val_steps)
-        model = self.model
-        was_training = model.training
-        model.eval()
+        was_training = self.model.training
+        self.model.eval()
         if not sanity:
             self._call("on_validation_start" if stage == "val" else "on_test_start")
-        totals, count = None, 0
+        totals, count = self._evaluate_batches(loader, stage, limit)
+        names = self._eval_names.get(stage, ["loss"])
+        if totals is None:  # this rank had no batch; it still joins the reduction
+            totals = torch.zeros(len(names), device=self.strategy.device)
+        packed = torch.cat([totals, torch.tensor([float(count)], device=totals.device)])
+        # Sums of (value x samples) and of samples: the mean equals single-device's exactly.
+        summed = self.strategy.all_reduce(packed, "sum").tolist()
+        results = {f"{stage}/{name}": summed[i] / summed[-1] for i, name in enumerate(names)} if summed[-1] else {}
+        self.model.train(was_training)
+        if sanity:
+            return results
+        if stage == "val":
+            self.state.last_val_step = self.global_step
+        self.log_metrics(results)
+        self._call("on_validation_end" if stage == "val" else "on_test_end", results)
+        return results
+
+    def _evaluate_batches(self, loader: DataLoader, stage: str, limit: int):
+        """(sums of value x batch size, sample count) over this rank's first ``limit`` batches."""
         batches = limit
         if self.strategy.lockstep_forward:
             # Sharded parameters are gathered inside forward, a collective: a rank with fewer
             # batches repeats its last batch (results discarded) until every rank is done.
+            # Agreed before the first forward, so no rank is in another collective meanwhile.
             batches = int(self.strategy.all_reduce(torch.tensor(limit, device=self.strategy.device), "max").item())
-        batch = None
+        totals, count, batch = None, 0, None
         for i, batch in enumerate(loader):
             if i >= limit:
                 break
-            if self._move:
-                batch = move_to_device(batch, self.strategy.device)
+            batch = move_to_device(batch, self.strategy.device) if self._move else batch
             with self.precision.autocast():
-                loss, metrics = self.task.step(model, batch, stage)
+                loss, metrics = self.task.step(self.model, batch, stage)
             size = batch_size_of(batch)
             self._eval_names.setdefault(stage, ["loss", *metrics])
             values = torch.stack([loss.float(), *(m.float() for m in metrics.values())]) * size
             totals = values if totals is None else totals + values
             count += size
-        repeats = batches - min(limit, len(loader))
+        self._pad_forwards(loader, stage, batches - min(limit, len(loader)), batch)
+        return totals, count
+
+    def _pad_forwards(self, loader: DataLoader, stage: str, repeats: int, batch) -> None:
+        """``repeats`` extra forwards whose results are discarded (lockstep with the busiest rank)."""
         if batch is None and len(loader.dataset) and (repeats or stage not in self._eval_names):
             # This rank got no sample (fewer samples than ranks). The dataset's first sample
             # stands in, never counted: for the lockstep forwards, and for the metric names,
@@ -427,20 +444,5 @@ class Trainer:
             repeats = max(repeats, 1)
         for _ in range(repeats):
             with self.precision.autocast():
-                _, metrics = self.task.step(model, batch, stage)
+                _, metrics = self.task.step(self.model, batch, stage)
             self._eval_names.setdefault(stage, ["loss", *metrics])
-        names = self._eval_names.get(stage, ["loss"])
-        if totals is None:  # this rank had no batch; it still joins the reduction
-            totals = torch.zeros(len(names), device=self.strategy.device)
-        packed = torch.cat([totals, torch.tensor([float(count)], device=totals.device)])
-        # Sums of (value x samples) and of samples: the mean equals single-device's exactly.
-        summed = self.strategy.all_reduce(packed, "sum").tolist()
-        results = {f"{stage}/{name}": summed[i] / summed[-1] for i, name in enumerate(names)} if summed[-1] else {}
-        model.train(was_training)
-        if sanity:
-            return results
-        if stage == "val":
-            self._last_val_step = self.global_step
-        self.log_metrics(results)
-        self._call("on_validation_end" if stage == "val" else "on_test_end", results)
-        return results

@@ -3,6 +3,18 @@ from __future__ import annotations
 
 import torch
 
+# Optimizer state per parameter in fp32 (bytes): Adam's two moments, SGD's momentum buffer.
+STATE_BYTES = {"Adam": 8, "AdamW": 8, "SGD": 4}
+
+
+def optimizer_state_bytes(optimizer: dict) -> int:
+    """Bytes of optimizer state per parameter (fp32) for the ``optimizer`` config node
+    (unknown optimizers are assumed to keep two moments, as Adam)."""
+    name = str(optimizer["_target_"]).rsplit(".", 1)[-1]
+    if name == "SGD" and not optimizer.get("momentum"):
+        return 0
+    return STATE_BYTES.get(name, 8)
+
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard on this rank

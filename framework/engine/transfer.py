@@ -31,13 +31,13 @@ def apply_init(model: nn.Module, weights: str | None, strict: bool = False, rese
     """
     report: dict = {}
     if weights:
-        own_reset = [_submodule(model, name, "init.reset") for name in reset]
-        kept = {id(p): p.detach().clone() for m in own_reset for p in m.parameters()}
+        # Everything a reset submodule holds stays fresh: parameters and buffers (BatchNorm statistics).
+        fresh = {name: {k: v.detach().clone() for k, v in _submodule(model, name, "init.reset").state_dict().items()}
+                 for name in reset}
         report = load_model_weights(Path(weights), model, strict=strict and not reset)
-        for m in own_reset:
-            for p in m.parameters():
-                p.data.copy_(kept[id(p)])
-        reset_names = {f"{name}.{k}" for name in reset for k in _submodule(model, name, "init.reset").state_dict()}
+        for name, state in fresh.items():
+            _submodule(model, name, "init.reset").load_state_dict(state)
+        reset_names = {f"{name}.{k}" for name, state in fresh.items() for k in state}
         report["loaded"] = [k for k in report["loaded"] if k not in reset_names]
         report["reset"] = sorted(reset_names)
         log.info("Loaded %d tensors from %s; fresh (reset, missing or shape-mismatched): %s; unused: %s",

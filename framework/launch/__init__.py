@@ -4,23 +4,22 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from framework.launch.env import detect_environment
-from framework.strategies import RankEnv, strategy_class
+from framework.distributed import RankEnv, detect_environment
+from framework.rank import run
+from framework.strategies import resolve
 
 
 def launch(cfg: DictConfig) -> dict:
     """Run the resolved, validated ``cfg`` on every rank it needs; return rank 0's results."""
-    from framework.launch.local import launch_elastic, launch_spawn
-    from framework.run import run
-
     env = detect_environment()
     if env is not None:
         return run(cfg, env)  # this process is one rank of a launched job: join it
     container = OmegaConf.to_container(cfg, resolve=True)
-    cls = strategy_class(container["strategy"], container["trainer"])
-    nprocs = cls.processes_per_node(container["trainer"], container["strategy"])
-    if nprocs == 1:
+    cls, _, topology = resolve(container)
+    if topology.processes_per_node == 1:
         return run(cfg, RankEnv())
+    from framework.launch.local import launch_elastic, launch_spawn
+
     if cls.launcher == "spawn":
-        return launch_spawn(container, nprocs)
-    return launch_elastic(container, nprocs)
+        return launch_spawn(container, topology.processes_per_node)
+    return launch_elastic(container, topology.processes_per_node)

@@ -11,27 +11,10 @@ import uuid
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
-from framework.launch.env import detect_environment
+from framework.distributed import detect_environment, free_port
 from framework.engine.results import write_json
-from framework.launch.rank_logging import configure_rank_logging
-from framework.strategies import RankEnv
-from framework.strategies.base import free_port
-
-
-def _limit_threads(local_world_size: int) -> None:
-    # N ranks on one CPU must not each start a thread per core (torchrun sets OMP_NUM_THREADS=1).
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
-
-
-def _run_rank(container: dict, env: RankEnv) -> dict:
-    from framework.run import run
-
-    configure_rank_logging(container["output_dir"], env.rank)
-    _limit_threads(env.local_world_size)
-    return run(OmegaConf.create(container), env)
+from framework.rank import run_launched
 
 
 # Ranks fork from one server process that imported torch and the framework once (the first
@@ -61,7 +44,7 @@ def _elastic_entry(container: dict, env_changes: dict) -> dict:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    return record(_run_rank)(container, detect_environment())
+    return record(run_launched)(container, detect_environment())
 
 
 def _standard_start_method() -> None:
@@ -80,7 +63,7 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
 
     import multiprocessing
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "framework.run"])
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "framework.rank"])
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
                           monitor_interval=0.1, start_method="forkserver")
@@ -109,7 +92,7 @@ def _job_failed(container: dict, rank: int, message: str) -> RuntimeError:
 def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank),
                       LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
-    _run_rank(container, detect_environment())
+    run_launched(container, detect_environment())
 
 
 def launch_spawn(container: dict, nprocs: int) -> dict:

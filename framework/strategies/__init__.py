@@ -1,8 +1,11 @@
-"""Strategies by name, and the topology check that runs before any process starts."""
+"""Strategies by name: the registry, the check that runs before any process starts, and the factory."""
 from __future__ import annotations
 
 from framework.config.schemas import StrategyConfig
-from framework.strategies.base import RankEnv, Strategy, resolve_accelerator
+from framework.config.topology import (Topology, accelerator_problems, batch_problems, launch_problems)
+from framework.config.validate import check_schema
+from framework.distributed import RankEnv, detect_environment, resolve_accelerator
+from framework.strategies.base import Strategy
 from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
 from framework.strategies.ddp_spawn import DDPSpawnStrategy
@@ -15,77 +18,57 @@ from framework.strategies.zero import ZeroStrategy
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
     SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDP2Strategy, ZeroStrategy,
     FSDPStrategy, HSDPStrategy)}
-STRATEGY_SCHEMAS: dict[str, type] = {"auto": StrategyConfig, **{n: c.schema for n, c in STRATEGIES.items()}}
 
 
-def strategy_class(options: dict, trainer: dict) -> type[Strategy]:
+def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
     """The class for ``strategy.name``; ``auto`` picks single for one process, else ddp."""
-    name = options.get("name", "auto")
     if name == "auto":
-        total = trainer.get("devices", 1) * trainer.get("num_nodes", 1)
-        name = "single" if total == 1 else "ddp"
+        name = "single" if devices * num_nodes == 1 else "ddp"
     return STRATEGIES[name]
 
 
-def check_strategy(cfg: dict, problems: list[str]) -> None:
-    """Topology checks: strategy name and options, accelerator, devices, launcher, batch divisibility."""
-    import torch
+def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
+    """The strategy class, its typed options and the job's topology, from a resolved, valid config."""
+    trainer = container["trainer"]
+    options = dict(container.get("strategy") or {})
+    cls = strategy_class(options.get("name", "auto"), trainer["devices"], trainer["num_nodes"])
+    typed = cls.schema(**{**options, "name": cls.name})
+    return cls, typed, cls.make_topology(trainer["devices"], trainer["num_nodes"], typed)
 
-    from framework.config.validate import check_schema
-    from framework.launch.env import detect_environment
 
-    options = cfg.get("strategy") or {}
-    trainer = cfg.get("trainer") or {}
+def check_strategy(container: dict) -> list[str]:
+    """Strategy name and options, accelerator, topology against the launcher, batch divisibility."""
+    problems: list[str] = []
+    options = container.get("strategy") or {}
+    trainer = container.get("trainer") or {}
     name = options.get("name", "auto")
-    if name not in STRATEGY_SCHEMAS:
-        problems.append(f"strategy.name: unknown strategy {name!r} (valid: {', '.join(sorted(STRATEGY_SCHEMAS))})")
-        return
-    check_schema(options, STRATEGY_SCHEMAS[name], "strategy", problems)
+    if name not in STRATEGIES and name != "auto":
+        valid = ", ".join(sorted([*STRATEGIES, "auto"]))
+        return [f"strategy.name: unknown strategy {name!r} (valid: {valid})"]
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
-    if not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1 or nodes < 1:
-        return  # already reported by the trainer schema
+    cls = strategy_class(name, devices, nodes) if isinstance(devices, int) and isinstance(nodes, int) else None
+    check_schema(options, cls.schema if cls and name != "auto" else StrategyConfig, "strategy", problems)
+    if problems or cls is None or devices < 1 or nodes < 1:
+        return problems  # bad devices / num_nodes are reported by the trainer schema
     accelerator = trainer.get("accelerator", "auto")
     resolved = resolve_accelerator(accelerator) if isinstance(accelerator, str) else "cpu"
-    if resolved == "cuda" and not torch.cuda.is_available():
-        problems.append("trainer.accelerator: 'cuda' requested but no CUDA device is available here "
-                        "(valid here: auto, cpu)")
-        return
-    if resolved == "cuda" and devices > torch.cuda.device_count():
-        problems.append(f"trainer.devices: {devices} requested but only "
-                        f"{torch.cuda.device_count()} CUDA device(s) are visible")
-    if resolved == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        problems.append("trainer.accelerator: 'mps' requested but MPS is not available here (valid here: auto, cpu)")
-        return
-    cls = strategy_class(options, trainer)
-    cls.check(trainer, options, resolved, problems)
-
-    expected = cls.processes_per_node(trainer, options) * nodes
-    env = detect_environment()
-    if env is not None and env.world_size != expected:
-        problems.append(f"trainer.devices / trainer.num_nodes: strategy={cls.name} with trainer.devices={devices} x "
-                        f"trainer.num_nodes={nodes} needs {expected} processes, but the launcher started "
-                        f"WORLD_SIZE={env.world_size}")
-    if env is None and nodes > 1:
-        problems.append(f"trainer.num_nodes: {nodes} nodes must each be started by a launcher: "
-                        f"torchrun --nnodes {nodes} --nproc-per-node {cls.processes_per_node(trainer, options)} "
-                        "... -m framework.train ..., or srun under SLURM")
-    if env is not None and cls.launcher == "spawn":
-        problems.append(f"strategy={cls.name}: starts its own ranks with torch.multiprocessing.spawn; under "
-                        "torchrun or SLURM use strategy=ddp")
-
-    batch = (cfg.get("datamodule") or {}).get("batch_size")
-    dp = cls.data_parallel_size(trainer, options)
-    if isinstance(batch, int) and batch % dp:
-        problems.append(f"datamodule.batch_size: the global batch {batch} does not divide across {dp} "
-                        f"data-parallel ranks (trainer.devices={devices} x trainer.num_nodes={nodes}); "
-                        f"use a multiple of {dp}")
+    problems += accelerator_problems(resolved, devices)
+    if problems:
+        return problems
+    try:
+        _, typed, topology = resolve({**container, "trainer": {**trainer, "devices": devices, "num_nodes": nodes}})
+    except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
+        return [str(err)]
+    problems += cls.check(topology, typed, resolved)
+    problems += launch_problems(topology, cls.name, detect_environment(), cls.launcher == "spawn")
+    problems += batch_problems(topology, (container.get("datamodule") or {}).get("batch_size"))
+    return problems
 
 
-def build_strategy(cfg: dict, env: RankEnv) -> Strategy:
-    trainer = cfg["trainer"]
-    cls = strategy_class(cfg["strategy"], trainer)
-    return cls(dict(cfg["strategy"]), resolve_accelerator(trainer["accelerator"]), env, trainer["devices"])
+def build_strategy(container: dict, env: RankEnv) -> Strategy:
+    """The strategy of a resolved, validated config, for the rank ``env``."""
+    cls, options, topology = resolve(container)
+    return cls(options, resolve_accelerator(container["trainer"]["accelerator"]), topology, env)
 
 
-__all__ = ["STRATEGIES", "STRATEGY_SCHEMAS", "RankEnv", "Strategy", "build_strategy", "check_strategy",
-           "strategy_class"]
+__all__ = ["STRATEGIES", "Strategy", "build_strategy", "check_strategy", "resolve", "strategy_class"]

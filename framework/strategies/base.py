@@ -1,16 +1,18 @@
 """The Strategy interface, with the single-process defaults every strategy starts from.
 
-A strategy decides how many processes a job needs, wraps a plain model (``setup``),
-supplies the data sampler, and does the collectives the engine asks for. It is the only
-place that knows about parallelism: the engine runs one loop for all of them.
+A strategy decides how a job's processes are laid out (``make_topology``), wraps a plain
+model (``parallelize``), builds the optimizer over what it wrapped, takes the optimizer
+step, supplies the data sampler and does the collectives the engine asks for. It is the
+only place that knows about parallelism: the engine runs one loop for all of them.
+
+Adding a strategy: one module with a subclass (and, if it has options, a schema extending
+``StrategyConfig``), one YAML in ``conf/strategy/``, one line in ``STRATEGIES``.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime
 import os
-import socket
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -18,36 +20,9 @@ import torch.distributed as dist
 from torch import nn
 
 from framework.config.schemas import StrategyConfig
+from framework.config.topology import Topology
 from framework.data.sampler import ShardedSampler
-
-
-@dataclass(frozen=True)
-class RankEnv:
-    """Where this process sits in the job (all 0 / 1 for a single process)."""
-
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    local_world_size: int = 1
-    node_rank: int = 0
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def resolve_accelerator(name: str) -> str:
-    """``auto`` -> cuda if available, else mps, else cpu; other names unchanged."""
-    if name != "auto":
-        return name
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
+from framework.distributed import RankEnv, free_port
 
 
 def device_for(accelerator: str, local_rank: int) -> torch.device:
@@ -60,7 +35,7 @@ class Strategy:
     """Single process, single device, plus the collectives every multi-process strategy
     shares (they are no-ops while no process group exists). Subclasses override what differs."""
 
-    name = "single"
+    name = ""  # the registry name (strategy.name); every concrete strategy sets it
     schema: type = StrategyConfig
     # How a job's local ranks start: "elastic" (torch's elastic agent, as torchrun) or "spawn".
     launcher = "elastic"
@@ -72,30 +47,37 @@ class Strategy:
     # One process per device (ddp, fsdp, ...) rather than one per node.
     process_per_device = False
 
-    def __init__(self, options: dict, accelerator: str, env: RankEnv = RankEnv(), devices: int = 1):
+    def __init__(self, options: StrategyConfig, accelerator: str, topology: Topology = Topology(),
+                 env: RankEnv = RankEnv()):
         self.options = options
         self.accelerator = accelerator
+        self.topology = topology
         self.env = env
-        self.devices = devices  # trainer.devices: devices per node
         self.device = device_for(accelerator, env.local_rank)
 
-    # ---- topology (class-level: known before any process starts) ----
+    # ---- class level: known before any process starts ----
     @classmethod
-    def processes_per_node(cls, trainer: dict, options: dict) -> int:
-        return trainer.get("devices", 1) if cls.process_per_device else 1
+    def make_topology(cls, devices: int, num_nodes: int, options: StrategyConfig) -> Topology:
+        """The layout for ``trainer.devices`` per node on ``trainer.num_nodes`` nodes; raises
+        ValueError (naming the keys and factors) when ``options`` cannot lay it out."""
+        if cls.process_per_device:
+            return Topology(num_nodes=num_nodes, processes_per_node=devices)
+        return Topology(num_nodes=num_nodes, processes_per_node=1, devices_per_process=devices)
 
     @classmethod
-    def data_parallel_size(cls, trainer: dict, options: dict) -> int:
-        """How many ways the global batch is split across processes."""
-        return cls.processes_per_node(trainer, options) * trainer.get("num_nodes", 1)
+    def check(cls, topology: Topology, options: StrategyConfig, accelerator: str) -> list[str]:
+        """Every reason this strategy cannot run ``topology`` on ``accelerator`` here."""
+        if topology.world_size != 1 or topology.devices_per_process != 1:
+            return [f"strategy={cls.name}: runs one process on one device, but trainer.devices="
+                    f"{topology.devices_per_process * topology.processes_per_node} and trainer.num_nodes="
+                    f"{topology.num_nodes}; use strategy=ddp (or auto) for several devices"]
+        return []
 
     @classmethod
-    def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:
-        """Append every reason this strategy cannot run ``trainer`` on this machine."""
-        if trainer.get("devices", 1) != 1 or trainer.get("num_nodes", 1) != 1:
-            problems.append(f"strategy={cls.name}: runs one process on one device, but trainer.devices="
-                            f"{trainer.get('devices')} and trainer.num_nodes={trainer.get('num_nodes')}; "
-                            "use strategy=ddp (or auto) for several devices")
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology) -> float:
+        """Per-rank bytes of parameters + gradients + optimizer state (fp32: 4 + 4 + ``optimizer_bytes``
+        per parameter), the ZeRO paper's accounting; replicated on every rank here."""
+        return (8 + optimizer_bytes) * params
 
     # ---- runtime ----
     @property
@@ -127,25 +109,36 @@ class Strategy:
             # into an error instead of a job that waits forever.
             dist.init_process_group(backend, init_method=init_method, rank=self.env.rank,
                                     world_size=self.env.world_size,
-                                    timeout=datetime.timedelta(seconds=float(self.options.get("timeout_s", 1800))))
+                                    timeout=datetime.timedelta(seconds=float(self.options.timeout_s)))
 
-    def setup(self, model: nn.Module, optimizer_factory: Callable) -> tuple[nn.Module, torch.optim.Optimizer]:
-        """Move/wrap ``model`` and build the optimizer over the parameters it will train (None: no optimizer)."""
-        model = model.to(self.device)
-        return model, (optimizer_factory(model.parameters()) if optimizer_factory else None)
+    def setup(self, model: nn.Module, optimizer_factory: Callable | None) -> tuple[nn.Module, object]:
+        """Move and wrap ``model``; build the optimizer over the parameters it will train (None: no optimizer)."""
+        model = self.parallelize(model.to(self.device))
+        return model, (self.build_optimizer(model, optimizer_factory) if optimizer_factory else None)
+
+    def parallelize(self, model: nn.Module) -> nn.Module:
+        """Wrap or shard ``model`` (already on this rank's device) for this strategy."""
+        return model
+
+    def build_optimizer(self, model: nn.Module, optimizer_factory: Callable) -> torch.optim.Optimizer:
+        """The optimizer partial completed with the wrapped model's parameters (sharded ones for FSDP)."""
+        return optimizer_factory(model.parameters())
+
+    def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val: float | None,
+                       clip_algorithm: str) -> None:
+        """One optimizer step on the gradients of a finished accumulation window: unscale, clip,
+        step. A strategy that synchronises gradients itself does it here, before clipping."""
+        if clip_val:
+            precision.unscale(optimizer)
+            self.clip_gradients(model, clip_val, clip_algorithm)
+        precision.step(optimizer)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model
 
     def sampler(self, length: int, shuffle: bool, seed: int, drop_last_multiple: int | None) -> ShardedSampler:
-        return ShardedSampler(length, self.data_parallel_world(), self.data_parallel_rank(), shuffle, seed,
+        return ShardedSampler(length, self.topology.data_parallel_size, self.env.rank, shuffle, seed,
                               drop_last_multiple)
-
-    def data_parallel_world(self) -> int:
-        return self.env.world_size
-
-    def data_parallel_rank(self) -> int:
-        return self.env.rank
 
     def no_sync(self, model: nn.Module):
         """Context for micro-batches that must not all-reduce gradients (accumulation)."""

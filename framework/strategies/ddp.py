@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from framework.config.schemas import StrategyConfig
+from framework.config.topology import Topology
 from framework.strategies.base import Strategy
 
 
@@ -26,19 +27,19 @@ class DDPConfig(StrategyConfig):
     sync_batchnorm: bool = False
 
 
-def apply_ddp(model: nn.Module, device: torch.device, options: dict) -> DistributedDataParallel:
-    """Wrap ``model`` (already on ``device``) in DDP with ``options`` (a DDPConfig as a dict)."""
-    if options.get("sync_batchnorm"):
+def apply_ddp(model: nn.Module, device: torch.device, options: DDPConfig) -> DistributedDataParallel:
+    """Wrap ``model`` (already on ``device``) in DDP with ``options``."""
+    if options.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     ddp = DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
-        find_unused_parameters=options.get("find_unused_parameters", False),
-        static_graph=options.get("static_graph", False),
-        bucket_cap_mb=options.get("bucket_cap_mb", 25.0),
-        gradient_as_bucket_view=options.get("gradient_as_bucket_view", False),
+        find_unused_parameters=options.find_unused_parameters,
+        static_graph=options.static_graph,
+        bucket_cap_mb=options.bucket_cap_mb,
+        gradient_as_bucket_view=options.gradient_as_bucket_view,
     )
-    register_comm_hook(ddp, options.get("comm_hook", "none"), options.get("powersgd_rank", 1))
+    register_comm_hook(ddp, options.comm_hook, options.powersgd_rank)
     return ddp
 
 
@@ -62,13 +63,13 @@ class DDPStrategy(Strategy):
     process_per_device = True
 
     @classmethod
-    def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:
-        if accelerator == "mps" and trainer.get("devices", 1) > 1:
-            problems.append(f"strategy={cls.name}: MPS has one device per machine; use trainer.devices=1")
+    def check(cls, topology: Topology, options: DDPConfig, accelerator: str) -> list[str]:
+        if accelerator == "mps" and topology.processes_per_node > 1:
+            return [f"strategy={cls.name}: MPS has one device per machine; use trainer.devices=1"]
+        return []
 
-    def setup(self, model: nn.Module, optimizer_factory: Callable | None):
-        model = apply_ddp(model.to(self.device), self.device, self.options)
-        return model, (optimizer_factory(model.parameters()) if optimizer_factory else None)
+    def parallelize(self, model: nn.Module) -> nn.Module:
+        return apply_ddp(model, self.device, self.options)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model

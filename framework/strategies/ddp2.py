@@ -8,35 +8,48 @@ each node's share over its GPUs. Multi-node runs start through torchrun
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from framework.strategies.ddp import DDPConfig, register_comm_hook
+from framework.config.schemas import StrategyConfig
+from framework.config.topology import Topology
 from framework.strategies.base import Strategy
+from framework.strategies.ddp import register_comm_hook
+
+
+@dataclass
+class DDP2Config(StrategyConfig):
+    """The DDP options ddp2 honours; the others (static_graph, bucket_cap_mb, sync_batchnorm, ...)
+    are refused rather than silently ignored."""
+
+    name: str = "ddp2"
+    find_unused_parameters: bool = False
+    comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = "none"
+    powersgd_rank: int = 1
 
 
 class DDP2Strategy(Strategy):
     name = "ddp2"
-    schema = DDPConfig  # ddp's options
+    schema = DDP2Config
     needs_process_group = True
 
     @classmethod
-    def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:
+    def check(cls, topology: Topology, options: DDP2Config, accelerator: str) -> list[str]:
         if accelerator != "cuda":
-            problems.append(f"strategy=ddp2: DataParallel within a node needs CUDA devices "
-                            f"(trainer.accelerator={accelerator}); use strategy=ddp")
+            return [f"strategy=ddp2: DataParallel within a node needs CUDA devices "
+                    f"(trainer.accelerator={accelerator}); use strategy=ddp"]
+        return []
 
-    def setup(self, model: nn.Module, optimizer_factory: Callable | None):
-        devices = self.devices
+    def parallelize(self, model: nn.Module) -> nn.Module:
         # DataParallel keeps the parameters on its first device, so DDP sees a
         # single-device module and all-reduces its gradients across nodes.
-        inner = nn.DataParallel(model.to(self.device), device_ids=list(range(devices)))
-        ddp = DistributedDataParallel(inner, device_ids=None,
-                                      find_unused_parameters=self.options.get("find_unused_parameters", False))
-        register_comm_hook(ddp, self.options.get("comm_hook", "none"), self.options.get("powersgd_rank", 1))
-        return ddp, (optimizer_factory(ddp.parameters()) if optimizer_factory else None)
+        inner = nn.DataParallel(model, device_ids=list(range(self.topology.devices_per_process)))
+        ddp = DistributedDataParallel(inner, device_ids=None, find_unused_parameters=self.options.find_unused_parameters)
+        register_comm_hook(ddp, self.options.comm_hook, self.options.powersgd_rank)
+        return ddp
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         while isinstance(model, (DistributedDataParallel, nn.DataParallel)):

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 import torch
 from torch import nn
 
 from framework.config.schemas import StrategyConfig
+from framework.config.topology import Topology
 from framework.strategies.base import Strategy
 
 _DTYPES = {None: None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -31,7 +32,7 @@ class FSDPConfig(StrategyConfig):
     cpu_offload: bool = False
 
 
-def apply_fsdp(model: nn.Module, mesh, options: dict) -> nn.Module:
+def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig) -> nn.Module:
     """Shard ``model`` in place over ``mesh`` (1-D: FSDP; 2-D (replicate, shard): HSDP).
 
     Order: the listed submodules first (innermost units), then the root, so each unit's
@@ -39,12 +40,12 @@ def apply_fsdp(model: nn.Module, mesh, options: dict) -> nn.Module:
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    reshard = options.get("sharding", "full") == "full"
-    param_dtype, reduce_dtype = _DTYPES[options.get("param_dtype")], _DTYPES[options.get("reduce_dtype")]
+    reshard = options.sharding == "full"
+    param_dtype, reduce_dtype = _DTYPES[options.param_dtype], _DTYPES[options.reduce_dtype]
     kwargs = {
         "mesh": mesh,
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
-        "offload_policy": CPUOffloadPolicy() if options.get("cpu_offload") else OffloadPolicy(),
+        "offload_policy": CPUOffloadPolicy() if options.cpu_offload else OffloadPolicy(),
     }
     if param_dtype not in (None, torch.float32):
         # BatchNorm stays fp32 (as FSDP1 kept it): batch_norm will not mix low-precision
@@ -54,7 +55,7 @@ def apply_fsdp(model: nn.Module, mesh, options: dict) -> nn.Module:
         for module in list(model.modules())[1:]:
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
                 fully_shard(module, reshard_after_forward=reshard, **{**kwargs, "mp_policy": norm_policy})
-    wrap = set(options.get("wrap_classes") or [])
+    wrap = set(options.wrap_classes or [])
     for module in list(model.modules())[1:]:
         if type(module).__name__ in wrap:
             fully_shard(module, reshard_after_forward=reshard, **kwargs)
@@ -70,23 +71,28 @@ class FSDPStrategy(Strategy):
     lockstep_forward = True
 
     @classmethod
-    def check(cls, trainer: dict, options: dict, accelerator: str, problems: list[str]) -> None:
-        if options.get("cpu_offload") and accelerator != "cuda":
+    def check(cls, topology: Topology, options: FSDPConfig, accelerator: str) -> list[str]:
+        problems = []
+        if options.cpu_offload and accelerator != "cuda":
             problems.append(f"strategy.cpu_offload: offloads CUDA parameters to the CPU; it needs "
                             f"trainer.accelerator=cuda (here: {accelerator})")
         if accelerator == "mps":
             problems.append(f"strategy={cls.name}: FSDP needs cuda or cpu (gloo), not mps")
+        return problems
+
+    @classmethod
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology) -> float:
+        return (8 + optimizer_bytes) * params / topology.shard
 
     def mesh(self):
         from torch.distributed.device_mesh import init_device_mesh
 
         return init_device_mesh(self.device.type, (self.env.world_size,), mesh_dim_names=("shard",))
 
-    def setup(self, model: nn.Module, optimizer_factory: Callable | None):
-        model = apply_fsdp(model.to(self.device), self.mesh(), self.options)
-        # The optimizer is built over the sharded (DTensor) parameters: each rank keeps
+    def parallelize(self, model: nn.Module) -> nn.Module:
+        # The optimizer is then built over the sharded (DTensor) parameters: each rank keeps
         # optimizer state for its shard only.
-        return model, (optimizer_factory(model.parameters()) if optimizer_factory else None)
+        return apply_fsdp(model, self.mesh(), self.options)
 
     @contextlib.contextmanager
     def no_sync(self, model: nn.Module):

@@ -5,23 +5,24 @@ from typing import Callable
 
 from torch import nn
 
-from framework.strategies.ddp import DDPStrategy, apply_ddp
+from framework.config.topology import Topology
+from framework.strategies.ddp import DDPStrategy
 
 
 class ZeroStrategy(DDPStrategy):
     name = "zero"
 
-    def setup(self, model: nn.Module, optimizer_factory: Callable | None):
+    @classmethod
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology) -> float:
+        return 8 * params + optimizer_bytes * params / topology.data_parallel_size
+
+    def build_optimizer(self, model: nn.Module, optimizer_factory: Callable):
         from torch.distributed.optim import ZeroRedundancyOptimizer  # here: it imports FSDP's modules (~1 s)
 
-        model = apply_ddp(model.to(self.device), self.device, self.options)
-        if optimizer_factory is None:
-            return model, None
         # The optimizer partial (e.g. Adam with lr=...) becomes the per-shard optimizer: each
         # rank keeps state for 1/N of the parameters and broadcasts its updated shard.
-        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_factory.func,
-                                            **optimizer_factory.keywords)
-        return model, optimizer
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_factory.func,
+                                       **optimizer_factory.keywords)
 
     def checkpoint_state(self, model: nn.Module, optimizer):
         # ZeroRedundancyOptimizer's state lives in per-rank shards that DCP does not know;

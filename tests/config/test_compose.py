@@ -8,7 +8,8 @@ from omegaconf import OmegaConf
 
 from framework import compose
 from framework.api import CONF_DIR
-from framework.config import ConfigError, validate
+from framework.config import ConfigError
+from framework.preflight import preflight
 
 ROOT = CONF_DIR.parent
 GROUPS = ["model", "datamodule", "task", "optimizer", "scheduler", "strategy", "trainer", "logger", "callbacks"]
@@ -33,11 +34,11 @@ def test_every_group_option_composes_and_validates(group, option):
     cfg = compose([f"{group}={option}"])
     if (group, option) in NEEDS_DATA:
         with pytest.raises(ConfigError) as err:
-            validate(cfg)
+            preflight(cfg)
         assert NEEDS_DATA[(group, option)] in str(err.value)
         assert f"{group}." in str(err.value) or f"{group}=" in str(err.value)
         return
-    validate(cfg)
+    preflight(cfg)
 
 
 def test_every_config_file_opens_with_the_command_that_runs_it():
@@ -57,7 +58,7 @@ def test_every_experiment_composes_validates_and_runs(experiment, tmp_path):
     needs = {"digits_finetune_5to9": ["init.weights=null"]}.get(experiment, [])
     cfg = compose([f"experiment={experiment}", "trainer.fast_dev_run=2", "trainer.enable_progress_bar=false", *needs])
     assert cfg.name == experiment
-    validate(cfg)
+    preflight(cfg)
     results = fit(cfg, output_dir=str(tmp_path))
     assert results["status"] == "completed" and results["steps"] == 2
 

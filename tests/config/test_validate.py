@@ -5,12 +5,13 @@ import pytest
 from hydra.errors import HydraException
 
 from framework import compose
-from framework.config import ConfigError, validate
+from framework.config import ConfigError
+from framework.preflight import preflight
 
 
 def problems(*overrides: str) -> list[str]:
     with pytest.raises(ConfigError) as err:
-        validate(compose(list(overrides)))
+        preflight(compose(list(overrides)))
     return err.value.problems
 
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import TINY
+from tests.helpers import TINY
 
 
 def train(*args: str, cwd=None) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import TINY
+from tests.helpers import TINY
 
 
 def test_sweep_records_every_job_and_ends_with_a_report(tmp_path):

@@ -51,7 +51,7 @@ def test_last_shares_the_files_of_a_checkpoint_saved_at_the_same_step(straight):
     for name in ("trainer.pt", "rng/0.pt"):
         assert os.stat(ckpts / "last" / name).st_ino == os.stat(ckpts / "step18" / name).st_ino
     state = torch.load(ckpts / "last" / "trainer.pt", weights_only=False)
-    assert state["global_step"] == 18
+    assert state["loop"]["global_step"] == 18
     assert any("step18" in cb.get("best_k", {}) for cb in state["callbacks"].values())
 
 
@@ -67,7 +67,7 @@ def test_top_k_best_and_last(tmp_path):
     accs = sorted(float(n.split("acc")[1]) for n in kept)
     best = os.readlink(ckpts / "best")
     assert float(best.split("acc")[1]) == max(accs) and is_checkpoint(ckpts / "best")
-    assert torch.load(ckpts / "last" / "trainer.pt", weights_only=False)["global_step"] == results["steps"]
+    assert torch.load(ckpts / "last" / "trainer.pt", weights_only=False)["loop"]["global_step"] == results["steps"]
 
 
 def test_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
@@ -75,11 +75,12 @@ def test_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path, monk
 
     fit(compose(RUN[:-5] + ["trainer.max_epochs=1", "callbacks.model_checkpoint.monitor=null"]), output_dir=str(tmp_path))
     last = tmp_path / "checkpoints" / "last"
-    before = torch.load(last / "trainer.pt", weights_only=False)["global_step"]
+    before = torch.load(last / "trainer.pt", weights_only=False)["loop"]["global_step"]
 
     class Trainerish:  # enough of a trainer for save_checkpoint
+        from framework.config.schemas import StrategyConfig
         from framework.strategies.base import Strategy
-        strategy = Strategy({}, "cpu")
+        strategy = Strategy(StrategyConfig(), "cpu")
         model = torch.nn.Linear(2, 2)
         optimizer = None
 
@@ -98,7 +99,7 @@ def test_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path, monk
         ck.save_checkpoint(last, Trainerish())
     monkeypatch.undo()
     assert is_checkpoint(last)
-    assert torch.load(last / "trainer.pt", weights_only=False)["global_step"] == before
+    assert torch.load(last / "trainer.pt", weights_only=False)["loop"]["global_step"] == before
     resumed = fit(compose(RUN[:-5] + ["trainer.max_epochs=2", f"ckpt_path={last}"]), output_dir=str(tmp_path / "r"))
     assert resumed["status"] == "completed" and resumed["steps"] == 12
 
@@ -119,10 +120,11 @@ def test_early_stopping_on_nan(tmp_path):
 
 
 def test_ckpt_path_that_is_not_a_checkpoint_is_a_config_error(tmp_path):
-    from framework.config import ConfigError, validate
+    from framework.config import ConfigError
+    from framework.preflight import preflight
 
     with pytest.raises(ConfigError) as err:
-        validate(compose(RUN + [f"ckpt_path={tmp_path}"]))
+        preflight(compose(RUN + [f"ckpt_path={tmp_path}"]))
     assert "ckpt_path: no checkpoint at" in str(err.value)
 
 

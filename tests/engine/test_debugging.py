@@ -7,6 +7,8 @@ import csv
 import pytest
 
 from framework import compose, fit
+from framework.build import build_trainer
+from tests.helpers import CompileProbe
 
 QUIET = ["trainer.enable_progress_bar=false"]
 
@@ -54,25 +56,11 @@ def test_lr_monitor_logs_the_schedule(tiny_cfg, tmp_path):
 def test_backbone_finetuning_unfreezes_with_its_own_learning_rate(tmp_path):
     cfg = compose(["experiment=digits_cnn", "callbacks=backbone_finetuning", "trainer.max_epochs=2",
                    "trainer.limit_train_batches=3", "callbacks.backbone_finetuning.unfreeze_at_epoch=1",
-                   "export_weights=true", "logger=none", *QUIET])
-    from framework.build import build_components
-    from framework.config.schemas import TrainerConfig
-    from framework.engine.loop import Trainer
-    from framework.strategies import RankEnv, build_strategy
-    from omegaconf import OmegaConf, open_dict
-
-    with open_dict(cfg):
-        cfg.output_dir = str(tmp_path)
-    container = OmegaConf.to_container(cfg, resolve=True)
-    parts = build_components(cfg, True)
-    trainer = Trainer(TrainerConfig(**container["trainer"]), build_strategy(container, RankEnv()), parts.task,
-                      callbacks=parts.callbacks)
-    seen = []
-    parts.callbacks[0].on_train_epoch_end = lambda t: seen.append(
-        [(len(g["params"]), g["lr"]) for g in t.optimizer.param_groups])
-    trainer._hooks["on_train_epoch_end"] = [lambda t: parts.callbacks[0].on_train_epoch_end(t)]
+                   "+callbacks.groups._target_=tests.helpers.ParamGroups", "logger=none", *QUIET,
+                   f"output_dir={tmp_path}"])
+    trainer, parts = build_trainer(cfg)
     trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
-    head_only, with_backbone = seen
+    head_only, with_backbone = parts.callbacks["groups"].seen
     assert len(head_only) == 1 and len(with_backbone) == 2
     assert with_backbone[1][1] == pytest.approx(with_backbone[0][1] * 0.1)
 
@@ -84,8 +72,29 @@ def test_throughput_callback_logs_samples_per_second(tiny_cfg, tmp_path):
     assert len(rates) == 3 and all(r > 0 for r in rates)
 
 
-def test_compile_gives_the_same_results(tiny_cfg, tmp_path):
-    eager = fit(tiny_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=3"), output_dir=str(tmp_path / "e"))
-    compiled = fit(tiny_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.compile=true"),
-                   output_dir=str(tmp_path / "c"))
+def test_compile_runs_compiled_code_with_the_same_results(tiny_cfg, tmp_path):
+    probe = ["model._target_=tests.helpers.CompileProbe", "~model.hidden_sizes", "~model.dropout",
+             "trainer.max_epochs=1", "trainer.limit_train_batches=3"]
+    eager = fit(tiny_cfg(*probe), output_dir=str(tmp_path / "e"))
+    assert CompileProbe.compiled_calls == 0
+    compiled = fit(tiny_cfg(*probe, "trainer.compile=true"), output_dir=str(tmp_path / "c"))
+    assert CompileProbe.compiled_calls > 0  # forwards ran as compiled code, not eager Python
     assert compiled["metrics"]["val/loss"] == pytest.approx(eager["metrics"]["val/loss"], rel=1e-4)
+
+
+def test_throughput_counts_flops_and_logs_mfu_with_a_given_peak(tiny_cfg, tmp_path):
+    cfg = tiny_cfg("callbacks=throughput", "callbacks.throughput.log_every_n_steps=4",
+                   "callbacks.throughput.peak_flops=1e12", "logger=csv", f"output_dir={tmp_path}")
+    trainer, parts = build_trainer(cfg)
+    trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
+    # forward FLOPs of the 64 -> 32 -> 10 MLP, x3 for forward + backward
+    assert parts.callbacks["throughput"].flops_per_sample == 3 * 2 * (64 * 32 + 32 * 10)
+    assert 0 < trainer.logged_metrics["throughput/mfu"] < 1
+
+
+@pytest.mark.gpu
+def test_throughput_counts_flops_on_the_batch_on_the_device(tiny_cfg, tmp_path):
+    # current_batch is the batch after it moved to the GPU: the FLOP count runs the model on it.
+    results = fit(tiny_cfg("trainer.accelerator=cuda", "callbacks=throughput", "callbacks.throughput.log_every_n_steps=4"),
+                  output_dir=str(tmp_path))
+    assert results["status"] == "completed" and results["metrics"]["throughput/mfu"] > 0

@@ -6,8 +6,11 @@ import json
 import math
 
 import pytest
+import torch
 
 from framework import fit
+from framework.build import build_trainer
+from tests.helpers import ForwardDtypes
 
 
 def losses(output_dir) -> list[float]:
@@ -57,28 +60,23 @@ def test_fast_dev_run_writes_no_logger_files(tiny_cfg, tmp_path):
     assert not (tmp_path / "metrics.csv").exists() and not (tmp_path / "tb").exists()
 
 
-@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
-def test_mixed_precision_trains(tiny_cfg, tmp_path, precision):
-    results = fit(tiny_cfg(f"trainer.precision={precision}", "trainer.max_epochs=3", "trainer.limit_train_batches=1.0"),
-                  output_dir=str(tmp_path))
+@pytest.mark.parametrize("precision,dtype", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16),
+                                             ("32-true", torch.float32)])
+def test_mixed_precision_computes_in_its_dtype_and_trains(tiny_cfg, tmp_path, precision, dtype):
+    results = fit(tiny_cfg(f"trainer.precision={precision}", "trainer.max_epochs=3", "trainer.limit_train_batches=1.0",
+                           "+callbacks.dtypes._target_=tests.helpers.ForwardDtypes"), output_dir=str(tmp_path))
     assert results["precision"] == precision and results["metrics"]["val/acc"] > 0.8
+    # Inside forward, autocast ran every layer in the precision's dtype; the weights stay fp32.
+    assert ForwardDtypes.seen and set(ForwardDtypes.seen) == {(torch.float32, dtype)}
 
 
 def test_gradient_clipping_by_value_bounds_the_update(tiny_cfg, tmp_path):
     # With SGD(lr=1, no momentum) one clipped step moves every weight by at most clip_val.
-    from framework.build import build_components
-    from framework.config.schemas import TrainerConfig
-    from framework.engine.loop import Trainer
-    from framework.strategies import RankEnv, build_strategy
-    from omegaconf import OmegaConf
-
     cfg = tiny_cfg("optimizer=sgd", "optimizer.lr=1.0", "optimizer.momentum=0.0", "trainer.gradient_clip_val=0.001",
                    "trainer.gradient_clip_algorithm=value", "trainer.max_steps=1", "trainer.limit_val_batches=0",
                    "logger=none", "output_dir=" + str(tmp_path))
-    container = OmegaConf.to_container(cfg, resolve=True)
-    parts = build_components(cfg, True)
+    trainer, parts = build_trainer(cfg)
     before = [p.detach().clone() for p in parts.model.parameters()]
-    trainer = Trainer(TrainerConfig(**container["trainer"]), build_strategy(container, RankEnv()), parts.task)
     trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
     moved = max((p - b).abs().max().item() for p, b in zip(parts.model.parameters(), before))
     assert 0 < moved <= 0.001 + 1e-7

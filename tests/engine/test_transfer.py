@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from framework import compose, fit
-from framework.config import ConfigError, validate
+from framework.config import ConfigError
+from framework.preflight import preflight
 
 QUIET = ["trainer.enable_progress_bar=false", "logger=none"]
 
@@ -56,7 +57,7 @@ def test_frozen_submodule_does_not_change(pretrained, tmp_path):
 
 def test_missing_weights_and_unknown_submodule_are_reported(tmp_path):
     with pytest.raises(ConfigError, match="init.weights: nothing at"):
-        validate(compose(["experiment=digits_finetune_5to9", f"init.weights={tmp_path}/nope"]))
+        preflight(compose(["experiment=digits_finetune_5to9", f"init.weights={tmp_path}/nope"]))
     with pytest.raises(ValueError, match="init.freeze: the model has no submodule 'backbone'"):
         fit(compose(["experiment=digits_finetune_5to9", "init.weights=null", "init.freeze=[backbone]", *QUIET]),
             output_dir=str(tmp_path))
@@ -78,3 +79,21 @@ def test_unfrozen_backbone_follows_the_schedule_at_its_lr_factor(scheduler, tmp_
     assert len({r["lr-Adam/pg1"] for r in rows}) >= 2  # it changes with the schedule
     for r in rows:
         assert float(r["lr-Adam/pg1"]) == pytest.approx(0.1 * float(r["lr-Adam"]), rel=1e-6)
+
+
+def test_reset_keeps_buffers_fresh_too(pretrained):
+    # BatchNorm's running statistics are part of what init.reset promises to keep fresh.
+    from framework.engine.transfer import apply_init
+    from framework.models import CNN
+
+    trained = CNN([1, 8, 8], num_classes=5)
+    from framework.engine.checkpoint import load_model_weights
+
+    load_model_weights(pretrained, trained, strict=False)
+    assert trained.features[1].running_mean.abs().sum() > 0  # the pretrained statistics are not fresh ones
+    model = CNN([1, 8, 8], num_classes=5)
+    report = apply_init(model, str(pretrained), reset=["features"])
+    assert "features.1.running_mean" in report["reset"] and "features.1.running_mean" not in report["loaded"]
+    assert torch.equal(model.features[1].running_mean, torch.zeros_like(model.features[1].running_mean))
+    assert torch.equal(model.features[1].running_var, torch.ones_like(model.features[1].running_var))
+    assert torch.equal(model.head[0].weight, trained.head[0].weight)  # the rest did load

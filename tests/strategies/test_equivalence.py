@@ -4,26 +4,11 @@ Each distributed run is real: 2 (or 4) gloo ranks started by the elastic agent o
 """
 from __future__ import annotations
 
-import csv
-
 import pytest
 import torch
 
 from framework import compose, fit
-
-BASE = [
-    "experiment=digits_mlp", "model.hidden_sizes=[32,16]", "datamodule.batch_size=32", "trainer.max_epochs=2",
-    "trainer.limit_train_batches=5", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
-    "trainer.accelerator=cpu", "export_weights=true", "logger=csv", "seed=11",
-    # two micro-batches per step: accumulation (and DDP's no_sync) take part too
-    "trainer.accumulate_grad_batches=2",
-]
-
-
-def train_losses(output_dir) -> list[float]:
-    with open(output_dir / "metrics.csv") as f:
-        return [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
-
+from tests.helpers import BASE, train_losses
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):

@@ -9,9 +9,8 @@ import sys
 import pytest
 
 from framework import compose, fit
-from framework.launch.env import detect_environment, first_host
-from framework.strategies.base import free_port
-from tests.strategies.test_equivalence import BASE, train_losses
+from framework.distributed import detect_environment, first_host, free_port
+from tests.helpers import BASE, train_losses
 
 
 def test_two_torchrun_agents_as_two_nodes_match_single_device(tmp_path):
@@ -43,7 +42,7 @@ def test_slurm_variables_make_a_rank():
                "SLURM_NODEID": "1", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "4242",
                "SLURM_STEP_NODELIST": "gpu[07-08]"}
     env = detect_environment(environ)
-    assert (env.rank, env.local_rank, env.world_size, env.local_world_size, env.node_rank) == (3, 1, 4, 2, 1)
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (3, 1, 4, 2)
     assert environ["MASTER_ADDR"] == "gpu07" and environ["MASTER_PORT"] == str(15000 + 4242 % 20000)
     # a batch script's shell (no job step) is not a rank
     assert detect_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}) is None
@@ -54,7 +53,7 @@ def test_submitit_local_variables_make_a_rank():
     environ = {"SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1", "SUBMITIT_LOCAL_NTASKS": "2",
                "SUBMITIT_LOCAL_JOB_ID": "777"}
     env = detect_environment(environ)
-    assert (env.rank, env.local_rank, env.world_size, env.node_rank) == (1, 1, 2, 0)
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (1, 1, 2, 2)
     assert environ["MASTER_ADDR"] == "127.0.0.1" and environ["MASTER_PORT"] == str(15000 + 777)
     assert detect_environment({"SUBMITIT_LOCAL_GLOBALID": "0", "SUBMITIT_LOCAL_NTASKS": "1"}) is None
 
@@ -62,7 +61,7 @@ def test_submitit_local_variables_make_a_rank():
 def test_torchrun_variables_make_a_rank():
     env = detect_environment({"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
                               "GROUP_RANK": "1"})
-    assert (env.rank, env.local_rank, env.world_size, env.node_rank) == (1, 0, 2, 1)
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (1, 0, 2, 1)
 
 
 def test_a_failing_rank_fails_the_job_and_is_named(tmp_path):
@@ -91,18 +90,6 @@ def test_a_failing_rank_fails_the_job_and_is_named(tmp_path):
     assert "model construction failed on purpose" in results["error"]
 
 
-class EnvProbe:
-    """A user callback: writes the FRAMEWORK_PROBE variable each rank sees to out_dir/rank<r>."""
-
-    def __init__(self, out_dir: str):
-        self.out_dir = out_dir
-
-    def on_fit_start(self, trainer) -> None:
-        os.makedirs(self.out_dir, exist_ok=True)
-        with open(os.path.join(self.out_dir, f"rank{trainer.strategy.rank}"), "w") as f:
-            f.write(os.environ.get("FRAMEWORK_PROBE", "<unset>"))
-
-
 def test_ranks_see_the_environment_of_each_launch(tmp_path, monkeypatch):
     # Ranks fork from a server process started by the first launch; a variable set (or
     # removed) afterwards must still reach the next job's ranks.
@@ -112,7 +99,7 @@ def test_ranks_see_the_environment_of_each_launch(tmp_path, monkeypatch):
         else:
             monkeypatch.setenv("FRAMEWORK_PROBE", value)
         fit(compose(BASE + ["strategy=ddp", "trainer.devices=2", "logger=none", "export_weights=false",
-                            "+callbacks.probe._target_=tests.strategies.test_launch.EnvProbe",
+                            "+callbacks.probe._target_=tests.helpers.EnvProbe",
                             f"+callbacks.probe.out_dir={tmp_path / 'probe' / str(i)}"]),
             output_dir=str(tmp_path / str(i)))
         for rank in (0, 1):

@@ -1,10 +1,45 @@
-"""Is this process already one rank of a launched job (torchrun or SLURM)? Then it joins."""
+"""Where this process sits in a job, and what it runs on: the lowest layer, used by every other.
+
+``RankEnv`` comes from the variables of the launcher that started this process (torchrun or
+the elastic agent, SLURM's ``srun``, submitit's local executor); ``resolve_accelerator``
+turns ``auto`` into a device type; ``free_port`` finds a TCP port for a local rendezvous.
+"""
 from __future__ import annotations
 
 import os
 import re
+import socket
+from dataclasses import dataclass
 
-from framework.strategies.base import RankEnv
+
+@dataclass(frozen=True)
+class RankEnv:
+    """Where this process sits in the job (all 0 / 1 for a single process)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def resolve_accelerator(name: str) -> str:
+    """``auto`` -> cuda if available, else mps, else cpu; other names unchanged."""
+    if name != "auto":
+        return name
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
 
 
 def detect_environment(environ: dict | None = None) -> RankEnv | None:
@@ -18,15 +53,15 @@ def detect_environment(environ: dict | None = None) -> RankEnv | None:
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:
         return RankEnv(rank=int(env["RANK"]), local_rank=int(env["LOCAL_RANK"]), world_size=int(env["WORLD_SIZE"]),
-                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
-                       node_rank=int(env.get("GROUP_RANK", 0)))
+                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])))
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
         world = int(env["SLURM_NTASKS"])
         nodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
-        env.setdefault("MASTER_ADDR", first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")))
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")
+        env.setdefault("MASTER_ADDR", first_host(nodelist))
         env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
         return RankEnv(rank=int(env["SLURM_PROCID"]), local_rank=int(env.get("SLURM_LOCALID", "0")), world_size=world,
-                       local_world_size=world // max(1, nodes), node_rank=int(env.get("SLURM_NODEID", "0")))
+                       local_world_size=world // max(1, nodes))
     if "SUBMITIT_LOCAL_GLOBALID" in env and int(env.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1:
         # submitit's local executor (hydra/launcher=slurm_local): a SLURM job's tasks on this
         # machine, with the same one-task-per-device layout and its own variable names.
@@ -34,7 +69,7 @@ def detect_environment(environ: dict | None = None) -> RankEnv | None:
         env.setdefault("MASTER_ADDR", "127.0.0.1")
         env.setdefault("MASTER_PORT", str(15000 + int(env.get("SUBMITIT_LOCAL_JOB_ID", "0")) % 20000))
         return RankEnv(rank=int(env["SUBMITIT_LOCAL_GLOBALID"]), local_rank=int(env.get("SUBMITIT_LOCAL_LOCALID", "0")),
-                       world_size=world, local_world_size=world, node_rank=0)
+                       world_size=world, local_world_size=world)
     return None
 
 

@@ -1,0 +1,80 @@
+"""The job's layout of processes and devices, and the checks on it that run before any process
+starts (torchtitan's ``ParallelDims``: every factor is in the message).
+
+A strategy class turns ``trainer.devices`` / ``trainer.num_nodes`` and its options into a
+``Topology`` (``Strategy.make_topology``); validation checks it against the launcher, the
+machine and the batch size here, and every rank later reads the same object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from framework.distributed import RankEnv
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``num_nodes`` x ``processes_per_node`` processes, each driving ``devices_per_process``
+    devices (DataParallel and ddp2 drive several from one process). Every process is one
+    data-parallel rank; hsdp arranges them as ``replicate`` groups of ``shard`` ranks."""
+
+    num_nodes: int = 1
+    processes_per_node: int = 1
+    devices_per_process: int = 1
+    replicate: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.processes_per_node
+
+    @property
+    def data_parallel_size(self) -> int:
+        """How many ways the global batch is split across processes."""
+        return self.world_size
+
+    @property
+    def shard(self) -> int:
+        """Ranks that shard one replica (hsdp; the whole world otherwise)."""
+        return self.world_size // self.replicate
+
+
+def launch_problems(topology: Topology, strategy: str, launched: RankEnv | None, spawns: bool) -> list[str]:
+    """Does the launcher that started this process (``launched``; None: none) fit ``topology``?"""
+    problems = []
+    per_node = topology.processes_per_node
+    if launched is not None and launched.world_size != topology.world_size:
+        problems.append(f"trainer.devices / trainer.num_nodes: strategy={strategy} with {per_node} process(es) per "
+                        f"node x trainer.num_nodes={topology.num_nodes} needs {topology.world_size} processes, but "
+                        f"the launcher started WORLD_SIZE={launched.world_size}")
+    if launched is None and topology.num_nodes > 1:
+        problems.append(f"trainer.num_nodes: {topology.num_nodes} nodes must each be started by a launcher: "
+                        f"torchrun --nnodes {topology.num_nodes} --nproc-per-node {per_node} "
+                        "... -m framework.train ..., or srun under SLURM")
+    if launched is not None and spawns:
+        problems.append(f"strategy={strategy}: starts its own ranks with torch.multiprocessing.spawn; under "
+                        "torchrun or SLURM use strategy=ddp")
+    return problems
+
+
+def batch_problems(topology: Topology, batch_size) -> list[str]:
+    """The global batch must split evenly across the data-parallel ranks."""
+    dp = topology.data_parallel_size
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size % dp == 0:
+        return []
+    return [f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
+            f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}); "
+            f"use a multiple of {dp}"]
+
+
+def accelerator_problems(accelerator: str, devices: int) -> list[str]:
+    """Is the resolved ``accelerator`` here, with ``devices`` devices?"""
+    import torch
+
+    if accelerator == "cuda" and not torch.cuda.is_available():
+        return ["trainer.accelerator: 'cuda' requested but no CUDA device is available here (valid here: auto, cpu)"]
+    if accelerator == "cuda" and devices > torch.cuda.device_count():
+        return [f"trainer.devices: {devices} requested but only {torch.cuda.device_count()} CUDA device(s) are "
+                "visible"]
+    if accelerator == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        return ["trainer.accelerator: 'mps' requested but MPS is not available here (valid here: auto, cpu)"]
+    return []

@@ -1,0 +1,138 @@
+"""The contracts of the plug-ins the engine calls: Callback, Logger, DataModule, Task.
+
+Nothing is inherited: any object with these methods works (``typing.Protocol``). Validation
+checks every configured ``_target_`` class against its contract before any process starts
+(``contract_problems``), so a misspelled hook or a logger without ``finalize`` is a config
+error naming the key, not a failure after training.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Optional, Protocol
+
+import torch
+
+
+class Callback(Protocol):
+    """Every hook is optional: the engine calls those a callback defines, in this order. Each
+    receives the engine's ``Trainer`` first. All ranks call every hook (a hook may run a
+    collective, such as a checkpoint save); the metrics passed are already reduced over ranks.
+
+    Optional state (saved in checkpoints, keyed by the callback's config name, or by its
+    ``state_key`` attribute when it has one): ``state_dict() -> dict`` and
+    ``load_state_dict(dict)``, called after the strategy set up the model.
+    """
+
+    def on_fit_start(self, trainer) -> None:
+        """Once, after model and optimizer are set up and a checkpoint (if any) is loaded."""
+
+    def on_train_epoch_start(self, trainer) -> None:
+        """At the start of every training epoch (``trainer.current_epoch``), resumed ones too."""
+
+    def on_train_batch_end(self, trainer, loss: torch.Tensor, batch_idx: int) -> None:
+        """After each training batch's backward (``loss``: its detached loss); for the last batch
+        of an accumulation window, after the optimizer step."""
+
+    def on_train_step_end(self, trainer, loss: torch.Tensor) -> None:
+        """After each optimizer step (``trainer.global_step`` counts it) and its batch's
+        on_train_batch_end; ``loss``: the step's detached loss, the mean over its accumulation
+        window's micro-batches."""
+
+    def on_validation_start(self, trainer) -> None:
+        """Before a validation pass (mid-epoch, at an epoch's end, or after a run cut short)."""
+
+    def on_validation_end(self, trainer, metrics: dict[str, float]) -> None:
+        """After a validation pass, with its metrics (``val/loss``, ...)."""
+
+    def on_train_epoch_end(self, trainer) -> None:
+        """After an epoch's last batch, its validation and its epoch-interval scheduler step."""
+
+    def on_fit_end(self, trainer) -> None:
+        """Once, when training ends (any reason but an exception)."""
+
+    def on_test_start(self, trainer) -> None:
+        """Before the test pass."""
+
+    def on_test_end(self, trainer, metrics: dict[str, float]) -> None:
+        """After the test pass, with its metrics (``test/loss``, ...)."""
+
+    def on_exception(self, trainer, error: BaseException) -> None:
+        """When fit or test raises (the error is raised again afterwards)."""
+
+
+EVENTS = tuple(name for name in vars(Callback) if name.startswith("on_"))
+
+
+class Logger(Protocol):
+    """Receives metrics on rank 0 only."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """``metrics`` at optimizer step ``step``; an ``epoch`` entry is included."""
+
+    def log_hparams(self, params: dict[str, Any], metrics: dict[str, float]) -> None:
+        """Once at the end of a completed run: the flat resolved config and the final metrics."""
+
+    def finalize(self, status: str) -> None:
+        """Once at the end of every run ("completed", "failed"): flush and close."""
+
+
+class DataModule(Protocol):
+    """Datasets in, DataLoaders with the GLOBAL batch size out; the engine re-creates each
+    loader with the per-rank batch and its own sampler, so it never needs to know the ranks."""
+
+    def setup(self, stage: str) -> None:
+        """Prepare the datasets for ``stage``: "fit", "validate" or "test"."""
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        """Map-style dataset, ``batch_size`` = the global batch; a RandomSampler means shuffle."""
+
+    def val_dataloader(self) -> Optional[torch.utils.data.DataLoader]:
+        """The validation loader, or None for no validation."""
+
+    def test_dataloader(self) -> Optional[torch.utils.data.DataLoader]:
+        """The test loader, or None for no test."""
+
+
+class Task(Protocol):
+    """Turns a batch into a loss and metrics."""
+
+    def step(self, model: torch.nn.Module, batch, stage: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``stage``: "train", "val" or "test". Returns the batch's mean loss (0-d, with grad in
+        training) and metrics that are batch means (0-d tensors); the engine weights them by
+        batch size across batches and ranks."""
+
+
+CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, "task": Task}
+_OPTIONAL = {Callback: set(EVENTS)}
+
+
+def contract_problems(obj: Any, group: str, key: str) -> list[str]:
+    """What the class ``obj`` (the ``_target_`` at config key ``key`` of ``group``) lacks of its
+    contract; functions and other factories are not checked (what they return is unknown)."""
+    protocol = CONTRACTS.get(group)
+    if protocol is None or not inspect.isclass(obj):
+        return []
+    required = [n for n in vars(protocol) if not n.startswith("_") and callable(vars(protocol)[n])]
+    problems = [f"{key}._target_: {obj.__qualname__} has no method {name}() (a {protocol.__name__} needs: "
+                f"{', '.join(required)})" for name in required
+                if name not in _OPTIONAL.get(protocol, ()) and not callable(getattr(obj, name, None))]
+    if protocol is Callback:
+        problems += _callback_problems(obj, key)
+    return problems
+
+
+def _callback_problems(obj: type, key: str) -> list[str]:
+    problems = []
+    for name in dir(obj):
+        if name.startswith("on_") and name not in EVENTS and callable(getattr(obj, name)):
+            close = difflib.get_close_matches(name, EVENTS, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            problems.append(f"{key}._target_: {obj.__qualname__}.{name} is not a callback hook{hint} "
+                            f"(hooks: {', '.join(EVENTS)})")
+    has_save, has_load = callable(getattr(obj, "state_dict", None)), callable(getattr(obj, "load_state_dict", None))
+    if has_save != has_load:
+        problems.append(f"{key}._target_: {obj.__qualname__} defines {'state_dict' if has_save else 'load_state_dict'}"
+                        f"() without {'load_state_dict' if has_save else 'state_dict'}(); a checkpointed callback "
+                        "needs both")
+    return problems

@@ -1,0 +1,71 @@
+"""Everything checked before any process starts, every problem reported at once.
+
+``framework.config.validate`` checks what the config itself says (schemas, types, targets
+and their signatures); this module adds what needs the layers above it: the strategy's
+topology against this machine and the launcher, the plug-in contracts of callbacks,
+loggers, datamodule and task, the checkpoint to resume, and the run directory.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from framework.config import validate
+from framework.config.validate import import_target
+from framework.engine.checkpoint import check_ckpt_path, resolve_ckpt_path
+from framework.engine.protocols import contract_problems
+from framework.strategies import check_strategy
+
+
+def preflight(cfg: DictConfig) -> dict:
+    """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
+    container when it can run."""
+    return validate(cfg, checks=[check_strategy, check_contracts,
+                                 lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
+                                 check_output_dir])
+
+
+def check_contracts(container: dict) -> list[str]:
+    """Each configured class against the contract the engine calls it by (engine/protocols.py)."""
+    nodes = [(group, group, container.get(group)) for group in ("datamodule", "task")]
+    for group in ("callbacks", "logger"):
+        nodes += [(group, f"{group}.{name}", node) for name, node in (container.get(group) or {}).items()]
+    problems = []
+    for group, key, node in nodes:
+        if not isinstance(node, dict) or not isinstance(node.get("_target_"), str):
+            continue  # reported by the config checks
+        try:
+            obj = import_target(node["_target_"])
+        except Exception:  # noqa: BLE001 - an import failure is reported by the config checks
+            continue
+        problems += contract_problems(obj, group, key)
+    return problems
+
+
+def previous_run(directory: Path) -> list[str]:
+    """What a finished or interrupted run left in ``directory`` that a new run would replace."""
+    found = ["results.json"] if (directory / "results.json").exists() else []
+    checkpoints = directory / "checkpoints"
+    if checkpoints.is_dir() and any(p for p in checkpoints.iterdir() if not p.name.startswith(".")):
+        found.append("checkpoints/")
+    return found
+
+
+def check_output_dir(container: dict) -> list[str]:
+    """A run must not overwrite another run's results and checkpoints, unless it resumes that
+    run (a ckpt_path inside it) or ``overwrite`` says so. (framework.evaluate writes to a
+    directory of its own inside the run.)"""
+    output_dir = container.get("output_dir")
+    if not output_dir or container.get("overwrite"):
+        return []
+    found = previous_run(Path(output_dir))
+    ckpt = container.get("ckpt_path")
+    if not found or (ckpt and _inside(resolve_ckpt_path(str(ckpt), output_dir), Path(output_dir))):
+        return []
+    return [f"output_dir: '{output_dir}' already holds a run ({', '.join(found)}) that this run would overwrite; "
+            f"resume it with ckpt_path=last, choose another directory (hydra.run.dir=...), or set overwrite=true"]
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return directory.resolve() in path.resolve().parents

@@ -1,0 +1,196 @@
+"""One rank's whole job: set up (process group, run directory, components), fit and test,
+collect the results (rank 0 writes results.json), clean up."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from framework.build import Components, build_trainer
+from framework.config.relocate import relocate
+from framework.distributed import RankEnv
+from framework.engine.checkpoint import resolve_ckpt_path
+from framework.engine.loop import Trainer
+from framework.engine.memory import optimizer_state_bytes
+from framework.engine.results import peak_memory_bytes, throughput, write_json
+from framework.engine.transfer import apply_init
+from framework.strategies import Strategy, build_strategy
+
+log = logging.getLogger(__name__)
+FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+def flatten(node: dict, prefix: str = "") -> dict:
+    """{'a': {'b': 1}} -> {'a.b': 1} (for TensorBoard's hparams)."""
+    flat = {}
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def configure_rank_logging(output_dir: str, rank: int) -> None:
+    """Rank 0 appends to the job's train.log (and prints), rank r writes ranks/<r>/train.log.
+    Replaces this (launched) process's root handlers."""
+    path = Path(output_dir) / "train.log" if rank == 0 else Path(output_dir) / "ranks" / str(rank) / "train.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    formatter = logging.Formatter(FORMAT.replace("[%(name)s]", f"[rank {rank}][%(name)s]"))
+    handlers: list[logging.Handler] = [logging.FileHandler(path)]
+    if rank == 0:
+        handlers.append(logging.StreamHandler(sys.stdout))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def run_launched(container: dict, env: RankEnv) -> dict:
+    """Entry of a rank that a local launcher (elastic agent, spawn) started: its own log, its
+    share of the CPU threads, then the rank's job."""
+    configure_rank_logging(container["output_dir"], env.rank)
+    if "OMP_NUM_THREADS" not in os.environ:
+        # N ranks on one CPU must not each start a thread per core (torchrun sets OMP_NUM_THREADS=1).
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
+    return run(OmegaConf.create(container), env)
+
+
+def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
+    """Train and/or test the experiment ``cfg`` (resolved, validated) on this rank; return its results."""
+    start = time.perf_counter()
+    strategy = build_strategy(OmegaConf.to_container(cfg, resolve=True), env)
+    strategy.setup_environment()
+    cfg = _join_job_directory(cfg, strategy)
+    results = _job_fields(cfg, strategy)
+    trainer, parts, error = None, None, None
+    try:
+        trainer, parts = build_trainer(cfg, env, strategy)
+        results["seed"] = trainer.seed
+        results.update(_fit_and_test(cfg, trainer, parts))
+        results.update(_collect(cfg, trainer))
+        return results
+    except BaseException as err:
+        error = err
+        results.update(status="failed", error=f"{type(err).__name__}: {err}", failed_rank=env.rank,
+                       traceback=traceback.format_exc())
+        log.error("rank %d failed: %s", env.rank, results["error"])
+        raise
+    finally:
+        results["wall_time_s"] = time.perf_counter() - start
+        _cleanup(cfg, strategy, parts.loggers if parts else [], results, error)
+
+
+def _join_job_directory(cfg: DictConfig, strategy: Strategy) -> DictConfig:
+    """Under torchrun every rank composed its own config; rank 0's directory is the job's, and
+    every path derived from the others' scratch directories follows it."""
+    if not (strategy.distributed and strategy.world_size > 1):
+        return cfg
+    job_dir = strategy.broadcast_object(str(cfg.output_dir))
+    cfg = OmegaConf.create(relocate(OmegaConf.to_container(cfg, resolve=True), str(cfg.output_dir), job_dir))
+    configure_rank_logging(job_dir, strategy.rank)
+    return cfg
+
+
+def _job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
+    """What results.json says of the job whatever its outcome."""
+    trainer = cfg.trainer
+    return {"status": "running", "experiment": cfg.name, "strategy": strategy.name,
+            "accelerator": strategy.accelerator, "devices": trainer.devices, "num_nodes": trainer.num_nodes,
+            "world_size": strategy.world_size, "precision": trainer.precision, "output_dir": str(cfg.output_dir)}
+
+
+def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
+    """Transfer-learning init, fit (or resume), test; the seconds each took."""
+    out: dict = {}
+    init = cfg.get("init") or {}
+    if init.get("weights") or init.get("freeze"):
+        out["init"] = apply_init(parts.model, init.get("weights"), init.get("strict", False),
+                                 list(init.get("reset") or []), list(init.get("freeze") or []))
+    ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
+    t0 = time.perf_counter()
+    if cfg.train:
+        trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
+    t1 = time.perf_counter()
+    if cfg.test:
+        if cfg.train:
+            trainer.test(parts.datamodule)
+        else:  # evaluation only: the checkpoint's weights (or the model as built)
+            trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
+    # Where the rank's time went; the sweep report subtracts them from the sweep's wall time.
+    out.update(fit_time_s=t1 - t0, test_time_s=time.perf_counter() - t1)
+    if cfg.get("export_weights") and trainer.model is not None:
+        # Collective: every rank takes part in gathering sharded weights; rank 0 writes.
+        weights = trainer.strategy.full_state_dict(trainer.model)
+        if trainer.is_global_zero:
+            torch.save(weights, Path(cfg.output_dir) / "model.pt")
+    return out
+
+
+def _collect(cfg: DictConfig, trainer: Trainer) -> dict:
+    """The completed run's figures (collective: every rank gathers its memory figures to all)."""
+    strategy, model = trainer.strategy, trainer.model
+    peaks = strategy.all_gather_object(peak_memory_bytes(strategy.device))
+    states = strategy.all_gather_object(trainer.model_state_bytes)
+    predicted = None
+    if model is not None:
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        predicted = type(strategy).predict_model_state_bytes(trainable, optimizer_state_bytes(cfg.optimizer),
+                                                             strategy.topology)
+    final = {k: v for k, v in trainer.logged_metrics.items() if "/" in k}
+    hparams = flatten({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "output_dir"})
+    for logger in trainer.loggers:
+        logger.log_hparams(hparams, final)
+    return {
+        "status": "completed", "global_batch_size": trainer.global_batch_size, "epochs": trainer.state.epochs_run,
+        "steps": trainer.global_step, "metrics": dict(trainer.logged_metrics),
+        "throughput": throughput(trainer.step_times, trainer.train_samples),
+        "memory": {"peak_bytes_per_rank": peaks,
+                   "model_state_bytes_per_rank": [s["total"] if s else None for s in states],
+                   "predicted_model_state_bytes": predicted,
+                   # a sharded parameter's numel() is its full size
+                   "parameters": sum(p.numel() for p in model.parameters()) if model is not None else None},
+    }
+
+
+def _cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, error: BaseException | None) -> None:
+    """Close loggers, write results.json (rank 0), leave the process group. Each step runs
+    whatever the others did; an error here is logged, and raised only when the run itself did
+    not fail already, so teardown never hides the error that ended the run."""
+    first = None
+    for logger in loggers:
+        try:
+            logger.finalize(results["status"])
+        except Exception as err:  # noqa: BLE001 - reported here, raised below
+            log.error("rank %d: %s.finalize failed: %s: %s", strategy.rank, type(logger).__name__,
+                      type(err).__name__, err)
+            first = first or err
+    if first is not None and error is None:
+        results.update(status="failed", error=f"{type(first).__name__} in a logger's finalize: {first}",
+                       failed_rank=strategy.rank)
+    for what, step in [("writing results.json", lambda: _write_results(cfg, strategy, results)),
+                       ("leaving the process group", strategy.teardown)]:
+        try:
+            step()
+        except Exception as err:  # noqa: BLE001
+            log.error("rank %d: %s failed: %s: %s", strategy.rank, what, type(err).__name__, err)
+            first = first or err
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if first is not None and error is None:
+        raise first
+
+
+def _write_results(cfg: DictConfig, strategy: Strategy, results: dict) -> None:
+    if strategy.is_global_zero:
+        write_json(Path(cfg.output_dir) / "results.json", results)

@@ -1,0 +1,114 @@
+"""Shared by the tests (not a test module): shrunk configs that train in well under a second,
+and probe plug-ins that record what the engine did, named by ``_target_`` in configs."""
+from __future__ import annotations
+
+import csv
+import os
+
+import torch
+
+# A tiny MLP on digits, two short epochs, no progress bar: the base of most tests.
+TINY = [
+    "experiment=digits_mlp",
+    "model.hidden_sizes=[32]",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=6",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "datamodule.batch_size=32",
+]
+
+# The equivalence runs: a small MLP, 2 epochs of 5 batches, accumulation of 2 (DDP's no_sync takes part).
+BASE = [
+    "experiment=digits_mlp", "model.hidden_sizes=[32,16]", "datamodule.batch_size=32", "trainer.max_epochs=2",
+    "trainer.limit_train_batches=5", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu", "export_weights=true", "logger=csv", "seed=11",
+    "trainer.accumulate_grad_batches=2",
+]
+
+
+def train_losses(output_dir) -> list[float]:
+    """The train/loss column of a run's metrics.csv."""
+    with open(output_dir / "metrics.csv") as f:
+        return [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+
+
+class ForwardDtypes:
+    """A callback: records (weight dtype, output dtype) of every Linear/Conv2d forward in training,
+    in the class-level list ``seen`` (the run is in this process)."""
+
+    seen: list = []
+
+    def on_fit_start(self, trainer) -> None:
+        ForwardDtypes.seen = []
+
+        def record(module, inputs, output):
+            if module.training:
+                ForwardDtypes.seen.append((module.weight.dtype, output.dtype))
+
+        for module in trainer.model.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)):
+                module.register_forward_hook(record)
+
+
+class CompileProbe(torch.nn.Module):
+    """An MLP that counts the forwards that ran as compiled code: ``torch.compiler.is_compiling()``
+    is a constant True in a compiled frame and False in eager Python."""
+
+    compiled_calls = 0
+
+    def __init__(self, input_shape: list, num_classes: int):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(torch.tensor(input_shape).prod()), 32),
+                                       torch.nn.ReLU(), torch.nn.Linear(32, num_classes))
+
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            CompileProbe.compiled_calls += 1
+        return self.net(x)
+
+
+class ParamGroups:
+    """A callback: the optimizer's (param count, lr) per group at every epoch end, in ``seen``."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_epoch_end(self, trainer) -> None:
+        self.seen.append([(len(g["params"]), g["lr"]) for g in trainer.optimizer.param_groups])
+
+
+class EnvProbe:
+    """A callback: writes the FRAMEWORK_PROBE variable each rank sees to out_dir/rank<r>."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir = out_dir
+
+    def on_fit_start(self, trainer) -> None:
+        os.makedirs(self.out_dir, exist_ok=True)
+        with open(os.path.join(self.out_dir, f"rank{trainer.strategy.rank}"), "w") as f:
+            f.write(os.environ.get("FRAMEWORK_PROBE", "<unset>"))
+
+
+class TypoCallback:
+    """A user callback with a misspelled hook: it would never run."""
+
+    def on_train_epoch_ends(self, trainer) -> None:
+        pass
+
+
+class NoFinalizeLogger:
+    """A user logger missing finalize()."""
+
+    def log_metrics(self, metrics, step) -> None:
+        pass
+
+    def log_hparams(self, params, metrics) -> None:
+        pass
+
+
+class FailingFinalizeLogger(NoFinalizeLogger):
+    """A user logger whose finalize() raises."""
+
+    def finalize(self, status: str) -> None:
+        raise OSError(f"finalize failed (status {status})")
