@@ -127,6 +127,12 @@ def check_schema(node: Any, schema: type, path: str, problems: list[str], ignore
             problems.append(f"{prefix}{key}: expected {type_name(expected)}, got {_describe(value)}")
 
 
+def known_valid_keys(node: dict, schema: type) -> dict:
+    """The entries of ``node`` that ``schema`` has and whose values have its types."""
+    hints = typing.get_type_hints(schema)
+    return {k: v for k, v in node.items() if k in hints and (not _checkable(v) or type_ok(v, hints[k]))}
+
+
 def unknown_key_message(full_key: str, key: str, valid: Iterable[str]) -> str:
     valid = sorted(valid)
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)

@@ -15,7 +15,9 @@ class CSVLogger:
         if self.path.exists():  # a resumed run in the same directory keeps the rows before it
             with open(self.path, newline="") as f:
                 for row in csv.DictReader(f):
-                    self._rows[int(row.pop("step"))] = {k: float(v) for k, v in row.items() if v not in ("", None)}
+                    step = int(row.pop("step"))  # popped first: the step is the key, not a column
+                    self._rows[step] = {k: int(float(v)) if k == "epoch" else float(v)
+                                        for k, v in row.items() if v not in ("", None)}
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._rows.setdefault(step, {}).update(metrics)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import (Topology, accelerator_problems, batch_problems, launch_problems)
-from framework.config.validate import check_schema
+from framework.config.validate import check_schema, known_valid_keys
 from framework.distributed import RankEnv, detect_environment, resolve_accelerator
 from framework.strategies.base import Strategy
 from framework.strategies.ddp import DDPStrategy
@@ -47,16 +47,20 @@ def check_strategy(container: dict) -> list[str]:
         return [f"strategy.name: unknown strategy {name!r} (valid: {valid})"]
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
     cls = strategy_class(name, devices, nodes) if isinstance(devices, int) and isinstance(nodes, int) else None
-    check_schema(options, cls.schema if cls and name != "auto" else StrategyConfig, "strategy", problems)
-    if problems or cls is None or devices < 1 or nodes < 1:
+    schema = cls.schema if cls and name != "auto" else StrategyConfig
+    check_schema(options, schema, "strategy", problems)
+    if cls is None or devices < 1 or nodes < 1:
         return problems  # bad devices / num_nodes are reported by the trainer schema
+    # The remaining checks go on with the options that are valid (the others are reported above).
+    options = known_valid_keys(options, schema)
     accelerator = trainer.get("accelerator", "auto")
     resolved = resolve_accelerator(accelerator) if isinstance(accelerator, str) else "cpu"
-    problems += accelerator_problems(resolved, devices)
-    if problems:
-        return problems
+    missing = accelerator_problems(resolved, devices)
+    if missing:
+        return problems + missing
     try:
-        _, typed, topology = resolve({**container, "trainer": {**trainer, "devices": devices, "num_nodes": nodes}})
+        _, typed, topology = resolve({**container, "strategy": options,
+                                      "trainer": {**trainer, "devices": devices, "num_nodes": nodes}})
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
         return [str(err)]
     problems += cls.check(topology, typed, resolved)

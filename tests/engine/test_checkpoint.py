@@ -143,3 +143,31 @@ def test_evaluate_a_saved_checkpoint(straight, tmp_path):
     assert evaluated["metrics"]["test/acc"] == results["metrics"]["test/acc"]
     assert evaluated["metrics"]["test/loss"] == pytest.approx(results["metrics"]["test/loss"], rel=1e-6)
     assert (tmp_path / "eval" / "metrics.csv").exists() and not (out / "eval").exists()
+
+
+def test_resume_from_the_last_written_when_fit_stopped_mid_epoch(tmp_path):
+    # max_steps=9 stops in epoch 2 (4 batches an epoch); `last` is written at fit end. Resumed
+    # to step 12 it continues epoch 2 at its second batch, as the straight run does.
+    short = RUN[:-5] + ["callbacks.model_checkpoint.monitor=null", "trainer.max_epochs=5",
+                        "trainer.limit_train_batches=4", "scheduler=none"]
+    straight = fit(compose(short + ["trainer.max_steps=12"]), output_dir=str(tmp_path / "straight"))
+    fit(compose(short + ["trainer.max_steps=9"]), output_dir=str(tmp_path / "first"))
+    state = torch.load(tmp_path / "first" / "checkpoints" / "last" / "trainer.pt", weights_only=False)["loop"]
+    assert (state["global_step"], state["current_epoch"], state["batch_in_epoch"]) == (9, 2, 1)
+    resumed = fit(compose(short + ["trainer.max_steps=12", f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last'}"]),
+                  output_dir=str(tmp_path / "resumed"))
+    assert resumed["steps"] == straight["steps"] == 12 and resumed["epochs"] == straight["epochs"] == 3
+    expected, got = rows(tmp_path / "straight"), rows(tmp_path / "resumed")
+    assert [got[s]["train/loss"] for s in (10, 11, 12)] == [expected[s]["train/loss"] for s in (10, 11, 12)]
+
+
+def test_resuming_in_the_same_directory_keeps_metrics_csv_one_table(tmp_path):
+    fit(compose(RUN[:-5] + ["trainer.max_epochs=1", "callbacks.model_checkpoint.monitor=null"]), output_dir=str(tmp_path))
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0]
+    fit(compose(RUN[:-5] + ["trainer.max_epochs=2", "callbacks.model_checkpoint.monitor=null", "ckpt_path=last"]),
+        output_dir=str(tmp_path))
+    lines = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert lines[0] == header and lines[0].split(",").count("step") == 1
+    steps = [int(r["step"]) for r in rows(tmp_path).values()]
+    epochs = {r["epoch"] for r in rows(tmp_path).values()}
+    assert steps == sorted(steps) and max(steps) == 12 and epochs <= {"0", "1", "2"}  # integer epochs

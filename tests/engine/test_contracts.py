@@ -72,6 +72,8 @@ def test_callback_state_follows_its_name_when_another_callback_is_removed(tmp_pa
 
 
 def test_ddp2_refuses_the_ddp_options_it_would_ignore():
-    found = problems("strategy=ddp2", "strategy.static_graph=true", "strategy.bucket_cap_mb=10")
+    found = problems("strategy=ddp2", "strategy.static_graph=true", "strategy.bucket_cap_mb=10",
+                     "trainer.accelerator=cpu")
     assert any(p.startswith("strategy.static_graph: unknown key") for p in found)
     assert any(p.startswith("strategy.bucket_cap_mb: unknown key") for p in found)
+    assert any(p.startswith("strategy=ddp2: DataParallel within a node needs CUDA") for p in found)  # all at once
