@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from framework.config import validate
 from framework.config.validate import import_target
-from framework.engine.checkpoint import check_ckpt_path, resolve_ckpt_path
+from framework.engine.checkpoint_files import check_ckpt_path, resolve_ckpt_path
 from framework.engine.protocols import contract_problems
 from framework.strategies import check_strategy
 
@@ -47,7 +47,9 @@ def previous_run(directory: Path) -> list[str]:
     """What a finished or interrupted run left in ``directory`` that a new run would replace."""
     found = ["results.json"] if (directory / "results.json").exists() else []
     checkpoints = directory / "checkpoints"
-    if checkpoints.is_dir() and any(p for p in checkpoints.iterdir() if not p.name.startswith(".")):
+    # `.old-<name>`: a checkpoint whose replacement was interrupted; it still counts
+    if checkpoints.is_dir() and any(not p.name.startswith(".") or p.name.startswith(".old-")
+                                    for p in checkpoints.iterdir()):
         found.append("checkpoints/")
     return found
 

@@ -2,6 +2,7 @@
 collect the results (rank 0 writes results.json), clean up."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -118,6 +119,9 @@ def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
         out["init"] = apply_init(parts.model, init.get("weights"), init.get("strict", False),
                                  list(init.get("reset") or []), list(init.get("freeze") or []))
     ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
+    if ckpt is not None and not ckpt.exists():  # ckpt_path=last before any was written (a requeued job)
+        log.warning("ckpt_path=last: no checkpoint in %s yet; starting from the beginning", ckpt.parent)
+        ckpt = None
     t0 = time.perf_counter()
     if cfg.train:
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
@@ -152,7 +156,8 @@ def _collect(cfg: DictConfig, trainer: Trainer) -> dict:
     for logger in trainer.loggers:
         logger.log_hparams(hparams, final)
     return {
-        "status": "completed", "global_batch_size": trainer.global_batch_size, "epochs": trainer.state.epochs_run,
+        "status": "diverged" if trainer.diverged else "completed", "diverged": trainer.diverged,
+        "global_batch_size": trainer.global_batch_size, "epochs": trainer.state.epochs_run,
         "steps": trainer.global_step, "metrics": dict(trainer.logged_metrics),
         "throughput": throughput(trainer.step_times, trainer.train_samples),
         "memory": {"peak_bytes_per_rank": peaks,
@@ -192,5 +197,17 @@ def _cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, 
 
 
 def _write_results(cfg: DictConfig, strategy: Strategy, results: dict) -> None:
-    if strategy.is_global_zero:
-        write_json(Path(cfg.output_dir) / "results.json", results)
+    """results.json, unless that would replace a completed run's results with a failure (a
+    resume that failed): then results.<status>.json beside it."""
+    if not strategy.is_global_zero:
+        return
+    path = Path(cfg.output_dir) / "results.json"
+    if results["status"] not in ("completed", "diverged") and path.exists():
+        try:
+            previous = json.loads(path.read_text()).get("status")
+        except ValueError:
+            previous = None
+        if previous in ("completed", "diverged"):
+            path = path.with_name(f"results.{results['status']}.json")
+            log.error("results.json holds a %s run: this run's results are in %s", previous, path.name)
+    write_json(path, results)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from framework.engine.checkpoint import copy_checkpoint, save_checkpoint
+from framework.engine.checkpoint_files import remove_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ class ModelCheckpoint:
         self._warned = False
 
     # ---- events
+    def on_fit_start(self, trainer) -> None:
+        if trainer.is_global_zero:
+            remove_leftovers(self.dirpath)
+
     def on_train_step_end(self, trainer, loss) -> None:
         n = self.every_n_train_steps
         if n and trainer.global_step % n == 0:
@@ -64,7 +69,8 @@ class ModelCheckpoint:
 
     def on_fit_end(self, trainer) -> None:
         # The final weights are in `last` even when the run stopped between save points.
-        if self.save_last and self._last_saved_step != trainer.global_step and trainer.global_step > 0:
+        if self.save_last and self._last_saved_step != trainer.global_step and trainer.global_step > 0 \
+                and trainer.check_finite():
             self._write(trainer, "last")
 
     # ---- state (for resume)
@@ -93,13 +99,14 @@ class ModelCheckpoint:
         return score if (self.monitor and self.mode == "min") else -score
 
     def _save(self, trainer) -> None:
-        if trainer.global_step == self._last_saved_step:
-            return
+        if trainer.global_step == self._last_saved_step or not trainer.check_finite():
+            return  # saved already, or the weights are not finite: `last` and `best` keep good ones
         score = self._score(trainer)
         saved = None
         if self.save_top_k != 0 and score is not None:
             fields = _Fields({k.replace("/", "_"): v for k, v in trainer.logged_metrics.items()})
-            name = self.filename.format_map({**fields, "epoch": trainer.current_epoch, "step": trainer.global_step})
+            fields.update(epoch=trainer.current_epoch, step=trainer.global_step)
+            name = self.filename.format_map(fields)  # a metric not logged yet reads nan
             worst = max(self.best_k, key=lambda k: self._key(self.best_k[k]), default=None)
             full = 0 < self.save_top_k <= len(self.best_k)
             if not full or self._key(score) < self._key(self.best_k[worst]):

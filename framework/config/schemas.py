@@ -48,6 +48,9 @@ class TrainerConfig:
     profiler: Optional[Literal["simple", "pytorch"]] = None
     # torch.compile the model (in place, parameter names unchanged) before the strategy wraps it.
     compile: bool = False
+    # Stop a run whose training loss became NaN or infinite (status "diverged"), checked at every
+    # log step, epoch end and checkpoint save; non-finite weights are never saved.
+    detect_nonfinite: bool = True
 
 
 @dataclass

@@ -52,6 +52,7 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     if init.get("weights") and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)
+    _check_component_values(container, problems)
     _check_components(container, problems)
     for check in checks:
         problems.extend(check(container))
@@ -209,6 +210,32 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
     max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
     if (max_epochs is None or max_epochs == -1) and (max_steps is None or max_steps == -1) and not trainer.get("fast_dev_run"):
         problems.append("trainer.max_epochs / trainer.max_steps: both unlimited; set one of them")
+    for key in ("max_epochs", "max_steps"):
+        value = trainer.get(key)
+        if _is_number(value) and value < 1 and value != -1:
+            problems.append(f"trainer.{key}: must be >= 1, or -1 (or null) for no limit; got {value}")
+    for key, low in (("gradient_clip_val", 0), ("num_sanity_val_steps", -1), ("overfit_batches", 0)):
+        value = trainer.get(key)
+        if _is_number(value) and value < low:
+            problems.append(f"trainer.{key}: must be >= {low}, got {value}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_component_values(container: dict, problems: list[str]) -> None:
+    """Ranges of the numbers every run depends on (a bad one would only fail after ranks started)."""
+    checks = [("datamodule", "batch_size", "the global batch size"), ("datamodule", "num_workers", None),
+              ("optimizer", "lr", "the learning rate"), ("strategy", "timeout_s", "the process-group timeout")]
+    for group, key, what in checks:
+        value = (container.get(group) or {}).get(key)
+        if not _is_number(value):
+            continue
+        if key == "num_workers" and value < 0:
+            problems.append(f"{group}.{key}: must be >= 0, got {value}")
+        elif key != "num_workers" and value <= 0:
+            problems.append(f"{group}.{key}: {what} must be > 0, got {value}")
 
 
 def import_target(path: str) -> Any:

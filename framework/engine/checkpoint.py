@@ -6,6 +6,7 @@
     <name>/trainer.pt            loop state (epoch, step, position in the epoch), scheduler,
                                  grad scaler, callbacks, (zero) the consolidated optimizer
     <name>/rng/<rank>.pt         each rank's RNG states
+    <name>/manifest.json         written last: step, strategy, world size, every file's size
 
 Saves are atomic: everything is written to ``.tmp-<name>`` beside the target and renamed
 into place only once complete, so an interrupted save never leaves a broken checkpoint,
@@ -23,7 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-TRAINER_FILE = "trainer.pt"
+from framework.engine.checkpoint_files import (TRAINER_FILE, CheckpointError, is_checkpoint, resolve_ckpt_path,
+                                               verify_checkpoint, write_manifest)
+
+__all__ = ["CheckpointError", "copy_checkpoint", "is_checkpoint", "load_checkpoint", "load_model_checkpoint",
+           "load_model_weights", "resolve_ckpt_path", "save_checkpoint"]
 
 
 @contextlib.contextmanager
@@ -39,31 +44,6 @@ def _dcp():
     import torch.distributed.checkpoint as dcp
 
     return dcp
-
-
-def is_checkpoint(path: Path) -> bool:
-    return (path / ".metadata").is_file() and (path / TRAINER_FILE).is_file()
-
-
-def resolve_ckpt_path(value: str, output_dir: str) -> Path:
-    """``last`` / ``best`` -> <output_dir>/checkpoints/<value>; anything else is a path."""
-    if value in ("last", "best"):
-        return Path(output_dir) / "checkpoints" / value
-    return Path(value)
-
-
-def check_ckpt_path(value, output_dir) -> list[str]:
-    """Problems with ``ckpt_path`` found before any process starts."""
-    if value is None:
-        return []
-    path = resolve_ckpt_path(str(value), str(output_dir))
-    if is_checkpoint(path):
-        return []
-    hint = (" (ckpt_path=last|best look in this run's checkpoints/; to resume another run, pass its "
-            "checkpoint directory, or rerun in its directory with hydra.run.dir=<that run>)") \
-        if value in ("last", "best") else ""
-    return [f"ckpt_path: no checkpoint at '{path}'; a checkpoint is a directory holding .metadata and "
-            f"{TRAINER_FILE}{hint}"]
 
 
 def rng_state() -> dict:
@@ -98,7 +78,9 @@ def save_checkpoint(path: Path, trainer) -> None:
         torch.save({**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size},
                    tmp / TRAINER_FILE)
     strategy.barrier()
-    if strategy.is_global_zero:
+    if strategy.is_global_zero:  # every rank's files are written: list them, then commit
+        write_manifest(tmp, step=trainer.global_step, epoch=trainer.current_epoch, strategy=strategy.name,
+                       world_size=strategy.world_size)
         _commit(tmp, path)
     strategy.barrier()
 
@@ -131,14 +113,28 @@ def copy_checkpoint(src: Path, path: Path, strategy) -> None:
     strategy.barrier()
 
 
+@contextlib.contextmanager
+def _reading(path: Path):
+    """Name the checkpoint, and what is wrong with it, when reading it fails."""
+    problems = verify_checkpoint(path)
+    if problems:
+        raise CheckpointError("; ".join(problems))
+    try:
+        yield
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint '{path}' cannot be read ({type(err).__name__}: {first}); its files "
+                              f"have the sizes its manifest lists, so their contents are damaged") from err
+
+
 def load_checkpoint(path: Path, trainer) -> None:
     """Restore a checkpoint saved by ``save_checkpoint`` (possibly with another world size)."""
     strategy = trainer.strategy
     path = Path(path)
     state, _ = strategy.checkpoint_state(trainer.model, trainer.optimizer)
-    with _single_process_ok():
+    with _reading(path), _single_process_ok():
         _dcp().load(state, checkpoint_id=str(path))
-    saved = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=False)
+        saved = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=False)
     strategy.load_checkpoint_state(trainer.model, trainer.optimizer, state, saved.get("strategy_extra"))
     trainer.load_state_dict(saved)
     # RNG: this rank's own states when the world size is unchanged, else rank 0's.
@@ -154,7 +150,7 @@ def load_model_checkpoint(path: Path, trainer) -> None:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     state = {"model": get_model_state_dict(trainer.model)}
-    with _single_process_ok():
+    with _reading(Path(path)), _single_process_ok():
         _dcp().load(state, checkpoint_id=str(path))
     set_model_state_dict(trainer.model, state["model"])
 

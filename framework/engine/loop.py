@@ -108,6 +108,11 @@ class Trainer:
         self.model_state_bytes: Optional[dict] = None  # params + grads + optimizer state on this rank
         self._eval_names: dict[str, list[str]] = {}
         self._t_prev = 0.0
+        # Sum of the training losses since the last finiteness check: NaN/inf propagate into it,
+        # so one add per step (no host sync) finds a non-finite loss at the next check.
+        self._loss_check: Optional[torch.Tensor] = None
+        self._checked_step = 0
+        self.diverged: Optional[dict] = None  # {"after_step", "by_step"} once a non-finite loss was seen
         # Seeded per epoch: a resumed run's DataLoader draws the same worker seeds, and the
         # loader never consumes the global RNG that dropout and friends use.
         self._loader_generator = torch.Generator()
@@ -148,6 +153,9 @@ class Trainer:
 
             load_checkpoint(ckpt_path, self)
             log.info("Resumed from %s at epoch %d, step %d", ckpt_path, self.current_epoch, self.global_step)
+            for logger in self.loggers:
+                if callable(getattr(logger, "resume", None)):
+                    logger.resume(self.global_step)
         elif val_loader is not None and self.config.num_sanity_val_steps:
             self._run_guarded(lambda: self._evaluate(val_loader, "val", sanity=True))
         self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))
@@ -265,11 +273,14 @@ class Trainer:
         spec = self.scheduler_spec
         if spec is not None and spec.interval == "step" and st.global_step % spec.frequency == 0:
             self.scheduler.step()
+        if self.config.detect_nonfinite:
+            self._loss_check = step_loss if self._loss_check is None else self._loss_check + step_loss
         if st.global_step % self.config.log_every_n_steps == 0:
             self._log_train(step_loss, size, metrics)
+            self.check_finite()
         self._call("on_train_batch_end", loss, st.batch_in_epoch - 1)
         if self._hooks["on_train_step_end"]:
-            self._call("on_train_step_end", step_loss / size)
+            self._call("on_train_step_end", step_loss / size if size > 1 else step_loss)
 
     def _optimizer_step(self) -> None:
         cfg = self.config
@@ -291,8 +302,25 @@ class Trainer:
         if finished and spec is not None and spec.interval == "epoch" and (st.current_epoch + 1) % spec.frequency == 0:
             self.scheduler.step()
         st.epoch_finished = finished
+        self.check_finite()
         self._call("on_train_epoch_end")
         self._sync_should_stop()
+
+    def check_finite(self) -> bool:
+        """False once a training loss was NaN or infinite; then the run stops (status "diverged").
+        Collective: every rank calls it at the same point (log steps, epoch ends, checkpoint saves)."""
+        if self.diverged is not None or self._loss_check is None:
+            return self.diverged is None
+        bad = torch.isfinite(self._loss_check).logical_not().float().reshape(1)
+        if self.strategy.all_reduce(bad, "max").item():
+            self.diverged = {"after_step": self._checked_step, "by_step": self.global_step}
+            self.should_stop = True
+            if self.is_global_zero:
+                log.error("The training loss became NaN or infinite after step %d (found at step %d): stopping; "
+                          "no checkpoint is saved from now on", self._checked_step, self.global_step)
+        else:
+            self._loss_check, self._checked_step = None, self.global_step
+        return self.diverged is None
 
     def _validates_this_epoch(self, val_loader: Optional[DataLoader]) -> bool:
         return val_loader is not None and (self.state.current_epoch + 1) % self.config.check_val_every_n_epoch == 0

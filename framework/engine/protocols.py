@@ -76,6 +76,10 @@ class Logger(Protocol):
     def finalize(self, status: str) -> None:
         """Once at the end of every run ("completed", "failed"): flush and close."""
 
+    def resume(self, step: int) -> None:
+        """Optional: the run resumed from a checkpoint at ``step``; what was logged after it
+        (before the interruption) is the future of a run that did not happen."""
+
 
 class DataModule(Protocol):
     """Datasets in, DataLoaders with the GLOBAL batch size out; the engine re-creates each
@@ -104,7 +108,7 @@ class Task(Protocol):
 
 
 CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, "task": Task}
-_OPTIONAL = {Callback: set(EVENTS)}
+_OPTIONAL = {Callback: set(EVENTS), Logger: {"resume"}}
 
 
 def contract_problems(obj: Any, group: str, key: str) -> list[str]:

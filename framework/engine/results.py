@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import statistics
@@ -26,11 +27,22 @@ def throughput(step_times: list[float], samples: int) -> dict:
     }
 
 
+def strict(value):
+    """``value`` with every NaN or infinity as None: strict JSON, which any parser reads."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
+
+
 def write_json(path: Path, data: dict) -> None:
-    """Write atomically (temporary file + rename): a reader never sees half a file."""
+    """Write strict JSON atomically (temporary file + rename): a reader never sees half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=str)
+        json.dump(strict(data), f, indent=2, default=str, allow_nan=False)
         f.write("\n")
     os.replace(tmp, path)
 

@@ -7,41 +7,75 @@ from pathlib import Path
 
 
 class CSVLogger:
-    def __init__(self, save_dir: str, filename: str = "metrics.csv", flush_every_n_logs: int = 100):
+    """A step's row is appended and flushed as soon as a later step is logged (and at the end),
+    so a killed run loses at most the step being logged. The file is rewritten whole only when
+    a new column appears (``val/*`` after the first validation), through a temporary file and a
+    rename, so a reader never sees half of it. A run resumed in the same directory continues
+    the file: rows after the resumed step (logged before the interruption) are dropped."""
+
+    def __init__(self, save_dir: str, filename: str = "metrics.csv"):
         self.path = Path(save_dir) / filename
-        self.flush_every_n_logs = flush_every_n_logs
-        self._rows: dict[int, dict] = {}  # step -> merged metrics logged at that step
-        self._logs = 0
-        if self.path.exists():  # a resumed run in the same directory keeps the rows before it
+        self._rows: dict[int, dict] = {}   # step -> merged metrics logged at that step
+        self._names: set[str] = set()      # every metric column
+        self._columns: list[str] | None = None  # the metric columns of the file's header
+        self._pending: set[int] = set()    # steps not in the file yet
+        self._rewrite = False
+        if self.path.exists():
             with open(self.path, newline="") as f:
                 for row in csv.DictReader(f):
                     step = int(row.pop("step"))  # popped first: the step is the key, not a column
                     self._rows[step] = {k: int(float(v)) if k == "epoch" else float(v)
                                         for k, v in row.items() if v not in ("", None)}
+            self._names = {k for row in self._rows.values() for k in row} - {"epoch"}
+            self._columns = sorted(self._names)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if step in self._rows and step not in self._pending:
+            self._rewrite = True  # a step already in the file changed
         self._rows.setdefault(step, {}).update(metrics)
-        self._logs += 1
-        if self._logs % self.flush_every_n_logs == 0:
-            self.flush()
+        self._names.update(k for k in metrics if k != "epoch")
+        self._pending.add(step)
+        self._write(before=step)
 
     def log_hparams(self, params: dict, metrics: dict[str, float]) -> None:
         pass  # the resolved config is saved beside it as config.yaml
 
-    def flush(self) -> None:
-        # Columns can appear mid-run (val/* after the first validation), so rewrite the
-        # whole file; write to a temporary file and rename so a reader never sees half of it.
-        names = sorted({k for row in self._rows.values() for k in row} - {"epoch"})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["step", "epoch", *names])
-            for step in sorted(self._rows):
-                row = self._rows[step]
-                writer.writerow([step, row.get("epoch", ""), *(row.get(n, "") for n in names)])
-        os.replace(tmp, self.path)
+    def resume(self, step: int) -> None:
+        """The run continues from ``step``: rows logged after it belong to the lost future."""
+        dropped = [s for s in self._rows if s > step]
+        for s in dropped:
+            del self._rows[s]
+            self._pending.discard(s)
+        if dropped:
+            self._rewrite = True
+            self._write(before=step + 1)
 
     def finalize(self, status: str) -> None:
-        if self._rows:
-            self.flush()
+        self._write(before=float("inf"))
+
+    def _write(self, before: float) -> None:
+        ready = sorted(s for s in self._pending if s < before)
+        columns = sorted(self._names)
+        if not ready and not self._rewrite:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._rewrite or columns != self._columns or not self.path.exists():
+            tmp = self.path.with_suffix(".csv.tmp")
+            with open(tmp, "w", newline="") as f:
+                self._write_rows(f, [s for s in sorted(self._rows) if s not in self._pending or s in ready],
+                                 columns, header=True)
+            os.replace(tmp, self.path)
+        else:
+            with open(self.path, "a", newline="") as f:
+                self._write_rows(f, ready, columns, header=False)
+        self._columns, self._rewrite = columns, False
+        self._pending.difference_update(ready)
+
+    def _write_rows(self, f, steps: list[int], columns: list[str], header: bool) -> None:
+        writer = csv.writer(f)
+        if header:
+            writer.writerow(["step", "epoch", *columns])
+        for step in steps:
+            row = self._rows[step]
+            writer.writerow([step, row.get("epoch", ""), *(row.get(n, "") for n in columns)])
+        f.flush()

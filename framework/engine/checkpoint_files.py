@@ -1,0 +1,101 @@
+"""A checkpoint directory's files: finding it, its manifest, and the checks that it is whole.
+
+No torch here: validation checks ``ckpt_path`` with these before any process starts.
+
+Every checkpoint ends with ``manifest.json`` (written last, before the commit rename): the
+step, epoch, strategy and world size that saved it, and each file with its size. A file that
+is missing or has another size makes the checkpoint "incomplete or corrupted", named as such.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TRAINER_FILE = "trainer.pt"
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used, with the file and the reason."""
+
+
+def is_checkpoint(path: Path) -> bool:
+    return (path / ".metadata").is_file() and (path / TRAINER_FILE).is_file()
+
+
+def resolve_ckpt_path(value: str, output_dir: str) -> Path:
+    """``last`` / ``best`` -> <output_dir>/checkpoints/<value>; anything else is a path. A save
+    interrupted between its two renames left the previous checkpoint as ``.old-<name>``: it is
+    used when ``<name>`` itself is missing."""
+    path = Path(output_dir) / "checkpoints" / value if value in ("last", "best") else Path(value)
+    previous = path.parent / f".old-{path.name}"
+    if not path.exists() and is_checkpoint(previous):
+        return previous
+    return path
+
+
+def write_manifest(path: Path, **about) -> None:
+    """Record every file under ``path`` with its size, and ``about`` (step, strategy, ...)."""
+    files = {str(p.relative_to(path)): p.stat().st_size for p in sorted(path.rglob("*")) if p.is_file()}
+    with open(path / MANIFEST, "w") as f:
+        json.dump({**about, "files": files}, f, indent=1)
+
+
+def verify_checkpoint(path: Path) -> list[str]:
+    """Why the checkpoint directory ``path`` is not whole (empty: it is)."""
+    if not path.is_dir():
+        return [f"no checkpoint at '{path}'"]
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return [f"checkpoint '{path}' has no {MANIFEST} (a save that did not finish, or not a checkpoint)"]
+    except ValueError as err:
+        return [f"checkpoint '{path}': {MANIFEST} is corrupted ({err})"]
+    saved = (f"saved at step {manifest.get('step')} by strategy={manifest.get('strategy')} with "
+             f"{manifest.get('world_size')} rank(s)")
+    problems = []
+    for name, size in manifest.get("files", {}).items():
+        file = path / name
+        if not file.is_file():
+            problems.append(f"checkpoint '{path}' is incomplete: {name} is missing ({saved})")
+        elif file.stat().st_size != size:
+            problems.append(f"checkpoint '{path}' is corrupted: {name} has {file.stat().st_size} bytes, "
+                            f"{size} were written ({saved})")
+    return problems
+
+
+def check_ckpt_path(value, output_dir) -> list[str]:
+    """Problems with ``ckpt_path`` found before any process starts. ``last`` in a directory that
+    has none is not one: the run starts fresh (a requeued job can always pass it)."""
+    if value is None:
+        return []
+    path = resolve_ckpt_path(str(value), str(output_dir))
+    if value == "last" and not path.exists():
+        return []
+    if not path.exists() or not (is_checkpoint(path) or (path / MANIFEST).exists()):
+        hint = (" (ckpt_path=last|best look in this run's checkpoints/; to resume another run, pass its "
+                "checkpoint directory, or rerun in its directory with hydra.run.dir=<that run>)") \
+            if value == "best" else ""
+        return [f"ckpt_path: no checkpoint at '{path}'; a checkpoint is a directory holding .metadata, "
+                f"{TRAINER_FILE} and {MANIFEST}{hint}"]
+    return [f"ckpt_path: {problem}" for problem in verify_checkpoint(path)]
+
+
+def remove_leftovers(directory: Path) -> None:
+    """Delete what interrupted saves left in a checkpoint directory: ``.tmp-*`` (never committed)
+    and ``.old-*`` whose successor is in place."""
+    if not directory.is_dir():
+        return
+    for entry in directory.iterdir():
+        stale = entry.name.startswith(".tmp-") or (
+            entry.name.startswith(".old-") and is_checkpoint(directory / entry.name[len(".old-"):]))
+        if stale and entry.is_dir() and not entry.is_symlink():
+            log.info("Removing %s, left by an interrupted save", entry)
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.name == ".best-link" and entry.is_symlink():
+            os.unlink(entry)
