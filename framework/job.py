@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from framework.distributed import detect_environment
+from framework.engine.signals import Interrupted
 from framework.launch import launch
 from framework.preflight import preflight
 from framework.strategies import resolve
@@ -34,10 +35,13 @@ def run_job(cfg: DictConfig) -> dict:
     log.info("Experiment '%s', output in %s", cfg.name, output_dir)
     results = launch(cfg)
     metrics = results.get("metrics", {})
-    shown = ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith(("val/", "test/")))
+    shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(metrics.items())
+                      if k.startswith(("val/", "test/")))
     log.info("Finished '%s' (%s): %s", cfg.name, results.get("status"), shown or "no metrics")
     written = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in output_dir.iterdir()))
     log.info("Outputs: %s (%s)", output_dir.resolve(), written)
+    if results.get("status") == "interrupted":
+        raise Interrupted(results["signal_number"], results)
     return results
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
+import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -20,6 +23,7 @@ from framework.engine.checkpoint import resolve_ckpt_path
 from framework.engine.loop import Trainer
 from framework.engine.memory import optimizer_state_bytes
 from framework.engine.results import peak_memory_bytes, throughput, write_json
+from framework.engine.signals import StopSignals, stop_signals, watch_parent
 from framework.engine.transfer import apply_init
 from framework.strategies import Strategy, build_strategy
 
@@ -61,6 +65,7 @@ def run_launched(container: dict, env: RankEnv) -> dict:
     """Entry of a rank that a local launcher (elastic agent, spawn) started: its own log, its
     share of the CPU threads, then the rank's job."""
     configure_rank_logging(container["output_dir"], env.rank)
+    watch_parent()
     if "OMP_NUM_THREADS" not in os.environ:
         # N ranks on one CPU must not each start a thread per core (torchrun sets OMP_NUM_THREADS=1).
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
@@ -76,10 +81,14 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     results = _job_fields(cfg, strategy)
     trainer, parts, error = None, None, None
     try:
-        trainer, parts = build_trainer(cfg, env, strategy)
-        results["seed"] = trainer.seed
-        results.update(_fit_and_test(cfg, trainer, parts))
-        results.update(_collect(cfg, trainer))
+        with StopSignals(stop_signals(cfg.trainer.get("stop_on_sigusr1"))) as signals:
+            trainer, parts = build_trainer(cfg, env, strategy)
+            trainer.signals = signals
+            results["seed"] = trainer.seed
+            results.update(_fit_and_test(cfg, trainer, parts))
+            results.update(_collect(cfg, trainer))
+            if trainer.interrupted:  # still under the handlers: a duplicate signal must not kill the save
+                results.update(_interrupted(cfg, trainer))
         return results
     except BaseException as err:
         error = err
@@ -126,7 +135,7 @@ def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
     if cfg.train:
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
     t1 = time.perf_counter()
-    if cfg.test:
+    if cfg.test and not trainer.interrupted:
         if cfg.train:
             trainer.test(parts.datamodule)
         else:  # evaluation only: the checkpoint's weights (or the model as built)
@@ -166,6 +175,41 @@ def _collect(cfg: DictConfig, trainer: Trainer) -> dict:
                    # a sharded parameter's numel() is its full size
                    "parameters": sum(p.numel() for p in model.parameters()) if model is not None else None},
     }
+
+
+def _interrupted(cfg: DictConfig, trainer: Trainer) -> dict:
+    """A run stopped by a signal: ``last`` holds its final step (saved here unless a checkpoint
+    callback did), and under SLURM with ``trainer.requeue`` the job requeues itself."""
+    from framework.engine.checkpoint import save_checkpoint
+    from framework.engine.checkpoint_files import saved_step
+
+    strategy = trainer.strategy
+    last = Path(cfg.output_dir) / "checkpoints" / "last"
+    if strategy.broadcast_object(saved_step(last) if strategy.is_global_zero else None) != trainer.global_step:
+        save_checkpoint(last, trainer)  # collective: every rank writes its shards
+    name = signal.Signals(trainer.interrupted).name
+    if strategy.is_global_zero:
+        log.warning("Interrupted by %s at step %d; %s holds it: resume with ckpt_path=last", name,
+                    trainer.global_step, last)
+    out = {"status": "interrupted", "signal": name, "signal_number": trainer.interrupted, "checkpoint": str(last)}
+    if trainer.interrupted == signal.SIGUSR1 and cfg.trainer.get("requeue") and strategy.is_global_zero:
+        out["requeued"] = requeue()
+    return out
+
+
+def requeue() -> bool:
+    """``scontrol requeue $SLURM_JOB_ID`` (FRAMEWORK_REQUEUE_COMMAND replaces it, e.g. in tests)."""
+    job = os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID"))
+    if job is None:
+        log.warning("trainer.requeue: not inside a SLURM job (no SLURM_JOB_ID); not requeued")
+        return False
+    if "SLURM_ARRAY_TASK_ID" in os.environ:
+        job = f"{job}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    command = os.environ.get("FRAMEWORK_REQUEUE_COMMAND", "scontrol requeue {job_id}").format(job_id=job)
+    done = subprocess.run(shlex.split(command), capture_output=True, text=True)
+    log.log(logging.INFO if done.returncode == 0 else logging.ERROR, "Requeue (%s): exit %d %s", command,
+            done.returncode, (done.stdout + done.stderr).strip())
+    return done.returncode == 0
 
 
 def _cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, error: BaseException | None) -> None:

@@ -162,6 +162,8 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
              f"{sum(r.get('status') == 'completed' for r in rows)} completed, "
              f"{sum(r.get('status') == 'invalid' for r in rows)} invalid, "
              f"{sum(r.get('status') == 'failed' for r in rows)} failed, "
+             f"{sum(r.get('status') == 'interrupted' for r in rows)} interrupted, "
+             f"{sum(r.get('status') == 'diverged' for r in rows)} diverged, "
              f"{sum(r.get('status') == 'missing' for r in rows)} missing.", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
@@ -280,16 +282,21 @@ class SweepReport(Callback):
             "launcher": choices.get("hydra/launcher"), "sweeper": choices.get("hydra/sweeper")})
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        update_json(sweep_dir / SWEEP_FILE, finished_at=time.time())
-        # Read from the jobs' results.json, so it holds whichever launcher ran them.
-        rows = collect(sweep_dir)
-        path = write_report(sweep_dir, rows)
-        log.info("Sweep report: %s", Path(path).resolve())
+        rows = finish_sweep(Path(config.hydra.sweep.dir))
         failed = [r["job"] for r in rows if r.get("status") == "failed"]
         if failed:  # the sweep's exit status: it ran to the end, but not every job did
             print(f"{len(failed)} job(s) failed: {', '.join(failed)}", file=sys.stderr)
             sys.exit(1)
+
+
+def finish_sweep(sweep_dir: Path) -> list[dict]:
+    """Record the sweep's end and write its report, from the jobs' results.json (so it holds
+    whichever launcher ran them, and a sweep stopped by a signal); returns the rows."""
+    update_json(sweep_dir / SWEEP_FILE, finished_at=time.time())
+    rows = collect(sweep_dir)
+    path = write_report(sweep_dir, rows)
+    log.info("Sweep report: %s", Path(path).resolve())
+    return rows
 
 
 def main() -> None:

@@ -18,6 +18,8 @@ from framework.config import ConfigError
 from framework.config.overrides import lenient
 from framework.engine.results import update_json, write_json
 from framework.distributed import detect_environment
+from framework.engine.signals import Interrupted
+from framework.report import finish_sweep
 from framework.job import run_job, set_job_fields
 
 log = logging.getLogger("framework.train")
@@ -40,6 +42,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         # In a sweep an invalid combination is a result, not the end of the sweep.
         record_invalid(cfg, runtime.output_dir, err)
         return None
+    except Interrupted as err:
+        log.error("%s", err)
+        if sweeping:  # no further jobs; the report covers the jobs so far, this one interrupted
+            record_job(runtime.output_dir, hydra_cfg, started)
+            finish_sweep(Path(hydra_cfg.sweep.dir))
+        sys.exit(128 + err.signum)
     except Exception:
         if not sweeping:
             raise

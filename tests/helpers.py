@@ -112,3 +112,16 @@ class FailingFinalizeLogger(NoFinalizeLogger):
 
     def finalize(self, status: str) -> None:
         raise OSError(f"finalize failed (status {status})")
+
+
+class SignalAt:
+    """A callback: sends ``signal`` to its own process after optimizer step ``step`` (on ``rank`` only)."""
+
+    def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0):
+        self.step, self.signal, self.rank = step, signal, rank
+
+    def on_train_step_end(self, trainer, loss) -> None:
+        import signal as signals
+
+        if trainer.global_step == self.step and trainer.strategy.rank == self.rank:
+            os.kill(os.getpid(), getattr(signals, self.signal))

@@ -51,6 +51,11 @@ class TrainerConfig:
     # Stop a run whose training loss became NaN or infinite (status "diverged"), checked at every
     # log step, epoch end and checkpoint save; non-finite weights are never saved.
     detect_nonfinite: bool = True
+    # SIGTERM and SIGINT stop at the next step with checkpoints/last saved; SIGUSR1 too when true
+    # (null: when running under SLURM, whose --signal=USR1@<s> warns before the time limit).
+    stop_on_sigusr1: Optional[bool] = None
+    # Under SLURM, a SIGUSR1 stop requeues the job (scontrol requeue); it resumes with ckpt_path=last.
+    requeue: bool = False
 
 
 @dataclass

@@ -39,6 +39,14 @@ def resolve_ckpt_path(value: str, output_dir: str) -> Path:
     return path
 
 
+def saved_step(path: Path):
+    """The step a committed checkpoint at ``path`` was saved at (None: there is none)."""
+    try:
+        return json.loads((path / MANIFEST).read_text()).get("step")
+    except (OSError, ValueError):
+        return None
+
+
 def write_manifest(path: Path, **about) -> None:
     """Record every file under ``path`` with its size, and ``about`` (step, strategy, ...)."""
     files = {str(p.relative_to(path)): p.stat().st_size for p in sorted(path.rglob("*")) if p.is_file()}

@@ -113,6 +113,9 @@ class Trainer:
         self._loss_check: Optional[torch.Tensor] = None
         self._checked_step = 0
         self.diverged: Optional[dict] = None  # {"after_step", "by_step"} once a non-finite loss was seen
+        self.signals = None  # a StopSignals (engine/signals.py) whose signal stops the run at a step boundary
+        self.interrupted: Optional[int] = None  # the signal number every rank stopped on
+        self._signal_vote = None
         # Seeded per epoch: a resumed run's DataLoader draws the same worker seeds, and the
         # loader never consumes the global RNG that dropout and friends use.
         self._loader_generator = torch.Generator()
@@ -213,8 +216,12 @@ class Trainer:
                 break
             self._train_epoch(train_loader, val_loader)
             self._end_epoch(val_loader)
+        if self._signal_vote is not None:  # the last step's vote: complete it, its result is not needed
+            self._signal_vote[0].wait()
+            self._signal_vote = None
         # A run cut short by max_steps still reports validation metrics of its final weights.
-        if val_loader is not None and st.last_val_step != st.global_step and st.global_step > 0:
+        if val_loader is not None and st.last_val_step != st.global_step and st.global_step > 0 \
+                and self.interrupted is None:
             self._evaluate(val_loader, "val")
         self._call("on_fit_end")
 
@@ -278,6 +285,8 @@ class Trainer:
         if st.global_step % self.config.log_every_n_steps == 0:
             self._log_train(step_loss, size, metrics)
             self.check_finite()
+        if self.signals is not None:
+            self._agree_on_signal()
         self._call("on_train_batch_end", loss, st.batch_in_epoch - 1)
         if self._hooks["on_train_step_end"]:
             self._call("on_train_step_end", step_loss / size if size > 1 else step_loss)
@@ -305,6 +314,23 @@ class Trainer:
         self.check_finite()
         self._call("on_train_epoch_end")
         self._sync_should_stop()
+
+    def _agree_on_signal(self) -> None:
+        """Stop once any rank received a stop signal. Each step sends this rank's flag and reads
+        the flags all ranks sent one step earlier: every rank reads the same value at the same
+        step, and no step waits for the reduction it starts."""
+        received = float(self.signals.received or 0)
+        agreed = received
+        if self.strategy.distributed:
+            agreed = 0.0
+            if self._signal_vote is not None:
+                work, vote = self._signal_vote
+                work.wait()
+                agreed = vote.item()
+            vote = torch.tensor([received], device=self.strategy.device)
+            self._signal_vote = (self.strategy.all_reduce_async(vote, "max"), vote)
+        if agreed:
+            self.should_stop, self.interrupted = True, int(agreed)
 
     def check_finite(self) -> bool:
         """False once a training loss was NaN or infinite; then the run stops (status "diverged").

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import uuid
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 
 from framework.distributed import detect_environment, free_port
 from framework.engine.results import write_json
+from framework.engine.signals import Interrupted, StopSignals
 from framework.rank import run_launched
 
 
@@ -33,7 +35,9 @@ def _environment_changes() -> dict:
         _SERVER_ENV = dict(os.environ)
     changes = {k: v for k, v in os.environ.items() if _SERVER_ENV.get(k) != v}
     changes.update({k: None for k in _SERVER_ENV if k not in os.environ})
-    return {k: v for k, v in changes.items() if k not in _AGENT_KEYS and not k.startswith("TORCHELASTIC_")}
+    changes = {k: v for k, v in changes.items() if k not in _AGENT_KEYS and not k.startswith("TORCHELASTIC_")}
+    # The ranks' parent is the fork server, kept alive by them: they watch this process instead.
+    return {**changes, "FRAMEWORK_LAUNCHER_PID": str(os.getpid())}
 
 
 def _elastic_entry(container: dict, env_changes: dict) -> dict:
@@ -67,10 +71,15 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
                           monitor_interval=0.1, start_method="forkserver")
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:
         returns = elastic_launch(config, _elastic_entry)(container, _environment_changes())
+    except SignalException as err:
+        # The agent got the signal and passed it to the ranks, which stopped at one step, saved
+        # `last` and results.json; it waited for them (or killed them after its grace period).
+        raise Interrupted(int(err.sigval), _read_results(container)) from None
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()  # the root cause: the others were stopped after it
         message = failure.message.get("message", str(failure.message)) if isinstance(failure.message, dict) \
@@ -78,6 +87,11 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
         raise _job_failed(container, rank, " | ".join(message.strip().splitlines()) or
                           f"exit code {failure.exitcode}") from None
     return returns[0]
+
+
+def _read_results(container: dict) -> dict:
+    path = Path(container["output_dir"]) / "results.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _job_failed(container: dict, rank: int, message: str) -> RuntimeError:
@@ -98,8 +112,21 @@ def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> No
 def launch_spawn(container: dict, nprocs: int) -> dict:
     """N ranks by torch.multiprocessing.spawn; rank 0's results come back through results.json."""
     _standard_start_method()
+    context = torch.multiprocessing.start_processes(_spawn_entry, args=(container, nprocs, free_port()),
+                                                    nprocs=nprocs, join=False, start_method="spawn")
+    # A stop signal to this process goes on to the ranks, which stop together and save `last`.
+    with StopSignals([signal.SIGTERM, signal.SIGINT]) as signals:
+        signals.forward_to = [p.pid for p in context.processes]
+        _join(container, context)
+    if signals.received:
+        raise Interrupted(signals.received, _read_results(container))
+    return _read_results(container)
+
+
+def _join(container: dict, context) -> None:
     try:
-        torch.multiprocessing.spawn(_spawn_entry, args=(container, nprocs, free_port()), nprocs=nprocs, join=True)
+        while not context.join():
+            pass
     except torch.multiprocessing.ProcessRaisedException as err:
         # The child's traceback: keep the exception lines after its last indented frame line.
         lines = str(err).strip().splitlines()
@@ -107,4 +134,3 @@ def launch_spawn(container: dict, nprocs: int) -> dict:
         raise _job_failed(container, err.error_index, " | ".join(lines[last_frame + 1:]) or "failed") from None
     except torch.multiprocessing.ProcessExitedException as err:
         raise _job_failed(container, err.error_index, f"exited with code {err.exit_code}") from None
-    return json.loads((Path(container["output_dir"]) / "results.json").read_text())

@@ -151,6 +151,10 @@ class Strategy:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return tensor / dist.get_world_size() if op == "mean" else tensor
 
+    def all_reduce_async(self, tensor: torch.Tensor, op: str = "sum"):
+        """Start an in-place sum or max of ``tensor`` over all ranks; returns the handle to ``wait()``."""
+        return dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, async_op=True)
+
     def all_gather_object(self, obj) -> list:
         if not self.distributed:
             return [obj]

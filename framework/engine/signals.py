@@ -1,0 +1,107 @@
+"""Stop signals: SIGTERM, SIGINT (and SLURM's SIGUSR1) become a request to stop at the next
+step boundary, where every rank agrees, checkpoints ``last`` and records ``interrupted``.
+
+A second signal ends the process at once, as the default handler would. The same signal
+arriving twice within ``DUPLICATE_WINDOW_S`` counts once: Ctrl-C reaches every process of the
+terminal's group, and the launcher forwards it to the ranks as well.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Optional
+
+log = logging.getLogger(__name__)
+
+DUPLICATE_WINDOW_S = 2.0
+
+
+class Interrupted(Exception):
+    """The job stopped on a signal after saving its state; exit with ``128 + signum``."""
+
+    def __init__(self, signum: int, results: Optional[dict] = None):
+        self.signum, self.results = signum, results or {}
+        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {self.results.get('steps')}; "
+                         f"resume with ckpt_path=last")
+
+
+def stop_signals(usr1: Optional[bool]) -> list[int]:
+    """SIGTERM and SIGINT; SIGUSR1 when ``usr1`` (None: when running under SLURM)."""
+    chosen = [signal.SIGTERM, signal.SIGINT]
+    if usr1 or (usr1 is None and "SLURM_JOB_ID" in os.environ):
+        chosen.append(signal.SIGUSR1)
+    return chosen
+
+
+class StopSignals:
+    """Records the first stop signal; a later, different one (or the same after the window) kills."""
+
+    def __init__(self, signums: list[int]):
+        self.signums = signums
+        self.received: Optional[int] = None
+        self._at = 0.0
+        self._previous: dict[int, object] = {}
+        self.forward_to: list[int] = []  # processes that get the first signal too (a launcher's ranks)
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():  # handlers live in the main thread only
+            for signum in self.signums:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.received is None:
+            self.received, self._at = signum, time.monotonic()
+            log.warning("Received %s: stopping at the next step, saving checkpoints/last (send it again to "
+                        "stop at once)", signal.Signals(signum).name)
+            for pid in self.forward_to:
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
+            return
+        if signum == self.received and time.monotonic() - self._at < DUPLICATE_WINDOW_S:
+            return  # the same signal delivered twice (process group + launcher)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (dead, not yet reaped) counts as dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc: os.kill's answer stands
+
+
+def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0) -> None:
+    """End this process when the process that launched it dies: a SIGTERM to itself first (the
+    ranks stop together and save ``last`` if they still can), then, ``grace_s`` seconds later, an
+    exit. Nothing of a job outlives its launcher. The launcher is FRAMEWORK_LAUNCHER_PID when set
+    (ranks forked from a fork server, which outlives the launcher while they run), else the parent."""
+    parent = int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))
+
+    def watch() -> None:
+        while _alive(parent):
+            time.sleep(poll_s)
+        log.error("The launcher (pid %d) is gone: stopping this rank", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        log.error("Still running %.0f s after the launcher died: exiting", grace_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
