@@ -7,6 +7,7 @@ loggers, datamodule and task, the checkpoint to resume, and the run directory.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -59,8 +60,8 @@ def check_output_dir(container: dict) -> list[str]:
     run (a ckpt_path inside it) or ``overwrite`` says so. (framework.evaluate writes to a
     directory of its own inside the run.)"""
     output_dir = container.get("output_dir")
-    if not output_dir or container.get("overwrite"):
-        return []
+    if not output_dir or container.get("overwrite") or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")):
+        return []  # (a torchrun restart continues its own run)
     found = previous_run(Path(output_dir))
     ckpt = container.get("ckpt_path")
     if not found or (ckpt and _inside(resolve_ckpt_path(str(ckpt), output_dir), Path(output_dir))):

@@ -19,10 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 from framework.build import Components, build_trainer
 from framework.config.relocate import relocate
 from framework.distributed import RankEnv
-from framework.engine.checkpoint import resolve_ckpt_path
+from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
 from framework.engine.loop import Trainer
 from framework.engine.memory import optimizer_state_bytes
-from framework.engine.results import peak_memory_bytes, throughput, write_json
+from framework.engine.results import job_record, peak_memory_bytes, throughput, write_json
 from framework.engine.signals import StopSignals, stop_signals, watch_parent
 from framework.engine.transfer import apply_init
 from framework.strategies import Strategy, build_strategy
@@ -114,10 +114,8 @@ def _join_job_directory(cfg: DictConfig, strategy: Strategy) -> DictConfig:
 
 def _job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
     """What results.json says of the job whatever its outcome."""
-    trainer = cfg.trainer
-    return {"status": "running", "experiment": cfg.name, "strategy": strategy.name,
-            "accelerator": strategy.accelerator, "devices": trainer.devices, "num_nodes": trainer.num_nodes,
-            "world_size": strategy.world_size, "precision": trainer.precision, "output_dir": str(cfg.output_dir)}
+    container = OmegaConf.to_container(cfg, resolve=True)
+    return {**job_record(container, strategy.name, strategy.world_size), "accelerator": strategy.accelerator}
 
 
 def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
@@ -127,10 +125,7 @@ def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
     if init.get("weights") or init.get("freeze"):
         out["init"] = apply_init(parts.model, init.get("weights"), init.get("strict", False),
                                  list(init.get("reset") or []), list(init.get("freeze") or []))
-    ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
-    if ckpt is not None and not ckpt.exists():  # ckpt_path=last before any was written (a requeued job)
-        log.warning("ckpt_path=last: no checkpoint in %s yet; starting from the beginning", ckpt.parent)
-        ckpt = None
+    ckpt = _resume_point(cfg)
     t0 = time.perf_counter()
     if cfg.train:
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
@@ -148,6 +143,21 @@ def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
         if trainer.is_global_zero:
             torch.save(weights, Path(cfg.output_dir) / "model.pt")
     return out
+
+
+def _resume_point(cfg: DictConfig) -> Path | None:
+    """The checkpoint to resume from: ``ckpt_path``; after an elastic restart, this run's own
+    ``last`` (the failed attempt's progress) when it has one."""
+    ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    own = resolve_ckpt_path("last", str(cfg.output_dir))
+    if restart and is_checkpoint(own):
+        log.warning("Restart %d: resuming from %s", restart, own)
+        return own
+    if ckpt is not None and not ckpt.exists():  # ckpt_path=last before any was written (a requeued job)
+        log.warning("ckpt_path=last: no checkpoint in %s yet; starting from the beginning", ckpt.parent)
+        return None
+    return ckpt
 
 
 def _collect(cfg: DictConfig, trainer: Trainer) -> dict:

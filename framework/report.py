@@ -162,9 +162,9 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
              f"{sum(r.get('status') == 'completed' for r in rows)} completed, "
              f"{sum(r.get('status') == 'invalid' for r in rows)} invalid, "
              f"{sum(r.get('status') == 'failed' for r in rows)} failed, "
+             f"{sum(r.get('status') == 'missing' for r in rows)} missing, "
              f"{sum(r.get('status') == 'interrupted' for r in rows)} interrupted, "
-             f"{sum(r.get('status') == 'diverged' for r in rows)} diverged, "
-             f"{sum(r.get('status') == 'missing' for r in rows)} missing.", "",
+             f"{sum(r.get('status') == 'diverged' for r in rows)} diverged.", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         lines.append("| " + " | ".join(_fmt(row.get(c)).replace("|", "/").replace("\n", " ")[:200]

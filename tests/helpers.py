@@ -115,7 +115,8 @@ class FailingFinalizeLogger(NoFinalizeLogger):
 
 
 class SignalAt:
-    """A callback: sends ``signal`` to its own process after optimizer step ``step`` (on ``rank`` only)."""
+    """A callback: sends ``signal`` to its own process after optimizer step ``step`` (on ``rank``
+    only, in the first attempt of an elastically restarted job)."""
 
     def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0):
         self.step, self.signal, self.rank = step, signal, rank
@@ -123,5 +124,6 @@ class SignalAt:
     def on_train_step_end(self, trainer, loss) -> None:
         import signal as signals
 
-        if trainer.global_step == self.step and trainer.strategy.rank == self.rank:
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if trainer.global_step == self.step and trainer.strategy.rank == self.rank and first_attempt:
             os.kill(os.getpid(), getattr(signals, self.signal))

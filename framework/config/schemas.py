@@ -56,6 +56,9 @@ class TrainerConfig:
     stop_on_sigusr1: Optional[bool] = None
     # Under SLURM, a SIGUSR1 stop requeues the job (scontrol requeue); it resumes with ckpt_path=last.
     requeue: bool = False
+    # Restarts of a multi-process job after a rank fails (torch's elastic agent, as torchrun's
+    # --max-restarts); a restarted job resumes from its own checkpoints/last.
+    max_restarts: int = 0
 
 
 @dataclass

@@ -214,7 +214,8 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
         value = trainer.get(key)
         if _is_number(value) and value < 1 and value != -1:
             problems.append(f"trainer.{key}: must be >= 1, or -1 (or null) for no limit; got {value}")
-    for key, low in (("gradient_clip_val", 0), ("num_sanity_val_steps", -1), ("overfit_batches", 0)):
+    for key, low in (("gradient_clip_val", 0), ("num_sanity_val_steps", -1), ("overfit_batches", 0),
+                     ("max_restarts", 0)):
         value = trainer.get(key)
         if _is_number(value) and value < low:
             problems.append(f"trainer.{key}: must be >= {low}, got {value}")

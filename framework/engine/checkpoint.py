@@ -15,6 +15,7 @@ and the previous one under the same name stays loadable until the new one replac
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import shutil
@@ -66,6 +67,29 @@ def save_checkpoint(path: Path, trainer) -> None:
     strategy = trainer.strategy
     path = Path(path)
     tmp = path.parent / f".tmp-{path.name}"
+    try:
+        _write(tmp, trainer)
+    except BaseException as err:  # DCP's CheckpointException is a BaseException
+        # torch's zip writer hides ENOSPC ("unexpected pos ..."): the free space tells
+        full = isinstance(err, OSError) and err.errno == errno.ENOSPC or "No space left on device" in str(err) \
+            or shutil.disk_usage(path.parent).free < 2**20
+        if strategy.is_global_zero:  # nothing half-written stays behind; the committed ones are untouched
+            shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise OSError(errno.ENOSPC, f"the disk is full: saving checkpoint '{path}' failed and its partial "
+                                        f"files are removed; the checkpoints saved before are intact "
+                                        f"(free space on {path.parent})") from err
+        raise
+    if strategy.is_global_zero:  # every rank's files are written: list them, then commit
+        write_manifest(tmp, step=trainer.global_step, epoch=trainer.current_epoch, strategy=strategy.name,
+                       world_size=strategy.world_size)
+        _commit(tmp, path)
+    strategy.barrier()
+
+
+def _write(tmp: Path, trainer) -> None:
+    """Every rank's files of a checkpoint into ``tmp`` (collective)."""
+    strategy = trainer.strategy
     if strategy.is_global_zero:
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "rng").mkdir(parents=True)
@@ -77,11 +101,6 @@ def save_checkpoint(path: Path, trainer) -> None:
     if strategy.is_global_zero:
         torch.save({**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size},
                    tmp / TRAINER_FILE)
-    strategy.barrier()
-    if strategy.is_global_zero:  # every rank's files are written: list them, then commit
-        write_manifest(tmp, step=trainer.global_step, epoch=trainer.current_epoch, strategy=strategy.name,
-                       world_size=strategy.world_size)
-        _commit(tmp, path)
     strategy.barrier()
 
 

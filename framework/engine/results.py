@@ -27,6 +27,15 @@ def throughput(step_times: list[float], samples: int) -> dict:
     }
 
 
+def job_record(container: dict, strategy: str, world_size: int) -> dict:
+    """What results.json says of a job whatever its outcome (``container``: the resolved config)."""
+    trainer = container["trainer"]
+    return {"status": "running", "experiment": container.get("name"), "strategy": strategy,
+            "accelerator": trainer.get("accelerator"), "devices": trainer.get("devices"),
+            "num_nodes": trainer.get("num_nodes"), "world_size": world_size, "precision": trainer.get("precision"),
+            "output_dir": str(container.get("output_dir"))}
+
+
 def strict(value):
     """``value`` with every NaN or infinity as None: strict JSON, which any parser reads."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from framework.distributed import detect_environment, free_port
-from framework.engine.results import write_json
+from framework.engine.results import job_record, write_json
 from framework.engine.signals import Interrupted, StopSignals
 from framework.rank import run_launched
 
@@ -68,8 +68,11 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
     import multiprocessing
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "framework.rank"])
+    # Port 0: the agent's rendezvous store binds a free port itself (no pick-then-bind race),
+    # and the ranks share that store.
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
-                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
+                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",
+                          max_restarts=int(container["trainer"].get("max_restarts") or 0),
                           monitor_interval=0.1, start_method="forkserver")
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -81,12 +84,22 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
         # `last` and results.json; it waited for them (or killed them after its grace period).
         raise Interrupted(int(err.sigval), _read_results(container)) from None
     except ChildFailedError as err:
-        rank, failure = err.get_first_failure()  # the root cause: the others were stopped after it
-        message = failure.message.get("message", str(failure.message)) if isinstance(failure.message, dict) \
-            else str(failure.message)
-        raise _job_failed(container, rank, " | ".join(message.strip().splitlines()) or
-                          f"exit code {failure.exitcode}") from None
+        rank, message = _root_failure(err.failures)
+        raise _job_failed(container, nprocs, rank, message) from None
     return returns[0]
+
+
+def _root_failure(failures: dict) -> tuple[int, str]:
+    """The rank that failed first, and how. A rank killed by a signal is the cause (its peers
+    then fail on the broken connection, often before the agent sees the death); otherwise the
+    earliest failure."""
+    killed = {rank: f for rank, f in failures.items() if f.exitcode < 0}
+    rank, failure = min((killed or failures).items(), key=lambda item: (item[1].timestamp, item[0]))
+    if failure.exitcode < 0:
+        return rank, f"killed by {signal.Signals(-failure.exitcode).name} (exit code {failure.exitcode})"
+    message = failure.message.get("message", str(failure.message)) if isinstance(failure.message, dict) \
+        else str(failure.message)
+    return rank, " | ".join(message.strip().splitlines()) or f"exit code {failure.exitcode}"
 
 
 def _read_results(container: dict) -> dict:
@@ -94,10 +107,11 @@ def _read_results(container: dict) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _job_failed(container: dict, rank: int, message: str) -> RuntimeError:
-    """Record in results.json which rank failed first and why; return the error to raise."""
+def _job_failed(container: dict, nprocs: int, rank: int, message: str) -> RuntimeError:
+    """Record in results.json which rank failed first and why (with the job's fields, whichever
+    rank wrote what before); return the error to raise."""
     path = Path(container["output_dir"]) / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
+    results = {**job_record(container, container["strategy"]["name"], nprocs), **_read_results(container)}
     results.update(status="failed", failed_rank=rank, error=message)
     write_json(path, results)
     return RuntimeError(f"rank {rank} failed: {message}")
@@ -131,6 +145,8 @@ def _join(container: dict, context) -> None:
         # The child's traceback: keep the exception lines after its last indented frame line.
         lines = str(err).strip().splitlines()
         last_frame = max((i for i, line in enumerate(lines) if line.startswith(" ")), default=-1)
-        raise _job_failed(container, err.error_index, " | ".join(lines[last_frame + 1:]) or "failed") from None
+        raise _job_failed(container, len(context.processes), err.error_index,
+                          " | ".join(lines[last_frame + 1:]) or "failed") from None
     except torch.multiprocessing.ProcessExitedException as err:
-        raise _job_failed(container, err.error_index, f"exited with code {err.exit_code}") from None
+        how = f"killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
+        raise _job_failed(container, len(context.processes), err.error_index, how) from None

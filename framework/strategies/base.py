@@ -107,9 +107,16 @@ class Strategy:
                 init_method = f"tcp://127.0.0.1:{free_port()}"  # a one-process group, in this process
             # The timeout turns a hung collective (a rank that died, a mismatched call)
             # into an error instead of a job that waits forever.
-            dist.init_process_group(backend, init_method=init_method, rank=self.env.rank,
-                                    world_size=self.env.world_size,
-                                    timeout=datetime.timedelta(seconds=float(self.options.timeout_s)))
+            try:
+                dist.init_process_group(backend, init_method=init_method, rank=self.env.rank,
+                                        world_size=self.env.world_size,
+                                        timeout=datetime.timedelta(seconds=float(self.options.timeout_s)))
+            except Exception as err:
+                if "EADDRINUSE" in str(err) or "address already in use" in str(err).lower():
+                    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+                    raise RuntimeError(f"MASTER_PORT: the rendezvous port {where} is already in use; set "
+                                       f"MASTER_PORT (torchrun --master-port) to a free port") from err
+                raise
 
     def setup(self, model: nn.Module, optimizer_factory: Callable | None) -> tuple[nn.Module, object]:
         """Move and wrap ``model``; build the optimizer over the parameters it will train (None: no optimizer)."""

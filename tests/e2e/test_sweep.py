@@ -146,3 +146,21 @@ def test_slurm_launcher_layout_through_submitit_local(tmp_path, tiny_cfg):
     single = fit(tiny_cfg("callbacks=none", "logger=none"), output_dir=str(tmp_path / "single"))
     assert results["metrics"]["val/loss"] == pytest.approx(single["metrics"]["val/loss"], rel=1e-5)
     assert "1 completed" in (sweep / "report.md").read_text()
+
+
+def test_a_signal_stops_the_sweep_records_the_job_and_still_reports(tmp_path):
+    # the same for a single-process job and a 2-rank job: SIGTERM during job 0 (to rank 1 of
+    # the 2-rank one) stops it at a step with last saved, runs no further job, writes the report
+    for case, layout in {"single": ["trainer.devices=1"], "ddp": ["strategy=ddp", "trainer.devices=2"]}.items():
+        sweep = tmp_path / case
+        rank = layout[-1][-1:] == "2"
+        proc = subprocess.run(
+            [sys.executable, "-m", "framework.train", "-m", *TINY, *layout, "seed=1,2,3", "trainer.accelerator=cpu",
+             "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null", "logger=csv",
+             "+callbacks.sig._target_=tests.helpers.SignalAt", "+callbacks.sig.step=3", f"+callbacks.sig.rank={int(rank)}",
+             f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=400)
+        assert proc.returncode == 128 + 15, (case, proc.stderr[-3000:])
+        assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0"], case  # no further job
+        results = json.loads((sweep / "0" / "results.json").read_text())
+        assert results["status"] == "interrupted" and (sweep / "0" / "checkpoints" / "last").is_dir(), case
+        assert "0 missing, 1 interrupted" in (sweep / "report.md").read_text(), case
