@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import uuid
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 
 from framework.distributed import detect_environment, free_port
 from framework.engine.results import job_record, write_json
-from framework.engine.signals import Interrupted, StopSignals
+from framework.engine.signals import Interrupted, StopSignals, stop_signals
 from framework.rank import run_launched
 
 
@@ -77,6 +78,9 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    usr1 = signal.SIGUSR1 in stop_signals(container["trainer"].get("stop_on_sigusr1")) \
+        and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGUSR1, _stop_agent) if usr1 else None
     try:
         returns = elastic_launch(config, _elastic_entry)(container, _environment_changes())
     except SignalException as err:
@@ -86,7 +90,17 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
     except ChildFailedError as err:
         rank, message = _root_failure(err.failures)
         raise _job_failed(container, nprocs, rank, message) from None
+    finally:
+        if usr1:
+            signal.signal(signal.SIGUSR1, previous)
     return returns[0]
+
+
+def _stop_agent(signum: int, frame) -> None:
+    # As the agent's own handler does for SIGTERM/SIGINT: it then passes the signal to the ranks.
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
 
 
 def _root_failure(failures: dict) -> tuple[int, str]:

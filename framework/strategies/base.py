@@ -31,6 +31,17 @@ def device_for(accelerator: str, local_rank: int) -> torch.device:
     return torch.device(accelerator)
 
 
+def _attempt_store(world_size: int, timeout: datetime.timedelta):
+    """Under an elastic agent (torchrun, our launcher), the agent's store, with keys of this
+    attempt's own: the store outlives a restart, and the failed attempt's rank addresses in it
+    would send the new ranks to dead peers. None elsewhere (init_process_group's own rendezvous)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
+
+
 class Strategy:
     """Single process, single device, plus the collectives every multi-process strategy
     shares (they are no-ops while no process group exists). Subclasses override what differs."""
@@ -102,15 +113,15 @@ class Strategy:
             torch.cuda.set_device(self.device)
         if (self.env.world_size > 1 or self.needs_process_group) and not dist.is_initialized():
             backend = "nccl" if self.device.type == "cuda" else "gloo"
-            init_method = None
-            if self.env.world_size == 1 and "MASTER_ADDR" not in os.environ:
-                init_method = f"tcp://127.0.0.1:{free_port()}"  # a one-process group, in this process
             # The timeout turns a hung collective (a rank that died, a mismatched call)
             # into an error instead of a job that waits forever.
+            timeout = datetime.timedelta(seconds=float(self.options.timeout_s))
+            init_method, store = None, _attempt_store(self.env.world_size, timeout)
+            if self.env.world_size == 1 and "MASTER_ADDR" not in os.environ:
+                init_method = f"tcp://127.0.0.1:{free_port()}"  # a one-process group, in this process
             try:
-                dist.init_process_group(backend, init_method=init_method, rank=self.env.rank,
-                                        world_size=self.env.world_size,
-                                        timeout=datetime.timedelta(seconds=float(self.options.timeout_s)))
+                dist.init_process_group(backend, init_method=init_method, store=store, rank=self.env.rank,
+                                        world_size=self.env.world_size, timeout=timeout)
             except Exception as err:
                 if "EADDRINUSE" in str(err) or "address already in use" in str(err).lower():
                     where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"

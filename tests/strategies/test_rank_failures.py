@@ -79,3 +79,21 @@ def test_a_busy_master_port_is_named(tmp_path):
                               capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode != 0
     assert f"MASTER_PORT: the rendezvous port 127.0.0.1:{port} is already in use" in proc.stdout + proc.stderr
+
+
+def test_torchrun_max_restarts_resumes_the_run_from_its_last_checkpoint(tmp_path):
+    ckpt = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null",
+            "callbacks.model_checkpoint.every_n_train_steps=2"]
+    straight = fit(compose([*DDP, *ckpt]), output_dir=str(tmp_path / "straight"))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+         "-m", "framework.train", *DDP, *ckpt, *KILL, "+callbacks.kill.rank=1", f"hydra.run.dir={tmp_path / 'run'}"],
+        env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "completed" and results["steps"] == straight["steps"] == 9
+    assert "Restart 1: resuming from" in (tmp_path / "run" / "train.log").read_text()
+    ref, got = torch.load(tmp_path / "straight" / "model.pt"), torch.load(tmp_path / "run" / "model.pt")
+    for name, tensor in ref.items():
+        torch.testing.assert_close(got[name], tensor, rtol=1e-6, atol=1e-7, msg=name)

@@ -1,0 +1,124 @@
+"""Kill real training jobs in every way the README's "When things fail" table lists, and print
+what happened: exit code, seconds from the blow to the exit, the status and step in
+results.json, the step of checkpoints/last, and the processes of the job still alive 15 s later.
+
+    python scripts/failure_drill.py [--only NAME ...]
+
+Each scenario starts ``python -m framework.train`` (a small MLP on the bundled digits, long
+enough to be killed while it trains) in a temporary directory, waits until it has trained a
+few steps, then delivers the blow from outside, as a user or a cluster would.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RUN = ["experiment=digits_mlp", "trainer.max_epochs=500", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu",
+       "trainer.enable_progress_bar=false", "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null",
+       "logger=csv", "strategy.timeout_s=30"]
+DDP = ["strategy=ddp", "trainer.devices=2"]
+
+
+def tree(pid: int) -> set[int]:
+    """``pid`` and every process below it (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = {pid}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    out = set()
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.add(pid)
+        except OSError:
+            pass
+    return out
+
+
+def rank_pid(pids: set[int], rank: int) -> int:
+    """The process of ``rank`` among ``pids`` (its environment says RANK=<rank>)."""
+    for pid in sorted(pids):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ and b"TORCHELASTIC_RUN_ID" in b"".join(environ):
+            return pid
+    raise RuntimeError(f"no process of rank {rank}")
+
+
+def scenario(name: str, extra: list[str], blow) -> dict:
+    """Run one job, strike it with ``blow(proc, pids)`` after a few steps, report what happened."""
+    run_dir = Path(tempfile.mkdtemp(prefix=f"drill-{name}-"))
+    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *RUN, *extra, f"hydra.run.dir={run_dir}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    metrics, deadline = run_dir / "metrics.csv", time.time() + 180
+    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 4):
+        time.sleep(0.1)
+    pids = tree(proc.pid)
+    struck = time.time()
+    blow(proc, pids)
+    try:
+        code = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        code = "hung"
+    took = time.time() - struck
+    time.sleep(15)
+    results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else {}
+    manifest = run_dir / "checkpoints" / "last" / "manifest.json"
+    last = json.loads(manifest.read_text())["step"] if manifest.exists() else None
+    return {"scenario": name, "exit": code, "exit_s": round(took, 1), "status": results.get("status"),
+            "step": results.get("steps"), "last": last, "blamed": results.get("failed_rank"),
+            "error": (results.get("error") or results.get("signal") or "")[:60], "left": len(alive(pids))}
+
+
+def send(sig):
+    return lambda proc, pids: proc.send_signal(sig)
+
+
+SCENARIOS = {
+    "sigterm-single": ([], send(signal.SIGTERM)),
+    "sigint-single": ([], send(signal.SIGINT)),
+    "sigusr1-single": (["trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1)),
+    "sigterm-ddp": (DDP, send(signal.SIGTERM)),
+    "sigint-ddp": (DDP, send(signal.SIGINT)),
+    "ctrl-c-group-ddp": (DDP, lambda proc, pids: os.killpg(proc.pid, signal.SIGINT)),
+    "sigusr1-ddp": ([*DDP, "trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1)),
+    "sigkill-rank1-ddp": (DDP, lambda proc, pids: os.kill(rank_pid(pids, 1), signal.SIGKILL)),
+    "sigkill-rank0-ddp": (DDP, lambda proc, pids: os.kill(rank_pid(pids, 0), signal.SIGKILL)),
+    "sigkill-launcher-ddp": (DDP, send(signal.SIGKILL)),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", default=list(SCENARIOS), choices=list(SCENARIOS))
+    args = parser.parse_args()
+    columns = ["scenario", "exit", "exit_s", "status", "step", "last", "blamed", "error", "left"]
+    print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
+    for name in args.only:
+        row = scenario(name, *SCENARIOS[name])
+        print("| " + " | ".join(str(row[c]) for c in columns) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
