@@ -95,10 +95,20 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
         results.update(status="failed", error=f"{type(err).__name__}: {err}", failed_rank=env.rank,
                        traceback=traceback.format_exc())
         log.error("rank %d failed: %s", env.rank, results["error"])
+        if env.world_size > 1 and _lost_peer(err):
+            # A broken connection usually means a peer died. Exit a moment later, so that the
+            # launcher sees that death first and names the rank that caused it, not this one.
+            time.sleep(2.0)
         raise
     finally:
         results["wall_time_s"] = time.perf_counter() - start
         _cleanup(cfg, strategy, parts.loggers if parts else [], results, error)
+
+
+def _lost_peer(err: BaseException) -> bool:
+    text = str(err)
+    return any(s in text for s in ("Connection reset by peer", "Connection closed by peer", "Connection refused",
+                                   "Socket closed", "remote process exited", "Broken pipe"))
 
 
 def _join_job_directory(cfg: DictConfig, strategy: Strategy) -> DictConfig:
