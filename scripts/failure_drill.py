@@ -54,20 +54,21 @@ def alive(pids: set[int]) -> set[int]:
     return out
 
 
-def rank_pid(pids: set[int], rank: int) -> int:
-    """The process of ``rank`` among ``pids`` (its environment says RANK=<rank>)."""
+def rank_pid(pids: set[int], run_dir: Path, rank: int, launcher: int) -> int:
+    """The process of ``rank`` among ``pids``: the one besides the launcher that has the rank's log open."""
+    log = run_dir / "train.log" if rank == 0 else run_dir / "ranks" / str(rank) / "train.log"
     for pid in sorted(pids):
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(log) for fd in os.listdir(f"/proc/{pid}/fd")):
+                if pid != launcher:  # the launcher has train.log open too
+                    return pid
         except OSError:
             continue
-        if f"RANK={rank}".encode() in environ and b"TORCHELASTIC_RUN_ID" in b"".join(environ):
-            return pid
     raise RuntimeError(f"no process of rank {rank}")
 
 
 def scenario(name: str, extra: list[str], blow) -> dict:
-    """Run one job, strike it with ``blow(proc, pids)`` after a few steps, report what happened."""
+    """Run one job, strike it with ``blow(proc, pids, run_dir)`` after a few steps, report what happened."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"drill-{name}-"))
     proc = subprocess.Popen([sys.executable, "-m", "framework.train", *RUN, *extra, f"hydra.run.dir={run_dir}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -76,7 +77,7 @@ def scenario(name: str, extra: list[str], blow) -> dict:
         time.sleep(0.1)
     pids = tree(proc.pid)
     struck = time.time()
-    blow(proc, pids)
+    blow(proc, pids, run_dir)
     try:
         code = proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
@@ -92,7 +93,7 @@ def scenario(name: str, extra: list[str], blow) -> dict:
 
 
 def send(sig):
-    return lambda proc, pids: proc.send_signal(sig)
+    return lambda proc, pids, run_dir: proc.send_signal(sig)
 
 
 SCENARIOS = {
@@ -101,10 +102,10 @@ SCENARIOS = {
     "sigusr1-single": (["trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1)),
     "sigterm-ddp": (DDP, send(signal.SIGTERM)),
     "sigint-ddp": (DDP, send(signal.SIGINT)),
-    "ctrl-c-group-ddp": (DDP, lambda proc, pids: os.killpg(proc.pid, signal.SIGINT)),
+    "ctrl-c-group-ddp": (DDP, lambda proc, pids, run_dir: os.killpg(proc.pid, signal.SIGINT)),
     "sigusr1-ddp": ([*DDP, "trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1)),
-    "sigkill-rank1-ddp": (DDP, lambda proc, pids: os.kill(rank_pid(pids, 1), signal.SIGKILL)),
-    "sigkill-rank0-ddp": (DDP, lambda proc, pids: os.kill(rank_pid(pids, 0), signal.SIGKILL)),
+    "sigkill-rank1-ddp": (DDP, lambda proc, pids, run_dir: os.kill(rank_pid(pids, run_dir, 1, proc.pid), signal.SIGKILL)),
+    "sigkill-rank0-ddp": (DDP, lambda proc, pids, run_dir: os.kill(rank_pid(pids, run_dir, 0, proc.pid), signal.SIGKILL)),
     "sigkill-launcher-ddp": (DDP, send(signal.SIGKILL)),
 }
 

@@ -6,6 +6,7 @@ Ranks get the resolved config as a plain dict: they never re-parse argv or re-ru
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -49,7 +50,13 @@ def _elastic_entry(container: dict, env_changes: dict) -> dict:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    return record(run_launched)(container, detect_environment())
+    results = record(run_launched)(container, detect_environment())
+    if results.get("status") == "interrupted":
+        # The agent may be shutting the job down: it would wait out its grace period (30 s) for
+        # a return value it no longer collects. Leave now; results.json has everything.
+        logging.shutdown()
+        os._exit(128 + results["signal_number"])
+    return results
 
 
 def _standard_start_method() -> None:
@@ -88,6 +95,9 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
         # `last` and results.json; it waited for them (or killed them after its grace period).
         raise Interrupted(int(err.sigval), _read_results(container)) from None
     except ChildFailedError as err:
+        results = _read_results(container)
+        if results.get("status") == "interrupted":  # a signal to the ranks themselves, not to this process
+            raise Interrupted(results["signal_number"], results) from None
         rank, message = _root_failure(err.failures)
         raise _job_failed(container, nprocs, rank, message) from None
     finally:
