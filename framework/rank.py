@@ -2,7 +2,6 @@
 collect the results (rank 0 writes results.json), clean up."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
@@ -22,7 +21,7 @@ from framework.distributed import RankEnv
 from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
 from framework.engine.loop import Trainer
 from framework.engine.memory import optimizer_state_bytes
-from framework.engine.results import job_record, peak_memory_bytes, throughput, write_json
+from framework.engine.results import job_record, peak_memory_bytes, throughput, write_results
 from framework.engine.signals import StopSignals, stop_signals, watch_parent
 from framework.engine.transfer import apply_init
 from framework.strategies import Strategy, build_strategy
@@ -261,17 +260,5 @@ def _cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, 
 
 
 def _write_results(cfg: DictConfig, strategy: Strategy, results: dict) -> None:
-    """results.json, unless that would replace a completed run's results with a failure (a
-    resume that failed): then results.<status>.json beside it."""
-    if not strategy.is_global_zero:
-        return
-    path = Path(cfg.output_dir) / "results.json"
-    if results["status"] not in ("completed", "diverged") and path.exists():
-        try:
-            previous = json.loads(path.read_text()).get("status")
-        except ValueError:
-            previous = None
-        if previous in ("completed", "diverged"):
-            path = path.with_name(f"results.{results['status']}.json")
-            log.error("results.json holds a %s run: this run's results are in %s", previous, path.name)
-    write_json(path, results)
+    if strategy.is_global_zero:
+        write_results(Path(cfg.output_dir), results)

@@ -103,6 +103,7 @@ SCENARIOS = {
     "sigterm-ddp": (DDP, send(signal.SIGTERM)),
     "sigint-ddp": (DDP, send(signal.SIGINT)),
     "ctrl-c-group-ddp": (DDP, lambda proc, pids, run_dir: os.killpg(proc.pid, signal.SIGINT)),
+    "scancel-group-ddp": (DDP, lambda proc, pids, run_dir: os.killpg(proc.pid, signal.SIGTERM)),
     "sigusr1-ddp": ([*DDP, "trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1)),
     "sigkill-rank1-ddp": (DDP, lambda proc, pids, run_dir: os.kill(rank_pid(pids, run_dir, 1, proc.pid), signal.SIGKILL)),
     "sigkill-rank0-ddp": (DDP, lambda proc, pids, run_dir: os.kill(rank_pid(pids, run_dir, 0, proc.pid), signal.SIGKILL)),

@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import math
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Union
@@ -210,6 +211,11 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
     max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
     if (max_epochs is None or max_epochs == -1) and (max_steps is None or max_steps == -1) and not trainer.get("fast_dev_run"):
         problems.append("trainer.max_epochs / trainer.max_steps: both unlimited; set one of them")
+    for key in ("gradient_clip_val", "val_check_interval", "overfit_batches", "limit_train_batches",
+                "limit_val_batches", "limit_test_batches"):
+        value = trainer.get(key)
+        if _is_number(value) and not math.isfinite(value):
+            problems.append(f"trainer.{key}: must be a finite number, got {value}")
     for key in ("max_epochs", "max_steps"):
         value = trainer.get(key)
         if _is_number(value) and value < 1 and value != -1:
@@ -233,7 +239,9 @@ def _check_component_values(container: dict, problems: list[str]) -> None:
         value = (container.get(group) or {}).get(key)
         if not _is_number(value):
             continue
-        if key == "num_workers" and value < 0:
+        if not math.isfinite(value):
+            problems.append(f"{group}.{key}: must be a finite number, got {value}")
+        elif key == "num_workers" and value < 0:
             problems.append(f"{group}.{key}: must be >= 0, got {value}")
         elif key != "num_workers" and value <= 0:
             problems.append(f"{group}.{key}: {what} must be > 0, got {value}")

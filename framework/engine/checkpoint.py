@@ -135,7 +135,7 @@ def copy_checkpoint(src: Path, path: Path, strategy) -> None:
 @contextlib.contextmanager
 def _reading(path: Path):
     """Name the checkpoint, and what is wrong with it, when reading it fails."""
-    problems = verify_checkpoint(path)
+    problems = verify_checkpoint(path, contents=True)
     if problems:
         raise CheckpointError("; ".join(problems))
     try:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import zlib
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -47,15 +48,26 @@ def saved_step(path: Path):
         return None
 
 
+def crc32(path: Path) -> int:
+    value = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            value = zlib.crc32(chunk, value)
+    return value
+
+
 def write_manifest(path: Path, **about) -> None:
-    """Record every file under ``path`` with its size, and ``about`` (step, strategy, ...)."""
-    files = {str(p.relative_to(path)): p.stat().st_size for p in sorted(path.rglob("*")) if p.is_file()}
+    """Record every file under ``path`` with its size and CRC-32, and ``about`` (step, strategy, ...).
+    The files were just written, so reading them back comes from the page cache."""
+    files = [p for p in sorted(path.rglob("*")) if p.is_file()]
     with open(path / MANIFEST, "w") as f:
-        json.dump({**about, "files": files}, f, indent=1)
+        json.dump({**about, "files": {str(p.relative_to(path)): p.stat().st_size for p in files},
+                   "crc32": {str(p.relative_to(path)): crc32(p) for p in files}}, f, indent=1)
 
 
-def verify_checkpoint(path: Path) -> list[str]:
-    """Why the checkpoint directory ``path`` is not whole (empty: it is)."""
+def verify_checkpoint(path: Path, contents: bool = False) -> list[str]:
+    """Why the checkpoint directory ``path`` is not whole (empty: it is): missing files and sizes,
+    and with ``contents`` every file's CRC-32 (reads the whole checkpoint)."""
     if not path.is_dir():
         return [f"no checkpoint at '{path}'"]
     try:
@@ -70,10 +82,13 @@ def verify_checkpoint(path: Path) -> list[str]:
     for name, size in manifest.get("files", {}).items():
         file = path / name
         if not file.is_file():
-            problems.append(f"checkpoint '{path}' is incomplete: {name} is missing ({saved})")
+            problems.append(f"checkpoint '{path}' is incomplete: {name} ({size} bytes) is missing ({saved})")
         elif file.stat().st_size != size:
             problems.append(f"checkpoint '{path}' is corrupted: {name} has {file.stat().st_size} bytes, "
                             f"{size} were written ({saved})")
+        elif contents and name in manifest.get("crc32", {}) and crc32(file) != manifest["crc32"][name]:
+            problems.append(f"checkpoint '{path}' is corrupted: the contents of {name} changed since it was "
+                            f"written (CRC-32 mismatch; {saved})")
     return problems
 
 

@@ -342,8 +342,8 @@ class Trainer:
             self.diverged = {"after_step": self._checked_step, "by_step": self.global_step}
             self.should_stop = True
             if self.is_global_zero:
-                log.error("The training loss became NaN or infinite after step %d (found at step %d): stopping; "
-                          "no checkpoint is saved from now on", self._checked_step, self.global_step)
+                log.error("The training loss became NaN or infinite between steps %d and %d: stopping; no "
+                          "checkpoint is saved from now on", self._checked_step + 1, self.global_step)
         else:
             self._loss_check, self._checked_step = None, self.global_step
         return self.diverged is None

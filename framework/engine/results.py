@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import resource
@@ -9,6 +10,8 @@ import statistics
 from pathlib import Path
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -54,6 +57,22 @@ def write_json(path: Path, data: dict) -> None:
         json.dump(strict(data), f, indent=2, default=str, allow_nan=False)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def write_results(run_dir: Path, results: dict) -> Path:
+    """``run_dir``/results.json, unless that would replace a finished run's results with a failure
+    (a resume that failed): then results.<status>.json beside it. Returns the path written."""
+    path = run_dir / "results.json"
+    if results.get("status") not in ("completed", "diverged") and path.exists():
+        try:
+            previous = json.loads(path.read_text()).get("status")
+        except ValueError:
+            previous = None
+        if previous in ("completed", "diverged"):
+            path = path.with_name(f"results.{results['status']}.json")
+            log.error("results.json holds a %s run: this run's results are in %s", previous, path.name)
+    write_json(path, results)
+    return path
 
 
 def update_json(path: Path, **fields) -> None:

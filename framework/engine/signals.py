@@ -1,9 +1,9 @@
 """Stop signals: SIGTERM, SIGINT (and SLURM's SIGUSR1) become a request to stop at the next
 step boundary, where every rank agrees, checkpoints ``last`` and records ``interrupted``.
 
-A second signal ends the process at once, as the default handler would. The same signal
-arriving twice within ``DUPLICATE_WINDOW_S`` counts once: Ctrl-C reaches every process of the
-terminal's group, and the launcher forwards it to the ranks as well.
+A second signal ends the process at once, as the default handler would. Signals within
+``DUPLICATE_WINDOW_S`` of the first count as that one: Ctrl-C or ``scancel`` reach every
+process of the job's group, and the launcher and its fork server pass on signals of their own.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def stop_signals(usr1: Optional[bool]) -> list[int]:
 
 
 class StopSignals:
-    """Records the first stop signal; a later, different one (or the same after the window) kills."""
+    """Records the first stop signal; one after the window kills at once."""
 
     def __init__(self, signums: list[int]):
         self.signums = signums
@@ -68,8 +68,8 @@ class StopSignals:
                 except ProcessLookupError:
                     pass
             return
-        if signum == self.received and time.monotonic() - self._at < DUPLICATE_WINDOW_S:
-            return  # the same signal delivered twice (process group + launcher)
+        if time.monotonic() - self._at < DUPLICATE_WINDOW_S:
+            return  # the same stop, delivered again (process group, launcher, fork server)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 

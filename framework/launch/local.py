@@ -16,9 +16,11 @@ from pathlib import Path
 import torch
 
 from framework.distributed import detect_environment, free_port
-from framework.engine.results import job_record, write_json
+from framework.engine.results import job_record, write_results
 from framework.engine.signals import Interrupted, StopSignals, stop_signals
 from framework.rank import run_launched
+
+log = logging.getLogger(__name__)
 
 
 # Ranks fork from one server process that imported torch and the framework once (the first
@@ -134,10 +136,15 @@ def _read_results(container: dict) -> dict:
 def _job_failed(container: dict, nprocs: int, rank: int, message: str) -> RuntimeError:
     """Record in results.json which rank failed first and why (with the job's fields, whichever
     rank wrote what before); return the error to raise."""
-    path = Path(container["output_dir"]) / "results.json"
-    results = {**job_record(container, container["strategy"]["name"], nprocs), **_read_results(container)}
+    run_dir = Path(container["output_dir"])
+    written = _read_results(container)  # rank 0's record of this run, unless it kept a finished one's
+    if written.get("status") in ("completed", "diverged"):
+        failed = run_dir / "results.failed.json"
+        written = json.loads(failed.read_text()) if failed.exists() else {}
+    results = {**job_record(container, container["strategy"]["name"], nprocs), **written}
     results.update(status="failed", failed_rank=rank, error=message)
-    write_json(path, results)
+    write_results(run_dir, results)
+    log.error("rank %d failed first: %s", rank, message)  # the verdict, in the job's train.log too
     return RuntimeError(f"rank {rank} failed: {message}")
 
 

@@ -38,6 +38,8 @@ def test_a_diverging_run_stops_and_saves_no_nonfinite_weights(tmp_path):
     ("datamodule.batch_size=0", "datamodule.batch_size: the global batch size must be > 0, got 0"),
     ("datamodule.batch_size=-4", "datamodule.batch_size: the global batch size must be > 0, got -4"),
     ("optimizer.lr=0", "optimizer.lr: the learning rate must be > 0, got 0"),
+    ("optimizer.lr=nan", "optimizer.lr: must be a finite number, got nan"),
+    ("optimizer.lr=inf", "optimizer.lr: must be a finite number, got inf"),
     ("trainer.max_steps=0", "trainer.max_steps: must be >= 1, or -1 (or null) for no limit; got 0"),
     ("trainer.gradient_clip_val=-1.0", "trainer.gradient_clip_val: must be >= 0, got -1.0"),
     ("strategy.timeout_s=0", "strategy.timeout_s: the process-group timeout must be > 0, got 0"),
@@ -82,7 +84,7 @@ def _shard(ckpt):
 
 
 @pytest.mark.parametrize("damage,expected", [
-    (lambda c: _shard(c).unlink(), "is incomplete: __0_0.distcp is missing"),
+    (lambda c: _shard(c).unlink(), "is incomplete: __0_0.distcp ("),
     (lambda c: _shard(c).write_bytes(_shard(c).read_bytes()[:100]), "is corrupted: __0_0.distcp has 100 bytes"),
     (lambda c: (c / ".metadata").write_bytes(b"x"), "is corrupted: .metadata has 1 bytes"),
     (lambda c: (c / "trainer.pt").write_bytes((c / "trainer.pt").read_bytes()[:50]), "trainer.pt has 50 bytes"),
@@ -96,14 +98,15 @@ def test_a_damaged_checkpoint_is_named_before_anything_runs(finished, damage, ex
     assert problem.startswith(f"ckpt_path: checkpoint '{finished / 'checkpoints' / 'last'}'") and expected in problem
 
 
-def test_damaged_contents_fail_the_resume_without_replacing_the_completed_results(finished):
-    trainer_pt = finished / "checkpoints" / "last" / "trainer.pt"
-    data = bytearray(trainer_pt.read_bytes())
+@pytest.mark.parametrize("damaged", [lambda c: c / "trainer.pt", _shard])
+def test_damaged_contents_fail_the_resume_without_replacing_the_completed_results(finished, damaged):
+    target = damaged(finished / "checkpoints" / "last")
+    data = bytearray(target.read_bytes())
     data[len(data) // 2: len(data) // 2 + 64] = bytes(64)  # same size, flipped contents
-    trainer_pt.write_bytes(bytes(data))
+    target.write_bytes(bytes(data))
     from framework.engine.checkpoint import CheckpointError
 
-    with pytest.raises(CheckpointError, match="cannot be read"):
+    with pytest.raises(CheckpointError, match=f"the contents of {target.name} changed since it was written"):
         fit(compose(RUN + ["trainer.max_epochs=2", "ckpt_path=last"]), output_dir=str(finished))
     assert strict_json(finished / "results.json")["status"] == "completed"
     assert strict_json(finished / "results.failed.json")["status"] == "failed"

@@ -107,13 +107,13 @@ def wait_gone(pids: set[int], seconds: float) -> set[int]:
     return alive(pids)
 
 
-def start_ddp_job(run_dir) -> tuple[subprocess.Popen, set[int]]:
+def start_ddp_job(run_dir, group: bool = False) -> tuple[subprocess.Popen, set[int]]:
     """A 2-rank ddp CLI job that trains long enough; returns it once both ranks are training."""
     proc = subprocess.Popen([sys.executable, "-m", "framework.train", *BASE, "trainer.max_epochs=200",
                              "trainer.limit_train_batches=1.0", "export_weights=false", "strategy=ddp",
                              "trainer.devices=2", "strategy.timeout_s=30", "callbacks=model_checkpoint",
                              "callbacks.model_checkpoint.monitor=null", f"hydra.run.dir={run_dir}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=group)
     deadline = time.time() + 120
     while time.time() < deadline and not (run_dir / "metrics.csv").exists():
         time.sleep(0.2)
@@ -121,9 +121,14 @@ def start_ddp_job(run_dir) -> tuple[subprocess.Popen, set[int]]:
     return proc, descendants(proc.pid)
 
 
-def test_sigterm_to_the_launcher_of_a_ddp_job(tmp_path):
-    proc, tree = start_ddp_job(tmp_path / "run")
-    proc.send_signal(signal.SIGTERM)
+@pytest.mark.parametrize("whole_group", [False, True])
+def test_sigterm_to_the_launcher_of_a_ddp_job(tmp_path, whole_group):
+    # whole_group: every process of the job at once, as scancel or a preemption delivers it
+    proc, tree = start_ddp_job(tmp_path / "run", group=whole_group)
+    if whole_group:
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     stopped = results(tmp_path / "run")
     assert stopped["status"] == "interrupted" and stopped["signal"] == "SIGTERM"

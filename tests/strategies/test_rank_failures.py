@@ -97,3 +97,16 @@ def test_torchrun_max_restarts_resumes_the_run_from_its_last_checkpoint(tmp_path
     ref, got = torch.load(tmp_path / "straight" / "model.pt"), torch.load(tmp_path / "run" / "model.pt")
     for name, tensor in ref.items():
         torch.testing.assert_close(got[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_a_failed_ddp_resume_keeps_the_completed_results(tmp_path):
+    run = [*DDP, "trainer.max_epochs=1", "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null"]
+    fit(compose(run), output_dir=str(tmp_path))
+    shard = next((tmp_path / "checkpoints" / "last").glob("*.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)
+    shard.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match=f"the contents of {shard.name} changed"):
+        fit(compose([*run, "trainer.max_epochs=2", "ckpt_path=last"]), output_dir=str(tmp_path))
+    assert json.loads((tmp_path / "results.json").read_text())["status"] == "completed"
+    assert json.loads((tmp_path / "results.failed.json").read_text())["status"] == "failed"
