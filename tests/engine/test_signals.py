@@ -13,6 +13,7 @@ import torch
 
 from framework import compose, fit
 from framework.engine.signals import Interrupted
+from scripts.failure_drill import alive, tree
 from tests.helpers import BASE, TINY, train_losses
 
 CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null", "logger=csv"]
@@ -68,37 +69,6 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_the_same_step(tmp_path):
     assert resumed["metrics"]["test/acc"] == pytest.approx(single["metrics"]["test/acc"], rel=1e-5)
 
 
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid``, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    out.add(pid)
-        except OSError:
-            pass
-    return out
-
-
 def wait_gone(pids: set[int], seconds: float) -> set[int]:
     """The processes of ``pids`` still alive after up to ``seconds``."""
     deadline = time.time() + seconds
@@ -118,13 +88,13 @@ def start_ddp_job(run_dir, group: bool = False) -> tuple[subprocess.Popen, set[i
     while time.time() < deadline and not (run_dir / "metrics.csv").exists():
         time.sleep(0.2)
     assert (run_dir / "metrics.csv").exists(), "the job did not start training"
-    return proc, descendants(proc.pid)
+    return proc, tree(proc.pid)
 
 
 @pytest.mark.parametrize("whole_group", [False, True])
 def test_sigterm_to_the_launcher_of_a_ddp_job(tmp_path, whole_group):
     # whole_group: every process of the job at once, as scancel or a preemption delivers it
-    proc, tree = start_ddp_job(tmp_path / "run", group=whole_group)
+    proc, pids = start_ddp_job(tmp_path / "run", group=whole_group)
     if whole_group:
         os.killpg(proc.pid, signal.SIGTERM)
     else:
@@ -134,12 +104,12 @@ def test_sigterm_to_the_launcher_of_a_ddp_job(tmp_path, whole_group):
     assert stopped["status"] == "interrupted" and stopped["signal"] == "SIGTERM"
     manifest = json.loads((tmp_path / "run" / "checkpoints" / "last" / "manifest.json").read_text())
     assert manifest["step"] == stopped["steps"] and manifest["world_size"] == 2
-    assert not wait_gone(tree, 15), f"still running 15 s after the launcher exited: {alive(tree)}"
+    assert not wait_gone(pids, 15), f"still running 15 s after the launcher exited: {alive(pids)}"
 
 
 def test_sigkill_of_the_launcher_leaves_no_process(tmp_path):
-    proc, tree = start_ddp_job(tmp_path / "run")
-    assert len(tree) >= 3  # fork server and two ranks
+    proc, pids = start_ddp_job(tmp_path / "run")
+    assert len(pids) >= 4  # launcher, fork server and two ranks
     proc.kill()
     proc.wait(timeout=10)
-    assert not wait_gone(tree, 15), f"still running 15 s after the launcher died: {alive(tree)}"
+    assert not wait_gone(pids, 15), f"still running 15 s after the launcher died: {alive(pids)}"
