@@ -71,8 +71,9 @@ def save_checkpoint(path: Path, trainer) -> None:
         _write(tmp, trainer)
     except BaseException as err:  # DCP's CheckpointException is a BaseException
         # torch's zip writer hides ENOSPC ("unexpected pos ..."): the free space tells
-        full = isinstance(err, OSError) and err.errno == errno.ENOSPC or "No space left on device" in str(err) \
-            or shutil.disk_usage(path.parent).free < 2**20
+        full = _io_failure(err) and (isinstance(err, OSError) and err.errno == errno.ENOSPC
+                                     or "No space left on device" in str(err)
+                                     or shutil.disk_usage(path.parent).free < 2**20)
         if strategy.is_global_zero:  # nothing half-written stays behind; the committed ones are untouched
             shutil.rmtree(tmp, ignore_errors=True)
         if full:
@@ -140,10 +141,19 @@ def _reading(path: Path):
         raise CheckpointError("; ".join(problems))
     try:
         yield
-    except Exception as err:
+    except BaseException as err:
+        if not _io_failure(err):
+            raise
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint '{path}' cannot be read ({type(err).__name__}: {first}); its files "
-                              f"have the sizes its manifest lists, so their contents are damaged") from err
+        raise CheckpointError(f"checkpoint '{path}' is whole (its files match their sizes and checksums) but "
+                              f"cannot be loaded into this run ({type(err).__name__}: {first}); was it saved "
+                              f"with another model or optimizer?") from err
+
+
+def _io_failure(err: BaseException) -> bool:
+    """A failure of the checkpoint I/O (DCP raises CheckpointException, a BaseException), not a
+    stop of the process (Ctrl-C, exit), which passes through unchanged."""
+    return not isinstance(err, (KeyboardInterrupt, SystemExit))
 
 
 def load_checkpoint(path: Path, trainer) -> None:

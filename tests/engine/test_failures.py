@@ -131,3 +131,11 @@ def test_metrics_csv_is_written_as_steps_complete_and_resumes_as_one_run(tmp_pat
     lines = (tmp_path / "metrics.csv").read_text().splitlines()
     assert lines[0] == "step,epoch,train/loss,val/loss" and [ln.split(",")[0] for ln in lines[1:]] == list("12345")
     assert lines[-1] == "5,0,0.3,"
+
+
+def test_a_whole_checkpoint_of_another_optimizer_is_named_not_called_damaged(tmp_path):
+    from framework.engine.checkpoint import CheckpointError
+
+    fit(compose(RUN + ["optimizer=sgd", "optimizer.momentum=0.0"]), output_dir=str(tmp_path))  # no optimizer state
+    with pytest.raises(CheckpointError, match="is whole .* but cannot be loaded into this run"):
+        fit(compose(RUN + ["trainer.max_epochs=2", "ckpt_path=last"]), output_dir=str(tmp_path))  # Adam's state
