@@ -10,7 +10,7 @@ from typing import Callable, Optional
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from framework.callbacks import ProgressBar
+from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
 from framework.callbacks.profiler import PROFILERS
 from framework.config.schemas import SchedulerConfig, TrainerConfig
 from framework.config.validate import FRAMEWORK_KEYS
@@ -48,6 +48,10 @@ def build_scheduler(node: Optional[DictConfig]) -> Optional[SchedulerSpec]:
     return SchedulerSpec(_make(factory_cfg, "scheduler"), settings.interval, settings.frequency)
 
 
+# What fast_dev_run turns off, as in Lightning: checkpoints, early stopping, logger callbacks.
+FAST_DEV_RUN_SKIPS = (ModelCheckpoint, EarlyStopping, LearningRateMonitor)
+
+
 def build_callbacks(cfg: DictConfig) -> dict:
     """The configured callbacks by config name, with the progress bar and profiler the trainer keys ask for."""
     callbacks = {name: _make(node, f"callback '{name}'") for name, node in (cfg.get("callbacks") or {}).items() if node}
@@ -60,6 +64,12 @@ def build_callbacks(cfg: DictConfig) -> dict:
         callbacks["progress_bar"] = ProgressBar()
     if cfg.trainer.get("profiler"):
         callbacks["profiler"] = PROFILERS[cfg.trainer.profiler](str(cfg.output_dir))
+    if cfg.trainer.get("fast_dev_run"):
+        # Lightning's fast_dev_run: a check of the pipeline that leaves nothing to resume from or monitor
+        skipped = [name for name, cb in callbacks.items() if isinstance(cb, FAST_DEV_RUN_SKIPS)]
+        callbacks = {name: cb for name, cb in callbacks.items() if name not in skipped}
+        if skipped:
+            log.info("fast_dev_run: callbacks %s do not run", ", ".join(skipped))
     return callbacks
 
 
@@ -71,7 +81,7 @@ def build_components(cfg: DictConfig, is_global_zero: bool) -> Components:
     optimizer_factory = _make(cfg.optimizer, "optimizer")
     scheduler = build_scheduler(cfg.get("scheduler"))
     loggers = []
-    if is_global_zero:
+    if is_global_zero and not cfg.trainer.get("fast_dev_run"):  # fast_dev_run writes no logger files
         loggers = [_make(node, f"logger '{name}'") for name, node in (cfg.get("logger") or {}).items() if node]
     return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(cfg))
 

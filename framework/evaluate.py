@@ -1,59 +1,83 @@
-"""``python -m framework.evaluate ckpt_path=<checkpoint dir> [key=value ...]``
+"""``framework-evaluate ckpt_path=<run dir>/checkpoints/<name> [group=option ...] [key=value ...]``
 
-Runs the test loop on a checkpoint's weights with the config its run saved
-(``<run dir>/config.yaml``, the run dir being the checkpoint's ``checkpoints/`` parent),
-changed by any ``key=value`` overrides (e.g. ``trainer.devices=2 strategy=ddp`` is not a
-group here: use ``strategy.name=ddp``). Writes its own results to
-``<run dir>/eval/<date>_<time>/`` (or ``output_dir=...``); the run's files are untouched.
+Tests a checkpoint's weights with the config its run saved (``<run dir>/config.yaml``), as a
+Hydra app: groups and keys override it as in framework.train (``strategy=ddp
+trainer.devices=2``, ``datamodule=...``), ``--cfg job`` prints the result, ``-m`` sweeps.
+Writes to ``<run dir>/eval/<date>_<time>/`` (or ``hydra.run.dir=...``); the run's own files
+are untouched.
 """
 from __future__ import annotations
 
 import datetime as _dt
-import logging
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import Iterable, Optional
 
-from omegaconf import OmegaConf, open_dict
+import hydra
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
+from framework.config.overrides import lenient
 from framework.config.relocate import relocate
+from framework.hydra_job import console_entry, hydra_job
+from framework.saved_run import EVALUATE_CONFIG, run_dir_of, saved_run_config
 
-log = logging.getLogger("framework.evaluate")
+_HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
 
 
-def evaluate(ckpt_path: str, overrides: list[str] = (), output_dir: str | None = None) -> dict:
-    """Test the checkpoint ``ckpt_path``; returns the evaluation's results.json contents."""
+def evaluate(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None) -> dict:
+    """The Python API: test the checkpoint ``ckpt_path``; returns the evaluation's results.json."""
     from framework.api import fit
 
-    ckpt = Path(ckpt_path)
-    saved = ckpt.resolve().parent.parent / "config.yaml"
-    if not saved.is_file():
-        raise ConfigError([f"ckpt_path: no run config at '{saved}' (expected <run dir>/checkpoints/<checkpoint>)"])
-    run_dir = str(saved.parent)
-    output_dir = output_dir or str(saved.parent / "eval" / _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f"))
-    # The saved config is resolved: paths under the run dir (loggers, checkpoints) move to the eval dir.
-    container = relocate(OmegaConf.to_container(OmegaConf.load(saved)), run_dir, output_dir)
-    cfg = OmegaConf.merge(container, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
-    with open_dict(cfg):
-        cfg.train, cfg.test, cfg.ckpt_path, cfg.output_dir = False, True, str(ckpt.resolve()), output_dir
-    return fit(cfg, output_dir=output_dir)
+    config_dir, args = saved_run_config(ckpt_path, list(overrides))
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=config_dir, job_name="evaluate"):
+            cfg = hydra_compose(EVALUATE_CONFIG, overrides=lenient(args))
+    finally:
+        shutil.rmtree(config_dir, ignore_errors=True)
+    output_dir = output_dir or str(run_dir_of(ckpt_path) / "eval" / _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f"))
+    return fit(_into(cfg, output_dir), output_dir=output_dir)
+
+
+def _into(cfg: DictConfig, output_dir: str) -> DictConfig:
+    """The saved config's paths under the run dir (loggers, checkpoints) moved to ``output_dir``."""
+    container = relocate(OmegaConf.to_container(cfg, resolve=False), str(run_dir_of(cfg.ckpt_path)), output_dir)
+    cfg = OmegaConf.create({**container, "ckpt_path": cfg.ckpt_path, "output_dir": output_dir})
+    return cfg
+
+
+@hydra.main(version_base="1.3", config_path=None, config_name=None)
+def _hydra_main(cfg: DictConfig) -> Optional[float]:
+    return hydra_job(cfg, prepare=lambda c: _into(c, HydraConfig.get().runtime.output_dir))
 
 
 def main() -> None:
     args = sys.argv[1:]
-    if not any(a.startswith("ckpt_path=") for a in args):
+    ckpt = next((a.split("=", 1)[1] for a in args if a.startswith("ckpt_path=")), None)
+    if ckpt is None:
         print(__doc__, file=sys.stderr)
-        sys.exit(2)
-    ckpt = next(a.split("=", 1)[1] for a in args if a.startswith("ckpt_path="))
-    output_dir = next((a.split("=", 1)[1] for a in args if a.startswith("output_dir=")), None)
-    rest = [a for a in args if not a.startswith(("ckpt_path=", "output_dir="))]
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+        if not any(a.split("=")[0] in _HELP_FLAGS for a in args):
+            print("ckpt_path: missing; name the checkpoint to test, e.g. ckpt_path=outputs/<run>/checkpoints/best",
+                  file=sys.stderr)
+            sys.exit(2)
+        from framework.train import main as train_main  # the groups and keys that can be overridden
+
+        return train_main()
     try:
-        results = evaluate(ckpt, rest, output_dir)
+        config_dir, rest = saved_run_config(ckpt, [a for a in args if not a.startswith("ckpt_path=")])
     except ConfigError as err:
         print(err, file=sys.stderr)
         sys.exit(2)
-    print({k: round(v, 4) for k, v in results.get("metrics", {}).items()})
+    sys.argv[1:] = ["--config-dir", config_dir, "--config-name", EVALUATE_CONFIG, *rest]
+    try:
+        console_entry(_hydra_main)
+    finally:
+        shutil.rmtree(config_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

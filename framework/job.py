@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable, Iterable, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -19,9 +20,10 @@ from framework.strategies import resolve
 log = logging.getLogger(__name__)
 
 
-def run_job(cfg: DictConfig) -> dict:
+def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = None) -> dict:
     """Validate ``cfg`` (raises ConfigError listing every problem, before anything is written
-    but the log), write ``config.yaml`` to ``cfg.output_dir``, train; return the results."""
+    but the log), write ``config.yaml`` to ``cfg.output_dir`` (and, on rank 0, whatever
+    ``after_validation`` writes), train; return the results."""
     container = preflight(cfg)
     # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
     # strategy's options in full (its schema's defaults filled in, `auto` resolved).
@@ -32,6 +34,8 @@ def run_job(cfg: DictConfig) -> dict:
     env = detect_environment()
     if env is None or env.rank == 0:  # SLURM tasks share the job's directory; rank 0 writes
         OmegaConf.save(cfg, output_dir / "config.yaml")
+        if after_validation is not None:
+            after_validation()
     log.info("Experiment '%s', output in %s", cfg.name, output_dir)
     results = launch(cfg)
     metrics = results.get("metrics", {})
@@ -45,9 +49,30 @@ def run_job(cfg: DictConfig) -> dict:
     return results
 
 
-def set_job_fields(cfg: DictConfig, output_dir: str, experiment: str | None) -> None:
-    """Fill ``output_dir`` and, when unset, ``name`` (the selected experiment)."""
+def set_job_fields(cfg: DictConfig, output_dir: str, choices: Mapping | None = None,
+                   overrides: Iterable[str] = ()) -> None:
+    """Fill ``output_dir`` and, when unset, ``name``."""
     with open_dict(cfg):
         cfg.output_dir = str(output_dir)
-        if cfg.get("name") is None:
-            cfg.name = experiment or "custom"
+    fill_name(cfg, choices, overrides)
+
+
+def fill_name(cfg: DictConfig, choices: Mapping | None = None, overrides: Iterable[str] = ()) -> None:
+    """``name``, when unset: ``default_name`` of Hydra's ``choices``, or without them the
+    model's and datamodule's class names."""
+    if cfg.get("name") is not None:
+        return
+    with open_dict(cfg):
+        cfg.name = default_name(choices, overrides) if choices else "_".join(
+            str(OmegaConf.select(cfg, f"{group}._target_", default="custom")).rsplit(".", 1)[-1].lower()
+            for group in ("model", "datamodule"))
+
+
+def default_name(choices: Mapping, overrides: Iterable[str] = ()) -> str:
+    """The selected experiment, unless the command line swapped its model or data for others
+    without naming an experiment; otherwise ``<model>_<datamodule>``, the selected options."""
+    keys = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    experiment = choices.get("experiment")
+    if experiment and ("experiment" in keys or not keys & {"model", "datamodule"}):
+        return str(experiment)
+    return f"{choices.get('model')}_{choices.get('datamodule')}"

@@ -3,8 +3,8 @@
 Reads each job's ``results.json`` (and ``metrics.csv`` for loss curves) and writes, into
 the sweep directory: ``report.csv``, ``report.md`` (a table of jobs with strategy,
 devices, status, samples/s, speed-up over 1 device of the same strategy, scaling
-efficiency, peak memory and model-state bytes per rank, predicted model state, final
-metrics, wall time) and plots: ``throughput.png``, ``memory.png``, ``loss_curves.png``.
+efficiency, peak memory and model-state bytes per rank, predicted model state, every final
+val/test metric the jobs logged, the rank by ``optimized_metric``, wall time) and plots: ``throughput.png``, ``memory.png``, ``loss_curves.png``.
 Works on an interrupted sweep: jobs without results are listed as ``missing``.
 
 Jobs are compared by their overrides (recorded in ``results.json``): every swept key other
@@ -32,9 +32,10 @@ log = logging.getLogger(__name__)
 
 # The sweep's own record (start, end, launcher), written by SweepReport.
 SWEEP_FILE = "sweep.json"
+# Then one column per metric the jobs logged (val/*, test/*: the task's own), then these.
 COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s", "speedup", "efficiency",
-           "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes", "val/loss", "val/acc",
-           "test/loss", "test/acc", "wall_time_s", "reason"]
+           "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes"]
+LAST_COLUMNS = ["rank", "wall_time_s", "reason"]
 
 
 def _jobs(sweep_dir: Path) -> list[Path]:
@@ -82,7 +83,7 @@ def collect(sweep_dir: Path) -> list[dict]:
                "fit_time_s": r.get("fit_time_s"), "test_time_s": r.get("test_time_s")}
         if r.get("failed_rank") is not None:
             row["reason"] = f"rank {r['failed_rank']}: {row['reason']}"
-        row.update({k: metrics.get(k) for k in ("val/loss", "val/acc", "test/loss", "test/acc")})
+        row.update({k: v for k, v in metrics.items() if k.startswith(("val/", "test/"))})
         rows.append(row)
     _speedups(rows, swept_keys(rows))
     return rows
@@ -152,7 +153,10 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         row.update({k: (row.get("overrides") or {}).get(k) for k in params})
         # one line per strategy and swept value in the plots: "ddp optimizer.lr=0.001"
         row["series"] = " ".join([str(row.get("strategy"))] + [f"{k}={row[k]}" for k in params])
-    columns = COLUMNS[:1] + params + COLUMNS[1:]
+    metrics = metric_columns(rows)
+    objective = _objective(sweep_dir)
+    _rank(rows, *objective)
+    columns = COLUMNS[:1] + params + COLUMNS[1:] + metrics + LAST_COLUMNS
     with open(sweep_dir / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
@@ -169,14 +173,34 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
     for row in rows:
         lines.append("| " + " | ".join(_fmt(row.get(c)).replace("|", "/").replace("\n", " ")[:200]
                                        for c in columns) + " |")
-    scored = [r for r in rows if r.get("status") == "completed" and r.get("val/loss") is not None]
-    if params and scored:
-        best = min(scored, key=lambda r: r["val/loss"])
-        lines += ["", f"Lowest val/loss: job {best['job']} ({_fmt(best['val/loss'])}), "
-                      + ", ".join(f"{k}={best.get(k)}" for k in params)]
+    best = next((r for r in rows if r.get("rank") == 1), None)
+    if best is not None:
+        metric, mode = objective
+        lines += ["", f"Best by {metric} ({mode}): job {best['job']} ({_fmt(best[metric])}), "
+                      + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params])]
     lines += ["", *timing(sweep_dir, rows), ""] + [f"![{p.stem}]({p.name})" for p in plots]
     (sweep_dir / "report.md").write_text("\n".join(lines) + "\n")
     return sweep_dir / "report.md"
+
+
+def metric_columns(rows: list[dict]) -> list[str]:
+    """Every val/* then test/* metric that some job logged."""
+    names = {k for row in rows for k in row if k.startswith(("val/", "test/"))}
+    return sorted(names, key=lambda k: (not k.startswith("val/"), k))
+
+
+def _objective(sweep_dir: Path) -> tuple[str, str]:
+    """The sweep's optimized_metric and optimized_mode (recorded in sweep.json)."""
+    path = sweep_dir / SWEEP_FILE
+    sweep = json.loads(path.read_text()) if path.exists() else {}
+    return sweep.get("optimized_metric") or "val/loss", sweep.get("optimized_mode") or "min"
+
+
+def _rank(rows: list[dict], metric: str, mode: str) -> None:
+    """``rank``: 1 = the best completed job by ``metric`` (lowest for min, highest for max)."""
+    scored = [r for r in rows if r.get("status") == "completed" and isinstance(r.get(metric), (int, float))]
+    for i, row in enumerate(sorted(scored, key=lambda r: r[metric] if mode == "min" else -r[metric])):
+        row["rank"] = i + 1
 
 
 def timing(sweep_dir: Path, rows: list[dict]) -> list[str]:
@@ -279,7 +303,8 @@ class SweepReport(Callback):
         choices = OmegaConf.select(config, "hydra.runtime.choices", default={}) or {}
         write_json(sweep_dir / SWEEP_FILE, {
             "started_at": time.time(), "overrides": list(OmegaConf.select(config, "hydra.overrides.task") or []),
-            "launcher": choices.get("hydra/launcher"), "sweeper": choices.get("hydra/sweeper")})
+            "launcher": choices.get("hydra/launcher"), "sweeper": choices.get("hydra/sweeper"),
+            "optimized_metric": config.get("optimized_metric"), "optimized_mode": config.get("optimized_mode")})
 
     def on_multirun_end(self, config, **kwargs) -> None:
         rows = finish_sweep(Path(config.hydra.sweep.dir))

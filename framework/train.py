@@ -1,106 +1,24 @@
-"""``python -m framework.train [overrides]``: compose with Hydra, validate, train, test."""
+"""``framework-train [group=option ...] [key=value ...]`` (or ``python -m framework.train``):
+compose the experiment with Hydra, validate it, train, test. ``-m`` sweeps, ``--cfg job``
+prints the composed config, ``--help`` lists the groups."""
 from __future__ import annotations
 
-import logging
-import shutil
-import sys
-import tempfile
-import time
-
-from pathlib import Path
+from typing import Optional
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from framework.config import ConfigError
-from framework.config.overrides import lenient
-from framework.engine.results import update_json, write_json
-from framework.distributed import detect_environment
-from framework.engine.signals import Interrupted
-from framework.report import finish_sweep
-from framework.job import run_job, set_job_fields
-
-log = logging.getLogger("framework.train")
+from framework.config.location import HYDRA_CONFIG_PATH
+from framework.hydra_job import console_entry, hydra_job
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def _hydra_main(cfg: DictConfig) -> float | None:
-    hydra_cfg = HydraConfig.get()
-    runtime = hydra_cfg.runtime
-    set_job_fields(cfg, runtime.output_dir, runtime.choices.get("experiment"))
-    sweeping = hydra_cfg.mode == RunMode.MULTIRUN
-    started = time.time()
-    try:
-        results = run_job(cfg)
-    except ConfigError as err:
-        log.error("%s", err)
-        print(err, file=sys.stderr)
-        if not sweeping:
-            sys.exit(2)
-        # In a sweep an invalid combination is a result, not the end of the sweep.
-        record_invalid(cfg, runtime.output_dir, err)
-        return None
-    except Interrupted as err:
-        log.error("%s", err)
-        if sweeping:  # no further jobs; the report covers the jobs so far, this one interrupted
-            record_job(runtime.output_dir, hydra_cfg, started)
-            finish_sweep(Path(hydra_cfg.sweep.dir))
-        sys.exit(128 + err.signum)
-    except Exception:
-        if not sweeping:
-            raise
-        # results.json says which rank failed and why; the sweep goes on, and the report
-        # at its end turns the failures into the exit status (framework.report.SweepReport).
-        log.exception("job %s failed", runtime.output_dir)
-        return None
-    finally:
-        record_job(runtime.output_dir, hydra_cfg, started)
-    # The value a Hydra sweeper optimises: the final validation loss when there is one.
-    return results.get("metrics", {}).get("val/loss")
-
-
-def record_job(output_dir: str, hydra_cfg, started: float) -> None:
-    """Add the Hydra job to results.json: its overrides (what the report compares jobs by)
-    and its wall time from composition to the end, rank start-up included."""
-    env = detect_environment()
-    path = Path(output_dir) / "results.json"
-    if (env is not None and env.rank != 0) or not path.exists() or path.stat().st_mtime < started:
-        return  # rank 0 owns results.json; and one this job did not write is not touched
-    update_json(path, job={
-        "num": hydra_cfg.job.get("num"), "overrides": list(hydra_cfg.overrides.task),
-        "started_at": started, "time_s": time.time() - started})
-
-
-def record_invalid(cfg: DictConfig, output_dir: str, err: ConfigError) -> None:
-    """results.json for a combination rejected before any process started."""
-    trainer = cfg.get("trainer") or {}
-    if (Path(output_dir) / "results.json").exists() and not cfg.get("overwrite"):
-        return  # another run's results: kept (the error is in the log)
-    write_json(Path(output_dir) / "results.json", {
-        "status": "invalid", "experiment": cfg.get("name"),
-        "strategy": OmegaConf.select(cfg, "strategy.name", default=None),
-        "devices": trainer.get("devices"), "num_nodes": trainer.get("num_nodes"),
-        "world_size": None, "reason": "; ".join(err.problems), "output_dir": str(output_dir)})
+@hydra.main(version_base="1.3", config_path=HYDRA_CONFIG_PATH, config_name="train")
+def _hydra_main(cfg: DictConfig) -> Optional[float]:
+    return hydra_job(cfg)
 
 
 def main() -> None:
-    """Console entry point: Hydra's command line, with typo'd keys reported by our validator."""
-    sys.argv[1:] = lenient(sys.argv[1:])
-    env = detect_environment()
-    scratch = None
-    if env is not None and env.rank != 0:
-        # Under torchrun/SLURM every rank runs this entry point. Only rank 0's Hydra run dir
-        # is the job's (ranks agree on it in framework.run); the others get a scratch dir
-        # instead of a directory per rank, and log under <job dir>/ranks/<r>/.
-        scratch = tempfile.mkdtemp(prefix=f"framework-rank{env.rank}-")
-        sys.argv += [f"hydra.run.dir={scratch}"]
-    try:
-        _hydra_main()
-    finally:
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+    console_entry(_hydra_main)
 
 
 if __name__ == "__main__":

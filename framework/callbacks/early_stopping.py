@@ -23,14 +23,27 @@ class EarlyStopping:
         self.stopping_threshold, self.divergence_threshold = stopping_threshold, divergence_threshold
         self.best = math.inf if mode == "min" else -math.inf
         self.wait = 0
+        self._warned = False
 
     def on_validation_end(self, trainer, metrics: dict) -> None:
         if self.monitor in metrics:
             self._check(trainer, metrics[self.monitor])
+        elif not self.monitor.startswith("train/"):
+            self._warn_unlogged(trainer, metrics)
 
     def on_train_epoch_end(self, trainer) -> None:
-        if self.monitor.startswith("train/") and self.monitor in trainer.logged_metrics:
+        if not self.monitor.startswith("train/"):
+            return
+        if self.monitor in trainer.logged_metrics:
             self._check(trainer, trainer.logged_metrics[self.monitor])
+        else:
+            self._warn_unlogged(trainer, trainer.logged_metrics)
+
+    def _warn_unlogged(self, trainer, metrics: dict) -> None:
+        if not self._warned and trainer.is_global_zero:
+            log.warning("callbacks.early_stopping.monitor: %r has not been logged (logged: %s); "
+                        "early stopping does nothing until it is", self.monitor, sorted(metrics))
+        self._warned = True
 
     def state_dict(self) -> dict:
         return {"best": self.best, "wait": self.wait}

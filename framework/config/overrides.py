@@ -4,15 +4,47 @@ Hydra rejects ``trainer.max_epoch=3`` (a typo) at composition with "Key 'max_epo
 not in struct", one key at a time and without a suggestion. Rewriting plain dotted
 overrides to Hydra's force-add form (``++trainer.max_epoch=3``) lets the value reach
 ``validate``, which reports it with the closest valid key, together with every other
-problem. Group selections (``model=mlp``, ``hydra/launcher=joblib``), ``hydra.*`` keys and
-overrides that already carry ``+``, ``++`` or ``~`` are left as they are.
+problem. A top-level typo (``sed=1`` for ``seed``) is rewritten the same way when it is
+close to a framework key and is not a config group. Group selections (``model=mlp``,
+``hydra/launcher=joblib``), ``hydra.*`` keys, flags and overrides that already carry
+``+``, ``++`` or ``~`` are left as they are.
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import re
 
+from framework.config.location import group_names
+from framework.config.schemas import TYPO_CUTOFF, RootConfig
+
 _PLAIN_DOTTED = re.compile(r"^(?![+~])(?!hydra\.)[A-Za-z_][\w\-]*(\.[\w\-]+)+=")
+_PLAIN_TOP = re.compile(r"^([A-Za-z_][\w\-]*)=")
+ROOT_KEYS = {f.name for f in dataclasses.fields(RootConfig)}
 
 
 def lenient(overrides: list[str]) -> list[str]:
-    return [f"++{o}" if _PLAIN_DOTTED.match(o) else o for o in overrides]
+    groups = group_names(user_config_dirs(overrides))
+    return [f"++{o}" if _PLAIN_DOTTED.match(o) or _top_level_typo(o, groups) else o for o in overrides]
+
+
+def _top_level_typo(override: str, groups: set[str]) -> bool:
+    match = _PLAIN_TOP.match(override)
+    if not match or match.group(1) in groups or match.group(1) in ROOT_KEYS or match.group(1) == "hydra":
+        return False
+    return bool(difflib.get_close_matches(match.group(1), ROOT_KEYS | groups, n=1, cutoff=TYPO_CUTOFF))
+
+
+def user_config_dirs(args: list[str]) -> list[str]:
+    """Config directories the command line adds: ``--config-dir``/``-cd`` and the file
+    entries of ``hydra.searchpath=[...]`` (their groups merge with the framework's)."""
+    dirs = []
+    for i, arg in enumerate(args):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(args):
+            dirs.append(args[i + 1])
+        elif arg.startswith("--config-dir="):
+            dirs.append(arg.split("=", 1)[1])
+        elif arg.lstrip("+").startswith("hydra.searchpath="):
+            entries = arg.split("=", 1)[1].strip("[]").split(",")
+            dirs += [e.strip().removeprefix("file://") for e in entries if not e.strip().startswith("pkg://")]
+    return dirs

@@ -117,3 +117,15 @@ class RootConfig:
     trainer: dict = field(default_factory=dict)
     logger: Optional[dict] = None
     callbacks: Optional[dict] = None
+    # The metric a sweep optimises (the value a Hydra sweeper gets) and the report ranks by.
+    optimized_metric: Optional[str] = "val/loss"
+    optimized_mode: Literal["min", "max"] = "min"
+    # Reserved for the user (lightning-hydra-template's idioms): free-form, never read by the framework.
+    tags: list = field(default_factory=list)
+    paths: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
+
+
+# A top-level key that is none of RootConfig's is the user's own (declared in their config or
+# added with +key=...), unless it is this close to one of ours: then it is taken for a typo.
+TYPO_CUTOFF = 0.75

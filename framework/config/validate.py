@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Literal, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from framework.config.errors import ConfigError
-from framework.config.schemas import InitConfig, RootConfig, SchedulerConfig, TrainerConfig
+from framework.config.schemas import TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig, TrainerConfig
 
 # Keys the framework reads from a component node and removes before instantiating it.
 FRAMEWORK_KEYS = {"scheduler": {f.name for f in dataclasses.fields(SchedulerConfig)}}
@@ -46,7 +46,7 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     problems: list[str] = []
     container = _resolve(cfg, problems)
 
-    check_schema(container, RootConfig, "", problems, ignore={"hydra"})
+    _check_root(container, problems)
     check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
     init = container.get("init") or {}
     check_schema(init, InitConfig, "init", problems)
@@ -60,6 +60,15 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     if problems:
         raise ConfigError(problems)
     return container
+
+
+def _check_root(container: dict, problems: list[str]) -> None:
+    """Top-level keys: ours against RootConfig; the user's own are allowed unless they look
+    like a typo of ours (``sed`` for ``seed``)."""
+    valid = [f.name for f in dataclasses.fields(RootConfig)]
+    user_keys = {k for k in container if k not in valid and k != "hydra"
+                 and not difflib.get_close_matches(k, valid, n=1, cutoff=TYPO_CUTOFF)}
+    check_schema(container, RootConfig, "", problems, ignore={"hydra", *user_keys})
 
 
 def _check_components(container: dict, problems: list[str]) -> None:

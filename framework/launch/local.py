@@ -18,6 +18,7 @@ import torch
 from framework.distributed import detect_environment, free_port
 from framework.engine.results import job_record, write_results
 from framework.engine.signals import Interrupted, StopSignals, stop_signals
+from framework.launch.main_module import ranks_without_main
 from framework.rank import run_launched
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
         and threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGUSR1, _stop_agent) if usr1 else None
     try:
-        returns = elastic_launch(config, _elastic_entry)(container, _environment_changes())
+        with ranks_without_main(container):
+            returns = elastic_launch(config, _elastic_entry)(container, _environment_changes())
     except SignalException as err:
         # The agent got the signal and passed it to the ranks, which stopped at one step, saved
         # `last` and results.json; it waited for them (or killed them after its grace period).
@@ -157,8 +159,9 @@ def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> No
 def launch_spawn(container: dict, nprocs: int) -> dict:
     """N ranks by torch.multiprocessing.spawn; rank 0's results come back through results.json."""
     _standard_start_method()
-    context = torch.multiprocessing.start_processes(_spawn_entry, args=(container, nprocs, free_port()),
-                                                    nprocs=nprocs, join=False, start_method="spawn")
+    with ranks_without_main(container):
+        context = torch.multiprocessing.start_processes(_spawn_entry, args=(container, nprocs, free_port()),
+                                                        nprocs=nprocs, join=False, start_method="spawn")
     # A stop signal to this process goes on to the ranks, which stop together and save `last`.
     with StopSignals([signal.SIGTERM, signal.SIGINT]) as signals:
         signals.forward_to = [p.pid for p in context.processes]

@@ -7,12 +7,16 @@ import torch
 from omegaconf import OmegaConf
 
 from framework import compose
-from framework.api import CONF_DIR
+from pathlib import Path
+
 from framework.config import ConfigError
+from framework.config.location import HYDRA_CONFIG_PATH, config_dir
 from framework.preflight import preflight
 
-ROOT = CONF_DIR.parent
-GROUPS = ["model", "datamodule", "task", "optimizer", "scheduler", "strategy", "trainer", "logger", "callbacks"]
+CONF_DIR = config_dir()
+ROOT = Path(__file__).resolve().parents[2]
+GROUPS = ["model", "datamodule", "task", "optimizer", "scheduler", "strategy", "trainer", "logger", "callbacks",
+          "debug"]
 # Options that need data on disk or a GPU: here they validate to one explanatory problem.
 NEEDS_DATA = {("datamodule", "mnist"): "MNIST not found", ("datamodule", "cifar10"): "CIFAR10 not found",
               ("datamodule", "imagefolder"): "missing value"}
@@ -42,7 +46,7 @@ def test_every_group_option_composes_and_validates(group, option):
 
 
 def test_every_config_file_opens_with_the_command_that_runs_it():
-    files = [p for p in (ROOT / "conf").rglob("*.yaml") if "hydra" not in p.parts]
+    files = [p for p in (ROOT / "conf").rglob("*.yaml") if "hydra" not in p.parts and "experiment" not in p.parts]
     files += list((ROOT / "experiments").glob("*.yaml"))
     for path in files:
         text = path.read_text()
@@ -70,6 +74,21 @@ def test_default_experiment_is_digits_cnn():
     assert cfg.datamodule._target_ == "framework.data.DigitsDataModule"
 
 
+def test_a_run_is_named_by_its_experiment_or_by_its_model_and_data():
+    assert compose(["experiment=digits_mlp"]).name == "digits_mlp"
+    # the default experiment with another model is no longer that experiment
+    assert compose(["model=mlp"]).name == "mlp_digits"
+    assert compose(["model=resnet18", "datamodule=synthetic"]).name == "resnet18_synthetic"
+    assert compose(["experiment=digits_cnn", "model=mlp"]).name == "digits_cnn"  # named on purpose
+    assert compose(["model=mlp", "name=mine"]).name == "mine"
+
+
+def test_a_value_an_experiment_requires_is_reported_when_left_unset():
+    with pytest.raises(ConfigError) as err:
+        preflight(compose(["experiment=digits_finetune_5to9"]))
+    assert "init.weights: missing value ('???')" in str(err.value)
+
+
 def test_command_line_group_choice_wins_over_the_experiment():
     cfg = compose(["experiment=digits_cnn", "model=mlp"])
     assert cfg.model._target_ == "framework.models.MLP"
@@ -85,7 +104,7 @@ def test_user_config_dir_extends_the_groups(tmp_path):
     (tmp_path / "model" / "tiny.yaml").write_text(
         "_target_: torch.nn.Sequential\n")
     (tmp_path / "mine.yaml").write_text(
-        "defaults:\n  - train\n  - _self_\nhydra:\n  searchpath:\n    - file://" + str(CONF_DIR) + "\n")
+        "defaults:\n  - train\n  - _self_\nhydra:\n  searchpath:\n    - " + HYDRA_CONFIG_PATH + "\n")
     # Hydra's standard mechanism: the user's primary config searches ours.
     cfg = compose(["model=tiny"], config_dir=str(tmp_path), config_name="mine")
     assert cfg.model._target_ == "torch.nn.Sequential"

@@ -25,6 +25,22 @@ def test_unknown_argument_of_a_target_names_the_closest_parameter():
     assert "optimizer.lrr" in msg and "did you mean 'lr'" in msg
 
 
+def test_a_top_level_typo_gets_the_validators_message_with_every_other_problem():
+    found = problems("sed=1", "trainer.max_epoch=3")
+    assert found[0].startswith("sed: unknown key; did you mean 'seed'?")
+    assert found[1].startswith("trainer.max_epoch: unknown key")
+
+
+def test_keys_of_the_users_own_are_allowed_at_the_top_level():
+    cfg = compose(["tags=[baseline,v2]", "paths.data_dir=/data", "extras.note=x", "+my_key=1",
+                   "experiment=digits_mlp"])
+    preflight(cfg)  # no problem: reserved namespaces, and a key added on purpose (+)
+    assert list(cfg.tags) == ["baseline", "v2"] and cfg.paths.data_dir == "/data" and cfg.my_key == 1
+    # but a key of the user's that looks like one of ours is taken for a typo
+    [msg] = problems("+tag=[a]")
+    assert msg.startswith("tag: unknown key; did you mean 'tags'?")
+
+
 def test_wrong_type():
     [msg] = problems("trainer.devices=two")
     assert msg == "trainer.devices: expected int, got str 'two'"

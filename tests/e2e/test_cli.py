@@ -16,10 +16,14 @@ def train(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 def test_short_run_writes_every_output(tmp_path):
     run_dir = tmp_path / "run"
-    proc = train(*TINY, f"hydra.run.dir={run_dir}")
+    proc = train(*TINY, f"hydra.run.dir={run_dir}", "trainer.enable_progress_bar=true")
     assert proc.returncode == 0, proc.stderr
     assert f"Outputs: {run_dir}" in proc.stdout + proc.stderr
-    assert {p.name for p in run_dir.iterdir()} == {"config.yaml", "train.log", "metrics.csv", "tb", "results.json", "checkpoints"}
+    assert {p.name for p in run_dir.iterdir()} == {"config.yaml", "train.log", "metrics.csv", "tb", "results.json",
+                                                   "checkpoints", ".hydra"}
+    assert {p.name for p in (run_dir / ".hydra").iterdir()} == {"config.yaml", "hydra.yaml", "overrides.yaml"}
+    # stderr is a pipe, not a terminal: one plain line per epoch, no carriage-return bar
+    assert "\r" not in proc.stderr and "Epoch 1: 6/6 batches" in proc.stderr and "val/acc" in proc.stderr
 
     results = json.loads((run_dir / "results.json").read_text())
     assert results["status"] == "completed" and results["steps"] == 12

@@ -96,11 +96,11 @@ def test_optuna_search_and_joblib_launcher(tmp_path):
     assert "2 completed" in (sweep / "report.md").read_text()
 
 
-def _job(root, name, overrides, world, samples_per_s, val_loss):
+def _job(root, name, overrides, world, samples_per_s, val_loss, **metrics):
     (root / name).mkdir()
     (root / name / "results.json").write_text(json.dumps(
         {"status": "completed", "strategy": "ddp", "devices": world, "world_size": world,
-         "throughput": {"samples_per_s": samples_per_s}, "metrics": {"val/loss": val_loss},
+         "throughput": {"samples_per_s": samples_per_s}, "metrics": {"val/loss": val_loss, **metrics},
          "job": {"overrides": overrides, "started_at": 1000.0 + int(name), "time_s": 1.0}}))
 
 
@@ -116,7 +116,21 @@ def test_report_compares_each_job_with_its_own_one_device_baseline(tmp_path):
     assert rows["1"]["speedup"] == 1.8 and rows["3"]["speedup"] == 1.9 and rows["2"]["speedup"] == 1.0
     report = write_report(tmp_path).read_text()
     assert "| job | optimizer.lr | strategy |" in report
-    assert "Lowest val/loss: job 0 (0.1), optimizer.lr=0.1" in report
+    assert "Best by val/loss (min): job 0 (0.1), strategy=ddp, devices=1, optimizer.lr=0.1" in report
+
+
+def test_report_shows_the_tasks_own_metrics_and_ranks_by_the_optimized_metric(tmp_path):
+    from framework.report import SWEEP_FILE, write_report
+
+    (tmp_path / SWEEP_FILE).write_text(json.dumps({"optimized_metric": "val/r2", "optimized_mode": "max"}))
+    for name, lr, r2 in [("0", "0.1", 0.5), ("1", "0.2", 0.9), ("2", "0.3", 0.7)]:
+        _job(tmp_path, name, [f"optimizer.lr={lr}"], 1, 100.0, 1.0, **{"val/mae": 0.2, "val/r2": r2})
+    write_report(tmp_path)
+    with open(tmp_path / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {"val/loss", "val/mae", "val/r2"} <= set(rows[0]) and "val/acc" not in rows[0]
+    assert [r["rank"] for r in rows] == ["3", "1", "2"]
+    assert "Best by val/r2 (max): job 1 (0.9)" in (tmp_path / "report.md").read_text()
 
 
 def test_report_of_a_search_over_one_device_jobs_has_no_speedup(tmp_path):

@@ -128,21 +128,44 @@ def test_ckpt_path_that_is_not_a_checkpoint_is_a_config_error(tmp_path):
     assert "ckpt_path: no checkpoint at" in str(err.value)
 
 
-def test_evaluate_a_saved_checkpoint(straight, tmp_path):
+def _evaluate(*args: str, cwd=None):
     import subprocess
     import sys
 
+    return subprocess.run([sys.executable, "-m", "framework.evaluate", *args], capture_output=True, text=True,
+                          timeout=240, cwd=cwd)
+
+
+def test_evaluate_a_saved_checkpoint_with_another_strategy(straight, tmp_path):
     out, results = straight
-    proc = subprocess.run([sys.executable, "-m", "framework.evaluate", f"ckpt_path={out / 'checkpoints' / 'last'}",
-                           f"output_dir={tmp_path / 'eval'}", "trainer.limit_test_batches=1.0"],
-                          capture_output=True, text=True, timeout=240)
+    # groups override the saved config as in train: its strategy is replaced whole
+    proc = _evaluate(f"ckpt_path={out / 'checkpoints' / 'last'}", f"output_dir={tmp_path / 'eval'}",
+                     "trainer.limit_test_batches=1.0", "strategy=ddp", "trainer.devices=2")
     assert proc.returncode == 0, proc.stderr
     evaluated = json.loads((tmp_path / "eval" / "results.json").read_text())
-    assert evaluated["status"] == "completed" and evaluated["steps"] == 0
+    assert evaluated["status"] == "completed" and evaluated["steps"] == 0 and evaluated["world_size"] == 2
     # the final weights, tested again: the same test metrics as the run itself
     assert evaluated["metrics"]["test/acc"] == results["metrics"]["test/acc"]
     assert evaluated["metrics"]["test/loss"] == pytest.approx(results["metrics"]["test/loss"], rel=1e-6)
     assert (tmp_path / "eval" / "metrics.csv").exists() and not (out / "eval").exists()
+    assert (tmp_path / "eval" / ".hydra" / "overrides.yaml").exists()
+
+
+def test_evaluate_is_a_hydra_app_over_the_saved_config(straight):
+    import yaml
+
+    out, _ = straight
+    proc = _evaluate(f"ckpt_path={out / 'checkpoints' / 'last'}", "strategy=fsdp", "datamodule.batch_size=16",
+                     "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    cfg = yaml.safe_load(proc.stdout)
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert cfg["strategy"] == {"name": "fsdp"} and cfg["datamodule"]["batch_size"] == 16
+    assert cfg["model"] == saved["model"] and cfg["train"] is False and cfg["test"] is True
+    helped = _evaluate("--help")
+    assert helped.returncode == 0 and "ckpt_path=" in helped.stderr and "strategy: " in helped.stdout
+    missing = _evaluate("strategy=ddp")
+    assert missing.returncode == 2 and "ckpt_path: missing" in missing.stderr
 
 
 def test_resume_from_the_last_written_when_fit_stopped_mid_epoch(tmp_path):

@@ -19,6 +19,18 @@ def test_overfit_batches_reaches_near_zero_loss_on_the_same_batches(tiny_cfg, tm
     assert results["steps"] == 120 and results["metrics"]["train/loss"] < 0.05
 
 
+def test_debug_overfit_trains_on_without_early_stopping():
+    cfg = compose(["debug=overfit"])
+    assert cfg.callbacks.early_stopping is None and cfg.trainer.overfit_batches == 2
+    assert cfg.callbacks.model_checkpoint is not None
+
+
+def test_early_stopping_on_a_metric_never_logged_warns_once(tiny_cfg, tmp_path, caplog):
+    fit(tiny_cfg("callbacks.early_stopping.monitor=val/accuracy", *QUIET), output_dir=str(tmp_path))
+    warnings = [r.getMessage() for r in caplog.records if "callbacks.early_stopping.monitor" in r.getMessage()]
+    assert len(warnings) == 1 and "'val/accuracy' has not been logged (logged: ['val/acc', 'val/loss'])" in warnings[0]
+
+
 def test_sanity_check_fails_a_broken_validation_loop_before_any_training(tiny_cfg, tmp_path, monkeypatch):
     from framework.tasks import ClassificationTask
 

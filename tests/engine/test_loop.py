@@ -54,10 +54,10 @@ def test_limit_val_zero_skips_validation_and_fraction_limits_train(tiny_cfg, tmp
     assert "val/loss" not in results["metrics"] and "test/acc" in results["metrics"]
 
 
-def test_fast_dev_run_writes_no_logger_files(tiny_cfg, tmp_path):
-    results = fit(tiny_cfg("trainer.fast_dev_run=true"), output_dir=str(tmp_path))
+def test_fast_dev_run_writes_no_logger_files_and_no_checkpoints(tiny_cfg, tmp_path):
+    results = fit(tiny_cfg("debug=fdr"), output_dir=str(tmp_path))  # the debug group's trainer.fast_dev_run=true
     assert results["steps"] == 1 and results["status"] == "completed"
-    assert not (tmp_path / "metrics.csv").exists() and not (tmp_path / "tb").exists()
+    assert {p.name for p in tmp_path.iterdir()} == {"config.yaml", "results.json", "train.log"}
 
 
 @pytest.mark.parametrize("precision,dtype", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16),

@@ -1,0 +1,1 @@
+"""The config groups, installed as the package framework.conf (Hydra reads pkg://framework.conf)."""

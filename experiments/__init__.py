@@ -1,0 +1,1 @@
+"""Experiment configs, installed as framework.conf.experiment (the experiment group)."""

@@ -1,0 +1,39 @@
+"""Keep the ranks from re-running the user's script.
+
+Python starts a forkserver or spawn child by importing the parent's ``__main__`` again (as
+``__mp_main__``), so that objects defined there unpickle. A script that calls
+``framework.fit`` at module level, without ``if __name__ == "__main__":``, would then fit
+again inside every rank. The ranks need nothing from ``__main__`` (they get a plain config
+and import every ``_target_``), unless the config names a class defined in the script."""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+
+GUARD_MESSAGE = (
+    "framework.fit() ran again while a rank process imported your script {script!r}: the config "
+    "names a class defined in that script (_target_: __main__...), so every rank imports it. Put the "
+    "call under `if __name__ == \"__main__\":`, or move the class into a module of its own.")
+
+
+@contextlib.contextmanager
+def ranks_without_main(container: dict):
+    """While ranks start, ``__main__`` looks like an interactive session to multiprocessing,
+    so the children do not import it (unless the config needs a ``__main__.`` target)."""
+    main = sys.modules.get("__main__")
+    if main is None or "__main__." in json.dumps(container, default=str):
+        yield
+        return
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
+def reimported_by_a_rank(caller_globals: dict) -> bool:
+    """Is this call running inside a child's re-import of the user's script?"""
+    return caller_globals.get("__name__") == "__mp_main__"

@@ -1,0 +1,65 @@
+"""The primary config that evaluates a run's checkpoint: the run's saved ``config.yaml``,
+less the groups that the command line selects again (they come back from their files, so
+``strategy=ddp`` replaces the saved strategy whole instead of merging into it)."""
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from framework.config import ConfigError
+from framework.config.location import HYDRA_CONFIG_PATH, group_names
+from framework.config.overrides import user_config_dirs
+
+EVALUATE_CONFIG = "evaluate_run"
+_SELECTION = re.compile(r"^([A-Za-z_][\w\-]*)(@[\w.]+)?=")
+
+
+def run_dir_of(ckpt_path: str) -> Path:
+    """``<run dir>`` of ``<run dir>/checkpoints/<checkpoint>``."""
+    return Path(ckpt_path).resolve().parent.parent
+
+
+def saved_run_config(ckpt_path: str, overrides: list[str]) -> tuple[str, list[str]]:
+    """Write the primary config for testing ``ckpt_path`` to a new temporary directory (the
+    caller removes it); returns that directory and the overrides to compose it with."""
+    run_dir = run_dir_of(ckpt_path)
+    saved = run_dir / "config.yaml"
+    if not Path(ckpt_path).exists():
+        raise ConfigError([f"ckpt_path: nothing at '{ckpt_path}'"])
+    if not saved.is_file():
+        raise ConfigError([f"ckpt_path: no run config at '{saved}' (expected <run dir>/checkpoints/<checkpoint>)"])
+    container = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
+    searchpath = [HYDRA_CONFIG_PATH, *_saved_searchpath(run_dir)]
+    groups = group_names([p.removeprefix("file://") for p in searchpath[1:] if not p.startswith("pkg://")]
+                         + user_config_dirs(overrides))
+    args = []
+    for override in overrides:
+        match = _SELECTION.match(override)
+        if match and match.group(1) in groups:
+            container.pop(match.group(1), None)
+            args.append(f"+{override}")
+        elif override.startswith("output_dir="):  # the spelling of earlier versions
+            args.append(f"hydra.run.dir={override.split('=', 1)[1]}")
+        else:
+            args.append(override)
+    container.update(train=False, test=True, ckpt_path=str(Path(ckpt_path).resolve()), output_dir=None,
+                     overwrite=False)
+    stamp = "${now:%Y-%m-%d_%H-%M-%S}"
+    primary = {"defaults": [{"hydra": "default"}, "_self_"], **container, "hydra": {
+        "searchpath": searchpath, "run": {"dir": f"{run_dir}/eval/{stamp}"},
+        "sweep": {"dir": f"{run_dir}/eval/multirun/{stamp}", "subdir": "${hydra.job.num}"}}}
+    directory = tempfile.mkdtemp(prefix="framework-evaluate-")
+    OmegaConf.save(OmegaConf.create(primary), Path(directory) / f"{EVALUATE_CONFIG}.yaml")
+    return directory, args
+
+
+def _saved_searchpath(run_dir: Path) -> list[str]:
+    """The user's config directories the run was composed with (its .hydra/hydra.yaml)."""
+    hydra_yaml = run_dir / ".hydra" / "hydra.yaml"
+    if not hydra_yaml.is_file():
+        return []
+    saved = OmegaConf.select(OmegaConf.load(hydra_yaml), "hydra.searchpath", default=None) or []
+    return [str(p) for p in saved if str(p) != HYDRA_CONFIG_PATH]

@@ -1,0 +1,55 @@
+"""The Python API from a plain script, as users write one: no `if __name__ == "__main__":`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+OVERRIDES = ["experiment=digits_mlp", "strategy=ddp", "trainer.devices=2", "trainer.max_epochs=1",
+             "trainer.limit_train_batches=4", "trainer.enable_progress_bar=false"]
+
+
+def _script(tmp_path, body: str) -> subprocess.CompletedProcess:
+    (tmp_path / "script.py").write_text(textwrap.dedent(body))
+    return subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def test_a_multi_rank_fit_from_a_script_without_a_main_guard(tmp_path):
+    proc = _script(tmp_path, f"""
+        from framework import compose, fit
+        from framework.config import ConfigError
+        cfg = compose({OVERRIDES!r})
+        print("status", fit(cfg, output_dir="out")["status"])
+        try:  # the same cell again: refused in the API's words, then run again on purpose
+            fit(cfg, output_dir="out")
+        except ConfigError as err:
+            print("refused", err)
+        print("status", fit(cfg, output_dir="out", overwrite=True)["status"])
+        """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("status completed") == 2  # the script ran once: the ranks did not re-run it
+    assert "fit(cfg, output_dir=...)" in proc.stdout and "pass overwrite=True" in proc.stdout
+    assert "hydra.run.dir" not in proc.stdout
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["world_size"] == 2
+
+
+def test_a_class_defined_in_the_script_needs_the_guard_and_says_so(tmp_path):
+    proc = _script(tmp_path, f"""
+        import torch
+        from framework import compose, fit
+
+        class Net(torch.nn.Module):
+            def __init__(self, num_classes: int = 10):
+                super().__init__()
+                self.fc = torch.nn.Linear(64, num_classes)
+
+            def forward(self, x):
+                return self.fc(x.flatten(1))
+
+        cfg = compose({OVERRIDES!r} + ["model._target_=__main__.Net", "~model.input_shape", "~model.hidden_sizes",
+                                       "~model.dropout"])
+        fit(cfg, output_dir="out")
+        """)
+    assert proc.returncode != 0
+    assert 'Put the call under `if __name__ == "__main__":`' in proc.stderr
