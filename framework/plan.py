@@ -1,4 +1,4 @@
-"""``python -m framework.plan [overrides]``: per-rank model-state memory of each strategy and
+"""``framework-plan [overrides]`` (``python -m framework.plan``): per-rank model-state memory of each strategy and
 device count, predicted from the parameter count, dtype and optimizer before anything trains.
 
 Model state = parameters + gradients + optimizer state (the ZeRO paper's accounting, fp32
@@ -45,6 +45,9 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
 def main() -> None:
     from framework import compose
 
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(f"usage: framework-plan [group=option ...] [key=value ...]\n{__doc__}")
+        return
     cfg = compose(sys.argv[1:])
     rows = plan(cfg)
     params = rows[0]["parameters"]
