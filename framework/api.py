@@ -27,8 +27,11 @@ def compose(overrides: Iterable[str] = (), config_dir: Optional[str] = None, con
     command-line style overrides. Raises Hydra's error for an unknown group option (it lists
     the valid options)."""
     overrides = list(overrides)
-    init = initialize_config_dir(version_base="1.3", config_dir=str(Path(config_dir).resolve()), job_name="framework") \
-        if config_dir else initialize_config_module(CONFIG_PACKAGE, version_base="1.3", job_name="framework")
+    if config_dir:
+        init = initialize_config_dir(version_base="1.3", config_dir=str(Path(config_dir).resolve()),
+                                     job_name="framework")
+    else:
+        init = initialize_config_module(CONFIG_PACKAGE, version_base="1.3", job_name="framework")
     with init:
         cfg = hydra_compose(config_name, overrides=lenient(overrides), return_hydra_config=True)
     choices = dict(cfg.hydra.runtime.choices)

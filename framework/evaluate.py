@@ -40,7 +40,8 @@ def evaluate(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional
             cfg = hydra_compose(EVALUATE_CONFIG, overrides=lenient(args))
     finally:
         shutil.rmtree(config_dir, ignore_errors=True)
-    output_dir = output_dir or str(run_dir_of(ckpt_path) / "eval" / _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f"))
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+    output_dir = output_dir or str(run_dir_of(ckpt_path) / "eval" / stamp)
     return fit(_into(cfg, output_dir), output_dir=output_dir)
 
 

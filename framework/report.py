@@ -4,7 +4,8 @@ Reads each job's ``results.json`` (and ``metrics.csv`` for loss curves) and writ
 the sweep directory: ``report.csv``, ``report.md`` (a table of jobs with strategy,
 devices, status, samples/s, speed-up over 1 device of the same strategy, scaling
 efficiency, peak memory and model-state bytes per rank, predicted model state, every final
-val/test metric the jobs logged, the rank by ``optimized_metric``, wall time) and plots: ``throughput.png``, ``memory.png``, ``loss_curves.png``.
+val/test metric the jobs logged, the rank by ``optimized_metric``, wall time) and plots:
+``throughput.png``, ``memory.png``, ``loss_curves.png``.
 Works on an interrupted sweep: jobs without results are listed as ``missing``.
 
 Jobs are compared by their overrides (recorded in ``results.json``): every swept key other

@@ -37,8 +37,9 @@ def test_the_wheel_installed_in_a_fresh_venv_trains_from_an_empty_directory(tmp_
     venv.create(env_dir, system_site_packages=True, with_pip=False)  # torch & co. from the test environment
     python = env_dir / "bin" / "python"
     [wheel] = wheels.glob("framework-*.whl")
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--ignore-installed", "-q", str(wheel)], tmp_path,
-         dict(os.environ))
+    # --ignore-installed: the test environment's own (editable) copy is visible to the venv
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--ignore-installed", "-q",
+          str(wheel)], tmp_path, dict(os.environ))
     work = tmp_path / "empty"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing from the source tree
