@@ -97,11 +97,26 @@ def record_invalid(cfg: DictConfig, output_dir: str, err: ConfigError) -> None:
         "world_size": None, "reason": "; ".join(err.problems), "output_dir": str(output_dir)})
 
 
+def _register_plugins() -> None:
+    """Hydra finds plugins by scanning the ``hydra_plugins`` package, which an editable install
+    (setuptools' import hook) hides from its scan: register ours by hand (harmless when found)."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    try:
+        from hydra_plugins.framework_slurm.slurm_sweep import SlurmSweepLauncher
+    except ImportError:
+        return
+    if issubclass(SlurmSweepLauncher, Launcher):  # hydra-submitit-launcher is installed
+        Plugins.instance().register(SlurmSweepLauncher)
+
+
 def console_entry(hydra_main: Callable[[], None]) -> None:
     """Run a ``@hydra.main`` function from a console script: typo'd keys go to our validator,
     the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
     directory."""
     sys.argv[1:] = lenient(sys.argv[1:])
+    _register_plugins()
     if os.getcwd() not in sys.path and "" not in sys.path:
         # As `python -m framework.train` does: the user's modules in the current directory import.
         sys.path.insert(0, os.getcwd())

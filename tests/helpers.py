@@ -127,3 +127,16 @@ class SignalAt:
         first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
         if trainer.global_step == self.step and trainer.strategy.rank == self.rank and first_attempt:
             os.kill(os.getpid(), getattr(signals, self.signal))
+
+
+class Slow:
+    """A callback: sleeps ``seconds`` after every optimizer step, so that a test can signal a run
+    from outside while it trains (it changes no number of the run)."""
+
+    def __init__(self, seconds: float = 0.2):
+        self.seconds = seconds
+
+    def on_train_step_end(self, trainer, loss) -> None:
+        import time
+
+        time.sleep(self.seconds)

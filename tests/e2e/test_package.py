@@ -10,7 +10,7 @@ import tomllib
 import venv
 from pathlib import Path
 
-from setuptools import find_packages
+from setuptools import find_namespace_packages, find_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
@@ -19,8 +19,8 @@ SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit
 
 def test_every_package_of_the_source_tree_is_in_the_wheel():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    assert set(find_packages(str(ROOT), include=["framework*"])) | {"framework.conf", "framework.conf.experiment"} \
-        == listed
+    found = find_packages(str(ROOT), include=["framework*"]) + find_namespace_packages(str(ROOT), include=["hydra_plugins.*"])
+    assert set(found) | {"framework.conf", "framework.conf.experiment"} == listed
 
 
 def _run(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:

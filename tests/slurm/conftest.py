@@ -1,0 +1,50 @@
+"""A live one-node SLURM cluster (scripts/slurm_cluster.py) for the tests of this folder.
+
+Without the SLURM packages these tests skip, except where FRAMEWORK_REQUIRE_SLURM=1 (CI sets
+it after installing them): there a missing cluster is a failure, never a silent skip."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from scripts import slurm_cluster
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    if not slurm_cluster.available():
+        if os.environ.get("FRAMEWORK_REQUIRE_SLURM") == "1":
+            pytest.fail("FRAMEWORK_REQUIRE_SLURM=1 but SLURM is not installed (apt-get install slurmctld slurmd "
+                        "slurm-client)")
+        pytest.skip("SLURM is not installed (apt-get install slurmctld slurmd slurm-client)")
+    directory = tmp_path_factory.mktemp("slurm")
+    env = slurm_cluster.start(directory)
+    os.environ.update(env)  # srun, sbatch, squeue and submitit find the cluster through SLURM_CONF
+    yield Cluster(directory)
+    slurm_cluster.stop(directory)
+    os.environ.pop("SLURM_CONF", None)
+
+
+class Cluster:
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def run(self, *args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, **kwargs)
+
+    def state(self, job_id: str) -> str:
+        """The job's state as squeue shows it ("" once it left the queue)."""
+        return self.run("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip()
+
+    def wait(self, job_id: str, until: str = "", timeout: float = 240) -> None:
+        """Wait until the job's state is ``until`` ("" = finished and gone from squeue)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.state(job_id) == until:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"job {job_id} not {until or 'finished'} after {timeout} s: {self.state(job_id)}")
