@@ -27,6 +27,12 @@ BASE = [
 ]
 
 
+def val_losses(output_dir) -> list[float]:
+    """The val/loss column of a run's metrics.csv."""
+    with open(output_dir / "metrics.csv") as f:
+        return [float(r["val/loss"]) for r in csv.DictReader(f) if r.get("val/loss")]
+
+
 def train_losses(output_dir) -> list[float]:
     """The train/loss column of a run's metrics.csv."""
     with open(output_dir / "metrics.csv") as f:

@@ -6,6 +6,8 @@
     <name>/trainer.pt            loop state (epoch, step, position in the epoch), scheduler,
                                  grad scaler, callbacks, (zero) the consolidated optimizer
     <name>/rng/<rank>.pt         each rank's RNG states
+    <name>/buffers/<rank>.pt     each rank's model buffers (BatchNorm statistics differ between
+                                 data-parallel ranks; DCP keeps one rank's copy of a replicated tensor)
     <name>/manifest.json         written last: step, strategy, world size, every file's size
 
 Saves are atomic: everything is written to ``.tmp-<name>`` beside the target and renamed
@@ -94,11 +96,13 @@ def _write(tmp: Path, trainer) -> None:
     if strategy.is_global_zero:
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "rng").mkdir(parents=True)
+        (tmp / "buffers").mkdir()
     strategy.barrier()
     state, extra = strategy.checkpoint_state(trainer.model, trainer.optimizer)
     with _single_process_ok():
         _dcp().save(state, checkpoint_id=str(tmp))
     torch.save(rng_state(), tmp / "rng" / f"{strategy.rank}.pt")
+    torch.save(_buffers(trainer), tmp / "buffers" / f"{strategy.rank}.pt")
     if strategy.is_global_zero:
         torch.save({**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size},
                    tmp / TRAINER_FILE)
@@ -167,10 +171,27 @@ def load_checkpoint(path: Path, trainer) -> None:
     strategy.load_checkpoint_state(trainer.model, trainer.optimizer, state, saved.get("strategy_extra"))
     trainer.load_state_dict(saved)
     # RNG: this rank's own states when the world size is unchanged, else rank 0's.
+    same_world = saved.get("world_size") == strategy.world_size
     rng_file = path / "rng" / f"{strategy.rank}.pt"
-    if saved.get("world_size") != strategy.world_size or not rng_file.exists():
+    if not same_world or not rng_file.exists():
         rng_file = path / "rng" / "0.pt"
     set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
+    # Buffers: this rank's own when the world size is unchanged (else what DCP restored).
+    buffers_file = path / "buffers" / f"{strategy.rank}.pt"
+    if same_world and buffers_file.exists():
+        _restore_buffers(trainer, torch.load(buffers_file, map_location="cpu", weights_only=True))
+
+
+def _buffers(trainer) -> dict:
+    """This rank's model buffers by name (BatchNorm running statistics and the like)."""
+    return {name: b.detach().cpu().clone() for name, b in trainer.strategy.unwrap(trainer.model).named_buffers()}
+
+
+def _restore_buffers(trainer, saved: dict) -> None:
+    with torch.no_grad():
+        for name, buffer in trainer.strategy.unwrap(trainer.model).named_buffers():
+            if name in saved and saved[name].shape == buffer.shape:
+                buffer.copy_(saved[name])
 
 
 def load_model_checkpoint(path: Path, trainer) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from framework import compose, fit
-from tests.helpers import BASE, train_losses
+from framework.engine.signals import Interrupted
+from tests.helpers import BASE, train_losses, val_losses
 
 CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.filename='epoch{epoch}'",
         "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",
@@ -41,3 +42,20 @@ def test_resume_from_any_strategy_under_any_other(saved, tmp_path, source, targe
     assert resumed["steps"] == 9
     # steps 4..9 after the epoch-0 checkpoint: Adam's moments came along, or these would differ
     assert train_losses(tmp_path) == pytest.approx(train_losses(reference)[3:], rel=1e-6)
+
+
+def test_a_ddp_resume_restores_each_ranks_batchnorm_statistics(tmp_path):
+    # Each rank's BatchNorm running statistics come from its own slice of the data; a checkpoint
+    # holds one copy of a replicated tensor, so without each rank's own buffers a resumed run's
+    # validation (and, through DDP's buffer broadcast, its statistics) would drift from the straight run.
+    run = ["experiment=digits_cnn", "datamodule.batch_size=32", "trainer.limit_train_batches=6",
+           "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", "logger=csv", "seed=3",
+           "strategy=ddp", "trainer.devices=2", "trainer.max_epochs=3", "scheduler=none",
+           "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null"]
+    straight = fit(compose(run), output_dir=str(tmp_path / "straight"))
+    stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=8"]  # mid-epoch 1
+    with pytest.raises(Interrupted):
+        fit(compose([*run, *stop]), output_dir=str(tmp_path / "resumed"))
+    resumed = fit(compose([*run, "ckpt_path=last"]), output_dir=str(tmp_path / "resumed"))
+    assert val_losses(tmp_path / "resumed") == pytest.approx(val_losses(tmp_path / "straight"), rel=1e-6)
+    assert resumed["metrics"]["test/loss"] == pytest.approx(straight["metrics"]["test/loss"], rel=1e-6)
