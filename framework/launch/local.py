@@ -18,7 +18,7 @@ import torch
 from framework.distributed import detect_environment, free_port
 from framework.engine.results import job_record, write_results
 from framework.engine.signals import Interrupted, StopSignals, stop_signals
-from framework.launch.main_module import ranks_without_main
+from framework.launch.main_module import STARTUP_HINT, needs_main, ranks_without_main
 from framework.rank import run_launched
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,8 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
         if results.get("status") == "interrupted":  # a signal to the ranks themselves, not to this process
             raise Interrupted(results["signal_number"], results) from None
         rank, message = _root_failure(err.failures)
+        if needs_main(container) and message.startswith(_STARTED_BADLY):
+            message += f"; {STARTUP_HINT}"
         raise _job_failed(container, nprocs, rank, message) from None
     finally:
         if usr1:
@@ -117,6 +119,9 @@ def _stop_agent(signum: int, frame) -> None:
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
 
 
+_STARTED_BADLY = "exited while starting, before the framework ran in it"
+
+
 def _root_failure(failures: dict) -> tuple[int, str]:
     """The rank that failed first, and how. A rank killed by a signal is the cause (its peers
     then fail on the broken connection, often before the agent sees the death); otherwise the
@@ -127,6 +132,8 @@ def _root_failure(failures: dict) -> tuple[int, str]:
         return rank, f"killed by {signal.Signals(-failure.exitcode).name} (exit code {failure.exitcode})"
     message = failure.message.get("message", str(failure.message)) if isinstance(failure.message, dict) \
         else str(failure.message)
+    if message.startswith("To enable traceback"):  # torch's placeholder: the rank wrote no error file
+        return rank, f"{_STARTED_BADLY} (exit code {failure.exitcode}; its traceback is on the console)"
     return rank, " | ".join(message.strip().splitlines()) or f"exit code {failure.exitcode}"
 
 

@@ -11,6 +11,9 @@ import contextlib
 import json
 import sys
 
+# What a rank that failed while importing the user's script is told (its traceback is on the console).
+STARTUP_HINT = ("the config names a class defined in your script (_target_: __main__...), which every rank "
+                "imports: a script that calls fit() needs `if __name__ == \"__main__\":`")
 GUARD_MESSAGE = (
     "framework.fit() ran again while a rank process imported your script {script!r}: the config "
     "names a class defined in that script (_target_: __main__...), so every rank imports it. Put the "
@@ -22,7 +25,7 @@ def ranks_without_main(container: dict):
     """While ranks start, ``__main__`` looks like an interactive session to multiprocessing,
     so the children do not import it (unless the config needs a ``__main__.`` target)."""
     main = sys.modules.get("__main__")
-    if main is None or "__main__." in json.dumps(container, default=str):
+    if main is None or needs_main(container):
         yield
         return
     saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
@@ -32,6 +35,11 @@ def ranks_without_main(container: dict):
         yield
     finally:
         main.__dict__.update(saved)
+
+
+def needs_main(container: dict) -> bool:
+    """Does the config name a class or function defined in the user's script?"""
+    return "__main__." in json.dumps(container, default=str)
 
 
 def reimported_by_a_rank(caller_globals: dict) -> bool:

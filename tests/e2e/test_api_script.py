@@ -52,4 +52,8 @@ def test_a_class_defined_in_the_script_needs_the_guard_and_says_so(tmp_path):
         fit(cfg, output_dir="out")
         """)
     assert proc.returncode != 0
-    assert 'Put the call under `if __name__ == "__main__":`' in proc.stderr
+    assert 'Put the call under `if __name__ == "__main__":`' in proc.stderr  # from the rank
+    # and in the error the script gets, and in results.json
+    hint = 'a script that calls fit() needs `if __name__ == "__main__":`'
+    assert hint in proc.stderr.strip().splitlines()[-1]
+    assert hint in json.loads((tmp_path / "out" / "results.json").read_text())["error"]
