@@ -183,7 +183,9 @@ def _collect(cfg: DictConfig, trainer: Trainer) -> dict:
     hparams = flatten({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "output_dir"})
     for logger in trainer.loggers:
         logger.log_hparams(hparams, final)
+    comm = strategy.comm_stats()
     return {
+        **({"comm": comm} if comm else {}),
         "status": "diverged" if trainer.diverged else "completed", "diverged": trainer.diverged,
         "global_batch_size": trainer.global_batch_size, "epochs": trainer.state.epochs_run,
         "steps": trainer.global_step, "metrics": dict(trainer.logged_metrics),

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 SWEEP_FILE = "sweep.json"
 # Then one column per metric the jobs logged (val/*, test/*: the task's own), then these.
 COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s", "speedup", "efficiency",
-           "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes"]
+           "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes", "comm_bytes_per_step"]
 LAST_COLUMNS = ["rank", "wall_time_s", "reason"]
 
 
@@ -76,6 +76,7 @@ def collect(sweep_dir: Path) -> list[dict]:
                "peak_mem_mib": max(peaks) / 2**20 if peaks else None,
                "model_state_bytes": max(states) if states else None,
                "predicted_model_state_bytes": memory.get("predicted_model_state_bytes"),
+               "comm_bytes_per_step": (r.get("comm") or {}).get("bytes_per_step"),
                "wall_time_s": r.get("wall_time_s"),
                "reason": r.get("error") or r.get("reason") or "",
                # not columns: what the comparison groups and the timing section use

@@ -11,13 +11,14 @@ from framework.strategies.ddp2 import DDP2Strategy
 from framework.strategies.ddp_spawn import DDPSpawnStrategy
 from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
+from framework.strategies.horovod import HorovodStrategy
 from framework.strategies.hsdp import HSDPStrategy
 from framework.strategies.single import SingleDeviceStrategy
 from framework.strategies.zero import ZeroStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
     SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDP2Strategy, ZeroStrategy,
-    FSDPStrategy, HSDPStrategy)}
+    FSDPStrategy, HSDPStrategy, HorovodStrategy)}
 
 
 def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:

@@ -228,6 +228,11 @@ class Strategy:
         else:
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
+    def comm_stats(self) -> dict | None:
+        """What this rank sent per optimizer step (``bytes_per_step``) and by which algorithm,
+        for results.json's ``comm``; None where the strategy does not count (torch's wrappers)."""
+        return None
+
     def teardown(self) -> None:
         if self.distributed:
             dist.destroy_process_group()
