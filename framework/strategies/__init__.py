@@ -5,6 +5,7 @@ from framework.config.schemas import StrategyConfig
 from framework.config.topology import (Topology, accelerator_problems, batch_problems, launch_problems)
 from framework.config.validate import check_schema, known_valid_keys
 from framework.distributed import RankEnv, detect_environment, resolve_accelerator
+from framework.strategies.bagua import BaguaStrategy
 from framework.strategies.base import Strategy
 from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
@@ -18,7 +19,7 @@ from framework.strategies.zero import ZeroStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
     SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDP2Strategy, ZeroStrategy,
-    FSDPStrategy, HSDPStrategy, HorovodStrategy)}
+    FSDPStrategy, HSDPStrategy, HorovodStrategy, BaguaStrategy)}
 
 
 def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:

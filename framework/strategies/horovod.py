@@ -23,6 +23,7 @@ from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.adasum import adasum_tree, is_power_of_two
 from framework.strategies.base import Strategy
+from framework.strategies.comm import allgather_bytes, allreduce_bytes
 
 
 @dataclass
@@ -86,7 +87,7 @@ class HorovodStrategy(Strategy):
         sent = param.grad.half() if self.options.compression == "fp16" else param.grad
         if self.options.op == "average":
             sent.div_(self.world_size)  # before the sum, as DDP does
-        self.bytes_sent += sent.numel() * sent.element_size()
+        self.bytes_sent += allreduce_bytes(sent.numel() * sent.element_size(), self.world_size)
         self._pending.append((param, sent, dist.all_reduce(sent, async_op=True)))
 
     def synchronize(self, model: nn.Module) -> None:
@@ -107,7 +108,7 @@ class HorovodStrategy(Strategy):
             sent = param.grad.half() if self.options.compression == "fp16" else param.grad
             gathered = [torch.empty_like(sent) for _ in range(self.world_size)]
             dist.all_gather(gathered, sent.contiguous())
-            self.bytes_sent += sent.numel() * sent.element_size() * (self.world_size - 1)
+            self.bytes_sent += allgather_bytes(sent.numel() * sent.element_size(), self.world_size)
             param.grad.copy_(adasum_tree(gathered))
 
     def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val, clip_algorithm) -> None:
