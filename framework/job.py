@@ -5,6 +5,7 @@ Shared by the Hydra entry point (``python -m framework.train``) and the Python A
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
@@ -14,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from framework.distributed import detect_environment
 from framework.engine.signals import Interrupted
 from framework.launch import launch
-from framework.preflight import preflight
+from framework.preflight import preflight, replaces_previous_run
 from framework.strategies import resolve
 
 log = logging.getLogger(__name__)
@@ -25,13 +26,15 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = No
     but the log), write ``config.yaml`` to ``cfg.output_dir`` (and, on rank 0, whatever
     ``after_validation`` writes), train; return the results."""
     container = preflight(cfg)
+    env = detect_environment()
+    if env is None or env.rank == 0:
+        _remove_previous_run(container)
     # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
     # strategy's options in full (its schema's defaults filled in, `auto` resolved).
     container["strategy"] = asdict(resolve(container)[1])
     cfg = OmegaConf.create(container)
     output_dir = Path(cfg.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    env = detect_environment()
     if env is None or env.rank == 0:  # SLURM tasks share the job's directory; rank 0 writes
         OmegaConf.save(cfg, output_dir / "config.yaml")
         if after_validation is not None:
@@ -47,6 +50,18 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = No
     if results.get("status") == "interrupted":
         raise Interrupted(results["signal_number"], results)
     return results
+
+
+def _remove_previous_run(container: dict) -> None:
+    """overwrite=true: the previous run's outputs go, so that its TensorBoard events, metrics and
+    checkpoints do not mix into this run's."""
+    replaced = replaces_previous_run(container)
+    for name in replaced:
+        path = Path(container["output_dir"]) / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if replaced:
+        log.warning("overwrite=true: removed the previous run's %s from %s", ", ".join(replaced),
+                    container["output_dir"])
 
 
 def set_job_fields(cfg: DictConfig, output_dir: str, choices: Mapping | None = None,

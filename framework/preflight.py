@@ -55,6 +55,25 @@ def previous_run(directory: Path) -> list[str]:
     return found
 
 
+# What a run writes into its directory besides train.log (which Hydra has opened already):
+# overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one.
+RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "profile.txt", "tb", "checkpoints",
+               "ranks", "profiler", ".hydra")
+
+
+def replaces_previous_run(container: dict) -> list[str]:
+    """With ``overwrite``, the outputs of a previous run in ``output_dir`` that this run replaces
+    (not when it resumes that run or is a restart of its own job)."""
+    output_dir = container.get("output_dir")
+    if not output_dir or not container.get("overwrite") or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")):
+        return []
+    ckpt = container.get("ckpt_path")
+    if not previous_run(Path(output_dir)) or (ckpt and _inside(resolve_ckpt_path(str(ckpt), output_dir),
+                                                                 Path(output_dir))):
+        return []
+    return [name for name in RUN_OUTPUTS if (Path(output_dir) / name).exists()]
+
+
 def check_output_dir(container: dict) -> list[str]:
     """A run must not overwrite another run's results and checkpoints, unless it resumes that
     run (a ckpt_path inside it) or ``overwrite`` says so. (framework.evaluate writes to a

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from framework.distributed import resolve_accelerator
+
 log = logging.getLogger(__name__)
 
 
@@ -34,7 +36,7 @@ def job_record(container: dict, strategy: str, world_size: int) -> dict:
     """What results.json says of a job whatever its outcome (``container``: the resolved config)."""
     trainer = container["trainer"]
     return {"status": "running", "experiment": container.get("name"), "strategy": strategy,
-            "accelerator": trainer.get("accelerator"), "devices": trainer.get("devices"),
+            "accelerator": resolve_accelerator(trainer.get("accelerator") or "auto"), "devices": trainer.get("devices"),
             "num_nodes": trainer.get("num_nodes"), "world_size": world_size, "precision": trainer.get("precision"),
             "output_dir": str(container.get("output_dir"))}
 

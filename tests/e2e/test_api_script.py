@@ -32,6 +32,8 @@ def test_a_multi_rank_fit_from_a_script_without_a_main_guard(tmp_path):
     assert "fit(cfg, output_dir=...)" in proc.stdout and "pass overwrite=True" in proc.stdout
     assert "hydra.run.dir" not in proc.stdout
     assert json.loads((tmp_path / "out" / "results.json").read_text())["world_size"] == 2
+    # overwrite=True replaced the first run: one run's TensorBoard events, not two mixed
+    assert len(list((tmp_path / "out" / "tb").rglob("events.out.tfevents.*"))) == 1
 
 
 def test_a_class_defined_in_the_script_needs_the_guard_and_says_so(tmp_path):
