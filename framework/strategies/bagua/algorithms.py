@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from framework.strategies.bagua.quantize import dequantize, quantize
 from framework.strategies.bagua.reduce import allreduce_average, bytegrad_average, hierarchical_average
-from framework.strategies.comm import allgather_bytes, allreduce_bytes, flat, unflatten_into
+from framework.strategies.comm import allgather_bytes, flat, unflatten_into
 
 
 class Algorithm:
@@ -23,31 +23,29 @@ class Algorithm:
         """The weights, after the optimizer step."""
         self.steps += 1
 
-    def _grads(self, params):
-        return [p.grad for p in params if p.grad is not None]
+    def _average_gradients(self, params, average) -> None:
+        """All gradients in one flat buffer, averaged by ``average(buffer) -> bytes sent``."""
+        grads = [p.grad for p in params if p.grad is not None]
+        buffer = flat(grads)
+        self.sent += average(buffer)
+        unflatten_into(buffer, grads)
 
 
 class GradientAllReduce(Algorithm):
     """Full-precision gradient averaging (``hierarchical``: within nodes first)."""
 
     def before_step(self, params) -> None:
-        grads = self._grads(params)
-        buffer = flat(grads)
         if self.options.hierarchical:
-            self.sent += hierarchical_average(buffer, self.world, self.groups)
+            self._average_gradients(params, lambda b: hierarchical_average(b, self.world, self.groups))
         else:
-            self.sent += allreduce_average(buffer, self.world)
-        unflatten_into(buffer, grads)
+            self._average_gradients(params, lambda b: allreduce_average(b, self.world))
 
 
 class ByteGrad(Algorithm):
     """8-bit min-max quantised gradient averaging."""
 
     def before_step(self, params) -> None:
-        grads = self._grads(params)
-        buffer = flat(grads)
-        self.sent += bytegrad_average(buffer, self.world)
-        unflatten_into(buffer, grads)
+        self._average_gradients(params, lambda b: bytegrad_average(b, self.world))
 
 
 class Decentralized(Algorithm):
@@ -110,12 +108,9 @@ class QAdamWarmup(Algorithm):
 
     def before_step(self, params) -> None:
         if self.optimizer.next_step_in_warmup():
-            grads = self._grads(params)
-            buffer = flat(grads)
-            self.sent += allreduce_average(buffer, self.world)
-            unflatten_into(buffer, grads)
+            self._average_gradients(params, lambda b: allreduce_average(b, self.world))
 
 
 ALGORITHMS = {"gradient_allreduce": GradientAllReduce, "bytegrad": ByteGrad, "decentralized": Decentralized,
               "low_precision_decentralized": LowPrecisionDecentralized, "qadam": QAdamWarmup}
-__all__ = ["ALGORITHMS", "Algorithm", "allreduce_bytes"]
+__all__ = ["ALGORITHMS", "Algorithm"]
