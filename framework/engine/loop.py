@@ -219,6 +219,7 @@ class Trainer:
         if self._signal_vote is not None:  # the last step's vote: complete it, its result is not needed
             self._signal_vote[0].wait()
             self._signal_vote = None
+        self.strategy.end_training(self.model)
         # A run cut short by max_steps still reports validation metrics of its final weights.
         if val_loader is not None and st.last_val_step != st.global_step and st.global_step > 0 \
                 and self.interrupted is None:

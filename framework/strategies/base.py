@@ -154,6 +154,10 @@ class Strategy:
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model
 
+    def end_training(self, model: nn.Module) -> None:
+        """The last training step is done, before the final validation, test and saves (a strategy
+        whose ranks drift apart, such as asynchronous averaging, makes them agree here)."""
+
     def sampler(self, length: int, shuffle: bool, seed: int, drop_last_multiple: int | None) -> ShardedSampler:
         return ShardedSampler(length, self.topology.data_parallel_size, self.env.rank, shuffle, seed,
                               drop_last_multiple)

@@ -18,6 +18,8 @@ ALGORITHMS = {
     # the variance freezes after the warm-up: 100 steps (Bagua's default) here; 30-60 diverge on digits
     "qadam": ["strategy.algorithm=qadam", "strategy.warmup_steps=100"],
     "hierarchical": ["strategy.algorithm=gradient_allreduce", "strategy.hierarchical=true"],
+    # weights averaged in the background every 20 ms after 20 synchronous steps (timing-dependent)
+    "async": ["strategy.algorithm=async", "strategy.warmup_steps=20", "strategy.sync_interval_ms=20"],
 }
 
 

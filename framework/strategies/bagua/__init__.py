@@ -9,7 +9,9 @@ included. The model is not wrapped; parameters and buffers are broadcast from ra
   ``communication_interval`` steps (``peer_selection``: ``all`` or ``shift_one``);
 - ``low_precision_decentralized``: the same with all peers, of 8-bit weight differences;
 - ``qadam``: Adam (the configured optimizer's lr, betas, eps, weight_decay) whose momentum is
-  averaged in 8 bits after ``warmup_steps`` of full-precision Adam.
+  averaged in 8 bits after ``warmup_steps`` of full-precision Adam;
+- ``async``: after ``warmup_steps`` of gradient averaging, weights averaged in the background
+  every ``sync_interval_ms`` while each rank trains on its own gradients.
 
 Every algorithm counts the bytes its rank sends per step (results.json ``comm``).
 """
@@ -24,20 +26,25 @@ from torch import nn
 
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
-from framework.strategies.bagua.algorithms import ALGORITHMS
+from framework.strategies.bagua.algorithms import SYNCHRONOUS
+from framework.strategies.bagua.async_average import AsyncModelAverage
 from framework.strategies.bagua.qadam import QAdam
 from framework.strategies.base import Strategy
+
+
+ALGORITHMS = {**SYNCHRONOUS, "async": AsyncModelAverage}
 
 
 @dataclass
 class BaguaConfig(StrategyConfig):
     name: str = "bagua"
     algorithm: Literal["gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
-                       "qadam"] = "gradient_allreduce"
+                       "qadam", "async"] = "gradient_allreduce"
     hierarchical: bool = False                          # gradient_allreduce
     peer_selection: Literal["all", "shift_one"] = "all"  # decentralized
     communication_interval: int = 1                     # (low_precision_)decentralized: every N steps
-    warmup_steps: int = 100                             # qadam: full-precision Adam steps first
+    warmup_steps: int = 100                             # qadam, async: synchronous steps first
+    sync_interval_ms: int = 500                         # async: average the weights this often
 
 
 class BaguaStrategy(Strategy):
@@ -90,13 +97,24 @@ class BaguaStrategy(Strategy):
 
     def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val, clip_algorithm) -> None:
         params = [p for p in model.parameters() if p.requires_grad]
-        if self.world_size > 1:
-            self.algorithm.before_step(params)
-        super().optimizer_step(model, optimizer, precision, clip_val, clip_algorithm)
-        if self.world_size > 1:
-            self.algorithm.after_step(params)
-        else:
+        if self.world_size == 1:
+            super().optimizer_step(model, optimizer, precision, clip_val, clip_algorithm)
             self.algorithm.steps += 1
+            return
+        self.algorithm.before_step(params)
+        with self.algorithm.step_lock():
+            super().optimizer_step(model, optimizer, precision, clip_val, clip_algorithm)
+        self.algorithm.after_step(params)
+
+    def end_training(self, model: nn.Module) -> None:
+        if self.world_size > 1:
+            self.algorithm.end_training([p for p in model.parameters() if p.requires_grad])
+
+    def teardown(self) -> None:
+        stopping = getattr(getattr(self, "algorithm", None), "stopping", None)
+        if stopping is not None:  # a run that failed left the averaging thread running: it may go
+            stopping.set()
+        super().teardown()
 
     def comm_stats(self) -> dict:
         return {"bytes_per_step": self.algorithm.sent / max(self.algorithm.steps, 1),

@@ -2,6 +2,8 @@
 after it. Each counts the bytes its rank sends (``sent``)."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 
@@ -22,6 +24,13 @@ class Algorithm:
     def after_step(self, params: list[torch.Tensor]) -> None:
         """The weights, after the optimizer step."""
         self.steps += 1
+
+    def step_lock(self):
+        """Held during the optimizer step (an algorithm with a thread of its own locks it out)."""
+        return contextlib.nullcontext()
+
+    def end_training(self, params: list[torch.Tensor]) -> None:
+        """The last training step is done (before the final validation, test and saves)."""
 
     def _average_gradients(self, params, average) -> None:
         """All gradients in one flat buffer, averaged by ``average(buffer) -> bytes sent``."""
@@ -111,6 +120,6 @@ class QAdamWarmup(Algorithm):
             self._average_gradients(params, lambda b: allreduce_average(b, self.world))
 
 
-ALGORITHMS = {"gradient_allreduce": GradientAllReduce, "bytegrad": ByteGrad, "decentralized": Decentralized,
-              "low_precision_decentralized": LowPrecisionDecentralized, "qadam": QAdamWarmup}
-__all__ = ["ALGORITHMS", "Algorithm"]
+# (the async one, a module of its own, joins them in the package's registry)
+SYNCHRONOUS = {"gradient_allreduce": GradientAllReduce, "bytegrad": ByteGrad, "decentralized": Decentralized,
+               "low_precision_decentralized": LowPrecisionDecentralized, "qadam": QAdamWarmup}
