@@ -11,16 +11,14 @@ close to a framework key and is not a config group. Group selections (``model=ml
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 
 from framework.config.location import group_names
-from framework.config.schemas import TYPO_CUTOFF, RootConfig
+from framework.config.schemas import ROOT_KEYS, TYPO_CUTOFF
 
 _PLAIN_DOTTED = re.compile(r"^(?![+~])(?!hydra\.)[A-Za-z_][\w\-]*(\.[\w\-]+)+=")
 _PLAIN_TOP = re.compile(r"^([A-Za-z_][\w\-]*)=")
-ROOT_KEYS = {f.name for f in dataclasses.fields(RootConfig)}
 
 
 def lenient(overrides: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ problem at once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal, Optional, Union
 
 @dataclass
@@ -125,6 +125,8 @@ class RootConfig:
     paths: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
 
+
+ROOT_KEYS = frozenset(f.name for f in fields(RootConfig))
 
 # A top-level key that is none of RootConfig's is the user's own (declared in their config or
 # added with +key=...), unless it is this close to one of ours: then it is taken for a typo.

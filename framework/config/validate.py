@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable, Literal, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from framework.config.errors import ConfigError
-from framework.config.schemas import TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig, TrainerConfig
+from framework.config.schemas import (ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig,
+                                      TrainerConfig)
 
 # Keys the framework reads from a component node and removes before instantiating it.
 FRAMEWORK_KEYS = {"scheduler": {f.name for f in dataclasses.fields(SchedulerConfig)}}
@@ -65,9 +66,8 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
 def _check_root(container: dict, problems: list[str]) -> None:
     """Top-level keys: ours against RootConfig; the user's own are allowed unless they look
     like a typo of ours (``sed`` for ``seed``)."""
-    valid = [f.name for f in dataclasses.fields(RootConfig)]
-    user_keys = {k for k in container if k not in valid and k != "hydra"
-                 and not difflib.get_close_matches(k, valid, n=1, cutoff=TYPO_CUTOFF)}
+    user_keys = {k for k in container if k not in ROOT_KEYS and k != "hydra"
+                 and not difflib.get_close_matches(k, ROOT_KEYS, n=1, cutoff=TYPO_CUTOFF)}
     check_schema(container, RootConfig, "", problems, ignore={"hydra", *user_keys})
 
 

@@ -21,6 +21,14 @@ def alltoall_bytes(nbytes: int, world: int) -> float:
     return (world - 1) / world * nbytes
 
 
+def broadcast_model(model: torch.nn.Module) -> None:
+    """Every rank starts from rank 0's parameters and buffers (hvd.broadcast_parameters)."""
+    import torch.distributed as dist
+
+    for tensor in [*model.parameters(), *model.buffers()]:
+        dist.broadcast(tensor.data, src=0)
+
+
 def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(-1) for t in tensors])
 

@@ -23,7 +23,7 @@ from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.adasum import adasum_tree, is_power_of_two
 from framework.strategies.base import Strategy
-from framework.strategies.comm import allgather_bytes, allreduce_bytes
+from framework.strategies.comm import allgather_bytes, allreduce_bytes, broadcast_model
 
 
 @dataclass
@@ -54,8 +54,7 @@ class HorovodStrategy(Strategy):
         return []
 
     def parallelize(self, model: nn.Module) -> nn.Module:
-        for tensor in [*model.parameters(), *model.buffers()]:  # hvd.broadcast_parameters
-            dist.broadcast(tensor.data, src=0)
+        broadcast_model(model)
         for param in model.parameters():
             if param.requires_grad:
                 param.register_post_accumulate_grad_hook(self._gradient_ready)

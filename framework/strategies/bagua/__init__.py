@@ -30,6 +30,7 @@ from framework.strategies.bagua.algorithms import SYNCHRONOUS
 from framework.strategies.bagua.async_average import AsyncModelAverage
 from framework.strategies.bagua.qadam import QAdam
 from framework.strategies.base import Strategy
+from framework.strategies.comm import broadcast_model
 
 
 ALGORITHMS = {**SYNCHRONOUS, "async": AsyncModelAverage}
@@ -64,10 +65,9 @@ class BaguaStrategy(Strategy):
         return problems
 
     def parallelize(self, model: nn.Module) -> nn.Module:
-        for tensor in [*model.parameters(), *model.buffers()]:
-            dist.broadcast(tensor.data, src=0)
-        self.algorithm = ALGORITHMS[self.options.algorithm](self.options, self.rank, self.world_size,
-                                                            self._hierarchy())
+        broadcast_model(model)
+        groups = self._hierarchy() if self.options.hierarchical else None  # collective: only when used
+        self.algorithm = ALGORITHMS[self.options.algorithm](self.options, self.rank, self.world_size, groups)
         return model
 
     def _hierarchy(self):
