@@ -1,7 +1,7 @@
 """Where this process sits in a job, and what it runs on: the lowest layer, used by every other.
 
 ``RankEnv`` comes from the variables of the launcher that started this process (torchrun or
-the elastic agent, SLURM's ``srun``, submitit's local executor); ``resolve_accelerator``
+the elastic agent, SLURM's ``srun``, submitit's local executor, ``horovodrun``); ``resolve_accelerator``
 turns ``auto`` into a device type; ``free_port`` finds a TCP port for a local rendezvous.
 """
 from __future__ import annotations
@@ -20,6 +20,8 @@ class RankEnv:
     local_rank: int = 0
     world_size: int = 1
     local_world_size: int = 1
+    # What started the ranks, when a launcher did: torchrun, srun, submitit, horovodrun.
+    launcher: str = ""
 
 
 def free_port() -> int:
@@ -53,7 +55,7 @@ def detect_environment(environ: dict | None = None) -> RankEnv | None:
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:
         return RankEnv(rank=int(env["RANK"]), local_rank=int(env["LOCAL_RANK"]), world_size=int(env["WORLD_SIZE"]),
-                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])))
+                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), launcher="torchrun")
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
         world = int(env["SLURM_NTASKS"])
         nodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
@@ -61,7 +63,7 @@ def detect_environment(environ: dict | None = None) -> RankEnv | None:
         env.setdefault("MASTER_ADDR", first_host(nodelist))
         env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
         return RankEnv(rank=int(env["SLURM_PROCID"]), local_rank=int(env.get("SLURM_LOCALID", "0")), world_size=world,
-                       local_world_size=world // max(1, nodes))
+                       local_world_size=world // max(1, nodes), launcher="srun")
     if "SUBMITIT_LOCAL_GLOBALID" in env and int(env.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1:
         # submitit's local executor (hydra/launcher=slurm_local): a SLURM job's tasks on this
         # machine, with the same one-task-per-device layout and its own variable names.
@@ -69,7 +71,13 @@ def detect_environment(environ: dict | None = None) -> RankEnv | None:
         env.setdefault("MASTER_ADDR", "127.0.0.1")
         env.setdefault("MASTER_PORT", str(15000 + int(env.get("SUBMITIT_LOCAL_JOB_ID", "0")) % 20000))
         return RankEnv(rank=int(env["SUBMITIT_LOCAL_GLOBALID"]), local_rank=int(env.get("SUBMITIT_LOCAL_LOCALID", "0")),
-                       world_size=world, local_world_size=world)
+                       world_size=world, local_world_size=world, launcher="submitit")
+    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+        # horovodrun: its own rendezvous, no MASTER_ADDR; strategy.backend=horovod makes the
+        # torch.distributed group from Horovod's (HorovodStrategy.setup_environment).
+        return RankEnv(rank=int(env["HOROVOD_RANK"]), local_rank=int(env.get("HOROVOD_LOCAL_RANK", "0")),
+                       world_size=int(env["HOROVOD_SIZE"]),
+                       local_world_size=int(env.get("HOROVOD_LOCAL_SIZE", env["HOROVOD_SIZE"])), launcher="horovodrun")
     return None
 
 

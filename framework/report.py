@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 SWEEP_FILE = "sweep.json"
 # Then one column per metric the jobs logged (val/*, test/*: the task's own), then these.
 COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s", "speedup", "efficiency",
-           "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes", "comm_bytes_per_step"]
+           "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes", "comm_bytes_per_step", "comm_algorithm"]
 LAST_COLUMNS = ["rank", "wall_time_s", "reason"]
 
 
@@ -70,13 +70,15 @@ def collect(sweep_dir: Path) -> list[dict]:
         peaks = [b for b in memory.get("peak_bytes_per_rank") or [] if b]
         states = [b for b in memory.get("model_state_bytes_per_rank") or [] if b]
         hydra_job = r.get("job") or {}
-        row = {"job": job.name, "strategy": r.get("strategy"), "devices": r.get("devices"),
+        row = {"job": job.name, "strategy": _strategy_label(r.get("strategy"), job_overrides(hydra_job)),
+               "devices": r.get("devices"),
                "world_size": r.get("world_size"), "status": r.get("status"),
                "samples_per_s": (r.get("throughput") or {}).get("samples_per_s"),
                "peak_mem_mib": max(peaks) / 2**20 if peaks else None,
                "model_state_bytes": max(states) if states else None,
                "predicted_model_state_bytes": memory.get("predicted_model_state_bytes"),
                "comm_bytes_per_step": (r.get("comm") or {}).get("bytes_per_step"),
+               "comm_algorithm": (r.get("comm") or {}).get("algorithm"),
                "wall_time_s": r.get("wall_time_s"),
                "reason": r.get("error") or r.get("reason") or "",
                # not columns: what the comparison groups and the timing section use
@@ -89,6 +91,13 @@ def collect(sweep_dir: Path) -> list[dict]:
         rows.append(row)
     _speedups(rows, swept_keys(rows))
     return rows
+
+
+def _strategy_label(name, overrides: dict):
+    """The strategy's name, or the config option that chose it when that says more
+    (``strategy=bagua/bytegrad``: bagua with one of its algorithms)."""
+    chosen = overrides.get("strategy") or ""
+    return chosen if name and chosen.startswith(f"{name}/") else name
 
 
 def swept_keys(rows: list[dict]) -> list[str]:

@@ -66,7 +66,11 @@ def check_strategy(container: dict) -> list[str]:
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
         return [str(err)]
     problems += cls.check(topology, typed, resolved)
-    problems += launch_problems(topology, cls.name, detect_environment(), cls.launcher == "spawn")
+    launched = detect_environment()
+    problems += launch_problems(topology, cls.name, launched, cls.launcher == "spawn")
+    if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
+        problems.append(f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
+                        "strategy.backend=horovod runs under it; start the others with torchrun, srun or python")
     problems += batch_problems(topology, (container.get("datamodule") or {}).get("batch_size"))
     return problems
 
@@ -74,7 +78,9 @@ def check_strategy(container: dict) -> list[str]:
 def build_strategy(container: dict, env: RankEnv) -> Strategy:
     """The strategy of a resolved, validated config, for the rank ``env``."""
     cls, options, topology = resolve(container)
-    return cls(options, resolve_accelerator(container["trainer"]["accelerator"]), topology, env)
+    trainer = container["trainer"]
+    return cls(options, resolve_accelerator(trainer["accelerator"]), topology, env,
+               trainer.get("accumulate_grad_batches", 1))
 
 
 __all__ = ["STRATEGIES", "Strategy", "build_strategy", "check_strategy", "resolve", "strategy_class"]

@@ -59,11 +59,14 @@ class Strategy:
     process_per_device = False
 
     def __init__(self, options: StrategyConfig, accelerator: str, topology: Topology = Topology(),
-                 env: RankEnv = RankEnv()):
+                 env: RankEnv = RankEnv(), accumulate_grad_batches: int = 1):
         self.options = options
         self.accelerator = accelerator
         self.topology = topology
         self.env = env
+        # Micro-batches per optimizer step (trainer.accumulate_grad_batches): a strategy whose
+        # optimizer counts backward passes itself (Horovod's) needs it.
+        self.accumulate_grad_batches = accumulate_grad_batches
         self.device = device_for(accelerator, env.local_rank)
 
     # ---- class level: known before any process starts ----

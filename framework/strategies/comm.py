@@ -21,6 +21,13 @@ def alltoall_bytes(nbytes: int, world: int) -> float:
     return (world - 1) / world * nbytes
 
 
+def gradient_allreduce_bytes(model: torch.nn.Module, world: int, element_size: int | None = None) -> float:
+    """One ring all-reduce of every trained gradient (in ``element_size``-byte elements when the
+    gradients are compressed): what DDP and Horovod send per step, however they bucket it."""
+    return float(sum(allreduce_bytes(p.numel() * (element_size or p.element_size()), world)
+                     for p in model.parameters() if p.requires_grad))
+
+
 def broadcast_model(model: torch.nn.Module) -> None:
     """Every rank starts from rank 0's parameters and buffers (hvd.broadcast_parameters)."""
     import torch.distributed as dist

@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
+from framework.strategies.comm import gradient_allreduce_bytes
 
 
 @dataclass
@@ -69,7 +70,17 @@ class DDPStrategy(Strategy):
         return []
 
     def parallelize(self, model: nn.Module) -> nn.Module:
+        self._model = model
         return apply_ddp(model, self.device, self.options)
+
+    def comm_stats(self) -> dict | None:
+        """DDP all-reduces every gradient once per step (fp16/bf16 hooks: 2 bytes an element);
+        PowerSGD's low-rank factors are not counted."""
+        hook = self.options.comm_hook
+        if hook == "powersgd" or getattr(self, "_model", None) is None:
+            return None
+        return {"bytes_per_step": gradient_allreduce_bytes(self._model, self.world_size, 2 if hook != "none" else None),
+                "algorithm": "ddp/allreduce" + ("" if hook == "none" else f"/{hook}")}
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model

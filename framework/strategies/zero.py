@@ -47,6 +47,9 @@ class ZeroStrategy(DDPStrategy):
         return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_factory.func,
                                        **optimizer_factory.keywords)
 
+    def comm_stats(self) -> dict | None:
+        return None  # DDP's all-reduce plus the shards' broadcasts, whose bytes depend on gloo's/nccl's algorithm
+
     def _names(self, model: nn.Module, optimizer) -> list[str]:
         """Fully qualified names of the optimizer's parameters, in its (global) order."""
         names = {id(p): n for n, p in self.unwrap(model).named_parameters()}

@@ -178,3 +178,25 @@ def test_a_signal_stops_the_sweep_records_the_job_and_still_reports(tmp_path):
         results = json.loads((sweep / "0" / "results.json").read_text())
         assert results["status"] == "interrupted" and (sweep / "0" / "checkpoints" / "last").is_dir(), case
         assert "0 missing, 1 interrupted" in (sweep / "report.md").read_text(), case
+
+
+def test_one_command_sweeps_every_communication_algorithm_and_compares_their_bytes(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.train", "-m", "experiment=digits_comm_algorithms", "trainer.max_epochs=2",
+         "trainer.limit_train_batches=6", "trainer.enable_progress_bar=false", "callbacks=none", "logger=csv",
+         f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(sweep / "report.csv") as f:
+        rows = {r["strategy"]: r for r in csv.DictReader(f)}
+    bagua = ["bagua/" + a for a in ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
+                                    "qadam", "async")]
+    assert sorted(rows) == sorted(["ddp", "horovod", *bagua])
+    assert all(r["status"] == "completed" and r["world_size"] == "2" for r in rows.values())
+    assert {s: rows[s]["comm_algorithm"] for s in ("ddp", "horovod", "bagua/bytegrad")} == {
+        "ddp": "ddp/allreduce", "horovod": "horovod/average", "bagua/bytegrad": "bagua/bytegrad"}
+    full = float(rows["ddp"]["comm_bytes_per_step"])
+    assert float(rows["horovod"]["comm_bytes_per_step"]) == float(rows["bagua/gradient_allreduce"]["comm_bytes_per_step"]) == full
+    assert float(rows["bagua/bytegrad"]["comm_bytes_per_step"]) <= 0.3 * full
+    # the same gradients, averaged three ways: the same model
+    assert rows["ddp"]["test/acc"] == rows["horovod"]["test/acc"] == rows["bagua/gradient_allreduce"]["test/acc"]
