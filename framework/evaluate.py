@@ -11,8 +11,6 @@ from __future__ import annotations
 import datetime as _dt
 import shutil
 import sys
-import tempfile
-from pathlib import Path
 from typing import Iterable, Optional
 
 import hydra
@@ -24,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.config import ConfigError
 from framework.config.overrides import lenient
 from framework.config.relocate import relocate
-from framework.hydra_job import console_entry, hydra_job
+from framework.console import console_entry
 from framework.saved_run import EVALUATE_CONFIG, run_dir_of, saved_run_config
 
 _HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
@@ -54,6 +52,8 @@ def _into(cfg: DictConfig, output_dir: str) -> DictConfig:
 
 @hydra.main(version_base="1.3", config_path=None, config_name=None)
 def _hydra_main(cfg: DictConfig) -> Optional[float]:
+    from framework.hydra_job import hydra_job  # here: it imports torch and the engine, which --help never needs
+
     return hydra_job(cfg, prepare=lambda c: _into(c, HydraConfig.get().runtime.output_dir))
 
 

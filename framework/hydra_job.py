@@ -1,12 +1,9 @@
 """What the Hydra entry points (framework.train, framework.evaluate) share: the job function
-Hydra calls for each run or sweep job, and the console entry that prepares the command line."""
+Hydra calls for each run or sweep job, and what it records in the run directory."""
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -16,7 +13,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
-from framework.config.overrides import lenient
 from framework.distributed import detect_environment
 from framework.engine.results import update_json, write_json
 from framework.engine.signals import Interrupted
@@ -95,40 +91,3 @@ def record_invalid(cfg: DictConfig, output_dir: str, err: ConfigError) -> None:
         "strategy": OmegaConf.select(cfg, "strategy.name", default=None),
         "devices": trainer.get("devices"), "num_nodes": trainer.get("num_nodes"),
         "world_size": None, "reason": "; ".join(err.problems), "output_dir": str(output_dir)})
-
-
-def _register_plugins() -> None:
-    """Hydra finds plugins by scanning the ``hydra_plugins`` package, which an editable install
-    (setuptools' import hook) hides from its scan: register ours by hand (harmless when found)."""
-    from hydra.core.plugins import Plugins
-    from hydra.plugins.launcher import Launcher
-
-    try:
-        from hydra_plugins.framework_slurm.slurm_sweep import SlurmSweepLauncher
-    except ImportError:
-        return
-    if issubclass(SlurmSweepLauncher, Launcher):  # hydra-submitit-launcher is installed
-        Plugins.instance().register(SlurmSweepLauncher)
-
-
-def console_entry(hydra_main: Callable[[], None]) -> None:
-    """Run a ``@hydra.main`` function from a console script: typo'd keys go to our validator,
-    the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
-    directory."""
-    sys.argv[1:] = lenient(sys.argv[1:])
-    _register_plugins()
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        # As `python -m framework.train` does: the user's modules in the current directory import.
-        sys.path.insert(0, os.getcwd())
-    env = detect_environment()
-    scratch = None
-    if env is not None and env.rank != 0:
-        # Every rank runs the entry point. Only rank 0's Hydra run dir is the job's (ranks agree
-        # on it in framework.rank); the others get a scratch dir and log under <job dir>/ranks/<r>/.
-        scratch = tempfile.mkdtemp(prefix=f"framework-rank{env.rank}-")
-        sys.argv += [f"hydra.run.dir={scratch}"]
-    try:
-        hydra_main()
-    finally:
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from framework.distributed import detect_environment
 from framework.engine.signals import Interrupted
-from framework.launch import launch
+from framework.launch.entry import launch, start_ranks_early
 from framework.preflight import preflight, replaces_previous_run
 from framework.strategies import resolve
 
@@ -25,6 +25,7 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = No
     """Validate ``cfg`` (raises ConfigError listing every problem, before anything is written
     but the log), write ``config.yaml`` to ``cfg.output_dir`` (and, on rank 0, whatever
     ``after_validation`` writes), train; return the results."""
+    start_ranks_early(cfg)
     container = preflight(cfg)
     env = detect_environment()
     if env is None or env.rank == 0:

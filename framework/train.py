@@ -9,11 +9,13 @@ import hydra
 from omegaconf import DictConfig
 
 from framework.config.location import HYDRA_CONFIG_PATH
-from framework.hydra_job import console_entry, hydra_job
+from framework.console import console_entry
 
 
 @hydra.main(version_base="1.3", config_path=HYDRA_CONFIG_PATH, config_name="train")
 def _hydra_main(cfg: DictConfig) -> Optional[float]:
+    from framework.hydra_job import hydra_job  # here: it imports torch and the engine, which --help never needs
+
     return hydra_job(cfg)
 
 

@@ -146,3 +146,25 @@ class Slow:
         import time
 
         time.sleep(self.seconds)
+
+
+
+def plain_digits(**kwargs):
+    """DigitsDataModule whose splits are torch's own Subset(TensorDataset): samples fetched one by
+    one and collated, as before batched fetching (a reference to compare with, bit for bit)."""
+    from torch.utils.data import Subset, TensorDataset
+
+    from framework.data import DigitsDataModule
+
+    module = DigitsDataModule(**kwargs)
+    setup = module.setup
+
+    def plain_setup(stage: str) -> None:
+        setup(stage)
+        for name in ("train_set", "val_set", "test_set"):
+            gathered = getattr(module, name)
+            if isinstance(gathered, TensorDataset):  # not yet replaced (setup runs once per stage)
+                setattr(module, name, Subset(TensorDataset(*gathered.tensors), range(len(gathered))))
+
+    module.setup = plain_setup
+    return module

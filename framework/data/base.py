@@ -12,6 +12,8 @@ from typing import Optional
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from framework.data.batched import GatheringTensorDataset
+
 
 class DataModule:
     def __init__(self, batch_size: int, num_workers: int = 0, input_shape: Optional[list] = None,
@@ -67,5 +69,12 @@ def split_indices(n: int, fractions: list[float], seed: int) -> list[list[int]]:
     return parts
 
 
-def split_dataset(dataset: Dataset, fractions: list[float], seed: int) -> list[Subset]:
-    return [Subset(dataset, idx) for idx in split_indices(len(dataset), fractions, seed)]
+def split_dataset(dataset: Dataset, fractions: list[float], seed: int) -> list[Dataset]:
+    """``dataset`` split by ``split_indices``: Subsets, or for in-memory tensors the parts'
+    own tensors (the same samples in the same order, one gather per batch without a Subset's
+    index lookup)."""
+    parts = split_indices(len(dataset), fractions, seed)
+    if isinstance(dataset, GatheringTensorDataset):
+        return [GatheringTensorDataset(*(t[torch.as_tensor(idx, dtype=torch.long)] for t in dataset.tensors))
+                for idx in parts]
+    return [Subset(dataset, idx) for idx in parts]

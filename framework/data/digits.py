@@ -6,14 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import TensorDataset
 
 from framework.data.base import DataModule, split_dataset
+from framework.data.batched import GatheringTensorDataset
 
 DIGITS_FILE = Path(__file__).parent / "assets" / "digits.csv.gz"  # source and licence: assets/README.md
 
 
-def load_digits(classes: list[int] | None = None, relabel: bool = False) -> TensorDataset:
+def load_digits(classes: list[int] | None = None, relabel: bool = False) -> GatheringTensorDataset:
     """All digits as (float images [N, 1, 8, 8] in [0, 1], int64 labels), optionally only ``classes``
     (``relabel``: labels become positions in ``classes``, e.g. [5..9] -> [0..4])."""
     with gzip.open(DIGITS_FILE, "rt") as f:
@@ -25,7 +25,7 @@ def load_digits(classes: list[int] | None = None, relabel: bool = False) -> Tens
         images, labels = images[keep], labels[keep]
         if relabel:
             labels = torch.searchsorted(torch.tensor(sorted(classes)), labels)
-    return TensorDataset(images, labels)
+    return GatheringTensorDataset(images, labels)
 
 
 class DigitsDataModule(DataModule):

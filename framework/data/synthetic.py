@@ -4,9 +4,9 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.utils.data import TensorDataset
 
 from framework.data.base import DataModule, split_dataset
+from framework.data.batched import GatheringTensorDataset
 
 
 class SyntheticDataModule(DataModule):
@@ -30,6 +30,6 @@ class SyntheticDataModule(DataModule):
         centres = torch.randn(self.num_classes, dim, generator=g)
         labels = torch.randint(0, self.num_classes, (self.num_samples,), generator=g)
         inputs = centres[labels] + self.noise * torch.randn(self.num_samples, dim, generator=g)
-        dataset = TensorDataset(inputs.reshape(self.num_samples, *self.input_shape), labels)
+        dataset = GatheringTensorDataset(inputs.reshape(self.num_samples, *self.input_shape), labels)
         self.val_set, self.test_set, self.train_set = split_dataset(
             dataset, [self.val_fraction, self.test_fraction], self.seed)

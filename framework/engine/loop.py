@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from framework.config.schemas import TrainerConfig
+from framework.data.batched import collate_for
 from framework.engine.loop_state import LoopState
 from framework.engine.memory import model_state_bytes
 from framework.engine.precision import Precision
@@ -416,7 +417,7 @@ class Trainer:
         # the same number of equal steps, and 1 rank and N ranks see the same batches.
         sampler = self.strategy.sampler(length, shuffle, self.seed, global_batch if train else None)
         return DataLoader(loader.dataset, batch_size=global_batch // world, sampler=sampler,
-                          num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+                          num_workers=loader.num_workers, collate_fn=collate_for(loader.collate_fn),
                           pin_memory=self.strategy.device.type == "cuda", drop_last=False,
                           persistent_workers=loader.persistent_workers, worker_init_fn=loader.worker_init_fn,
                           timeout=loader.timeout, generator=self._loader_generator)

@@ -23,13 +23,23 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def throughput(step_times: list[float], samples: int) -> dict:
-    """samples/s over all training steps, and the median step time (ms)."""
-    total = sum(step_times)
-    return {
-        "samples_per_s": samples / total if total > 0 else None,
-        "step_time_ms_median": statistics.median(step_times) * 1000 if step_times else None,
-    }
+def throughput(step_times: list[float], samples: int, windows: int = 5) -> dict:
+    """samples/s of the steady-state steps: the first fifth of the steps (at most 20) are the
+    warm-up (allocator, caches, the first batches) and left out. ``samples_per_s_windows``: the
+    same over ``windows`` consecutive parts of the steady steps, whose spread says how steady
+    the speed was; ``samples_per_s_all``: over every step."""
+    if not step_times or sum(step_times) <= 0:
+        return {"samples_per_s": None, "samples_per_s_all": None, "samples_per_s_windows": [], "warmup_steps": 0,
+                "step_time_ms_median": statistics.median(step_times) * 1000 if step_times else None}
+    per_step = samples / len(step_times)
+    warmup = min(20, len(step_times) // 5)
+    steady = step_times[warmup:]
+    size = max(1, len(steady) // windows)
+    parts = [steady[i:i + size] for i in range(0, len(steady) - size + 1, size)]
+    return {"samples_per_s": per_step * len(steady) / sum(steady),
+            "samples_per_s_all": samples / sum(step_times),
+            "samples_per_s_windows": [per_step * len(p) / sum(p) for p in parts],
+            "warmup_steps": warmup, "step_time_ms_median": statistics.median(steady) * 1000}
 
 
 def job_record(container: dict, strategy: str, world_size: int) -> dict:

@@ -18,31 +18,11 @@ import torch
 from framework.distributed import detect_environment, free_port
 from framework.engine.results import job_record, write_results
 from framework.engine.signals import Interrupted, StopSignals, stop_signals
+from framework.launch.fork_server import environment_changes, standard_start_method, use_fork_server
 from framework.launch.main_module import STARTUP_HINT, needs_main, ranks_without_main
 from framework.rank import run_launched
 
 log = logging.getLogger(__name__)
-
-
-# Ranks fork from one server process that imported torch and the framework once (the first
-# job pays for it, later jobs of a sweep start their ranks in well under a second). The
-# server keeps the environment it started with; later changes travel with each launch.
-_SERVER_ENV: dict | None = None
-# What the elastic agent sets for each worker: never taken from the parent's environment.
-_AGENT_KEYS = {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-               "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-
-
-def _environment_changes() -> dict:
-    """{name: value, or None when removed} since the fork server started."""
-    global _SERVER_ENV
-    if _SERVER_ENV is None:
-        _SERVER_ENV = dict(os.environ)
-    changes = {k: v for k, v in os.environ.items() if _SERVER_ENV.get(k) != v}
-    changes.update({k: None for k in _SERVER_ENV if k not in os.environ})
-    changes = {k: v for k, v in changes.items() if k not in _AGENT_KEYS and not k.startswith("TORCHELASTIC_")}
-    # The ranks' parent is the fork server, kept alive by them: they watch this process instead.
-    return {**changes, "FRAMEWORK_LAUNCHER_PID": str(os.getpid())}
 
 
 def _elastic_entry(container: dict, env_changes: dict) -> dict:
@@ -62,23 +42,12 @@ def _elastic_entry(container: dict, env_changes: dict) -> dict:
     return results
 
 
-def _standard_start_method() -> None:
-    # Spawned children inherit the parent's start-method name; inside a joblib (loky) worker
-    # that is "loky", which a fresh child cannot set up. Use plain spawn there.
-    import multiprocessing
-
-    if multiprocessing.get_start_method(allow_none=True) not in (None, "spawn", "fork", "forkserver"):
-        multiprocessing.set_start_method("spawn", force=True)
-
-
 def launch_elastic(container: dict, nprocs: int) -> dict:
     """N ranks under torch's elastic agent on this machine; returns rank 0's results."""
-    _standard_start_method()
+    standard_start_method()
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    import multiprocessing
-
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "framework.rank"])
+    use_fork_server()
     # Port 0: the agent's rendezvous store binds a free port itself (no pick-then-bind race),
     # and the ranks share that store.
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
@@ -93,7 +62,7 @@ def launch_elastic(container: dict, nprocs: int) -> dict:
     previous = signal.signal(signal.SIGUSR1, _stop_agent) if usr1 else None
     try:
         with ranks_without_main(container):
-            returns = elastic_launch(config, _elastic_entry)(container, _environment_changes())
+            returns = elastic_launch(config, _elastic_entry)(container, environment_changes())
     except SignalException as err:
         # The agent got the signal and passed it to the ranks, which stopped at one step, saved
         # `last` and results.json; it waited for them (or killed them after its grace period).
@@ -165,7 +134,7 @@ def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> No
 
 def launch_spawn(container: dict, nprocs: int) -> dict:
     """N ranks by torch.multiprocessing.spawn; rank 0's results come back through results.json."""
-    _standard_start_method()
+    standard_start_method()
     with ranks_without_main(container):
         context = torch.multiprocessing.start_processes(_spawn_entry, args=(container, nprocs, free_port()),
                                                         nprocs=nprocs, join=False, start_method="spawn")

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import TINY
 
 
@@ -96,10 +98,10 @@ def test_optuna_search_and_joblib_launcher(tmp_path):
     assert "2 completed" in (sweep / "report.md").read_text()
 
 
-def _job(root, name, overrides, world, samples_per_s, val_loss, **metrics):
+def _job(root, name, overrides, world, samples_per_s, val_loss, strategy="ddp", **metrics):
     (root / name).mkdir()
     (root / name / "results.json").write_text(json.dumps(
-        {"status": "completed", "strategy": "ddp", "devices": world, "world_size": world,
+        {"status": "completed", "strategy": strategy, "devices": world, "world_size": world,
          "throughput": {"samples_per_s": samples_per_s}, "metrics": {"val/loss": val_loss, **metrics},
          "job": {"overrides": overrides, "started_at": 1000.0 + int(name), "time_s": 1.0}}))
 
@@ -200,3 +202,38 @@ def test_one_command_sweeps_every_communication_algorithm_and_compares_their_byt
     assert float(rows["bagua/bytegrad"]["comm_bytes_per_step"]) <= 0.3 * full
     # the same gradients, averaged three ways: the same model
     assert rows["ddp"]["test/acc"] == rows["horovod"]["test/acc"] == rows["bagua/gradient_allreduce"]["test/acc"]
+
+
+def test_report_flags_impossible_speedups_and_shows_each_jobs_loss_difference(tmp_path):
+    from framework.report import collect, write_report
+
+    losses = {"0": [2.0, 1.5, 1.0], "1": [2.0, 1.5 * (1 + 3e-7), 1.0], "2": [2.0, 1.6, 1.2]}
+    for name, strategy, world, rate in [("0", "single", 1, 100.0), ("1", "ddp", 2, 1200.0), ("2", "fsdp", 2, 150.0)]:
+        _job(tmp_path, name, [f"strategy={strategy}", f"++trainer.devices={world}"], world, rate, 1.0, strategy)
+        (tmp_path / name / "metrics.csv").write_text(
+            "step,train/loss\n" + "".join(f"{i + 1},{v}\n" for i, v in enumerate(losses[name])))
+    rows = {r["job"]: r for r in collect(tmp_path)}
+    assert rows["1"]["speedup"] == 12.0 and "noise: a 12.00x speed-up on 2 ranks is outside [1/2, 2]" in rows["1"]["notes"]
+    assert rows["2"]["speedup"] == 1.5 and not rows["2"].get("notes")
+    assert rows["0"]["loss_rel_diff"] == 0.0 and rows["1"]["loss_rel_diff"] == pytest.approx(3e-7)
+    assert rows["2"]["loss_rel_diff"] == pytest.approx(0.2)  # 1.2 against 1.0
+    report = write_report(tmp_path).read_text()
+    assert "| loss_rel_diff |" in report and "Flagged 'noise'" in report
+
+
+def test_report_takes_steady_state_throughput_and_flags_unsteady_windows(tmp_path):
+    from framework.engine.results import throughput
+    from framework.report import collect
+
+    steady = throughput([1.0] + [0.1] * 24, 25 * 32)  # a slow first step: warm-up, left out
+    assert steady["warmup_steps"] == 5 and steady["samples_per_s"] == pytest.approx(320.0)
+    assert steady["samples_per_s_all"] < 300 and len(steady["samples_per_s_windows"]) == 5
+    unsteady = throughput([0.1] * 20 + [0.3] * 5, 25 * 32)
+    for name, th in [("0", steady), ("1", unsteady)]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(
+            {"status": "completed", "strategy": "single", "devices": 1, "world_size": 1, "throughput": th,
+             "job": {"overrides": [f"seed={name}"]}}))
+    rows = {r["job"]: r for r in collect(tmp_path)}
+    assert rows["0"]["samples_per_s_min"] == rows["0"]["samples_per_s_max"] and not rows["0"].get("notes")
+    assert "noisy timing" in rows["1"]["notes"]

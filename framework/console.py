@@ -1,0 +1,56 @@
+"""The console entry of the Hydra apps (framework.train, framework.evaluate): it prepares the
+command line and Hydra, and imports nothing heavy, so that ``--help``, ``--cfg`` and shell
+completion answer without importing torch."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from typing import Callable
+
+from framework.config.overrides import lenient
+from framework.distributed import detect_environment
+from framework.launch.fork_server import asks_for_several_devices, start_fork_server
+
+# Flags with which Hydra answers without running the job.
+_NO_RUN_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
+
+
+def _register_plugins() -> None:
+    """Hydra finds plugins by scanning the ``hydra_plugins`` package, which an editable install
+    (setuptools' import hook) hides from its scan: register ours by hand (harmless when found)."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    try:
+        from hydra_plugins.framework_slurm.slurm_sweep import SlurmSweepLauncher
+    except ImportError:
+        return
+    if issubclass(SlurmSweepLauncher, Launcher):  # hydra-submitit-launcher is installed
+        Plugins.instance().register(SlurmSweepLauncher)
+
+
+def console_entry(hydra_main: Callable[[], None]) -> None:
+    """Run a ``@hydra.main`` function from a console script: typo'd keys go to our validator,
+    the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
+    directory."""
+    sys.argv[1:] = lenient(sys.argv[1:])
+    _register_plugins()
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        # As `python -m framework.train` does: the user's modules in the current directory import.
+        sys.path.insert(0, os.getcwd())
+    env = detect_environment()
+    if env is None and asks_for_several_devices(sys.argv[1:]) and not set(sys.argv[1:]) & _NO_RUN_FLAGS:
+        start_fork_server({})  # it imports torch while Hydra composes and the config is validated
+    scratch = None
+    if env is not None and env.rank != 0:
+        # Every rank runs the entry point. Only rank 0's Hydra run dir is the job's (ranks agree
+        # on it in framework.rank); the others get a scratch dir and log under <job dir>/ranks/<r>/.
+        scratch = tempfile.mkdtemp(prefix=f"framework-rank{env.rank}-")
+        sys.argv += [f"hydra.run.dir={scratch}"]
+    try:
+        hydra_main()
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)

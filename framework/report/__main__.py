@@ -1,0 +1,3 @@
+from framework.report import main
+
+main()

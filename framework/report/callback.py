@@ -1,0 +1,58 @@
+"""The Hydra callback that ends every multirun with its report."""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+from framework.engine.results import update_json, write_json
+from framework.report.rows import SWEEP_FILE, collect, job_dirs
+from framework.report.table import write_report
+
+log = logging.getLogger(__name__)
+
+
+class SweepReport(Callback):
+    """Hydra callback: record the sweep's start, and write the report when the multirun ends."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.is_dir() and not config.get("overwrite"):
+            from framework.preflight import previous_run
+
+            taken = [p.name for p in job_dirs(sweep_dir) if previous_run(p)]
+            if taken:  # before any job starts: the jobs would overwrite them one by one
+                message = (f"hydra.sweep.dir: '{sweep_dir}' already holds the results of jobs {', '.join(taken)}; "
+                           f"choose another hydra.sweep.dir, or set overwrite=true")
+                log.error(message)
+                print(message, file=sys.stderr)
+                sys.exit(2)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        choices = OmegaConf.select(config, "hydra.runtime.choices", default={}) or {}
+        write_json(sweep_dir / SWEEP_FILE, {
+            "started_at": time.time(), "overrides": list(OmegaConf.select(config, "hydra.overrides.task") or []),
+            "launcher": choices.get("hydra/launcher"), "sweeper": choices.get("hydra/sweeper"),
+            "optimized_metric": config.get("optimized_metric"), "optimized_mode": config.get("optimized_mode")})
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        rows = finish_sweep(Path(config.hydra.sweep.dir))
+        failed = [r["job"] for r in rows if r.get("status") == "failed"]
+        if failed:  # the sweep's exit status: it ran to the end, but not every job did
+            print(f"{len(failed)} job(s) failed: {', '.join(failed)}", file=sys.stderr)
+            sys.exit(1)
+
+
+def finish_sweep(sweep_dir: Path) -> list[dict]:
+    """Record the sweep's end and write its report, from the jobs' results.json (so it holds
+    whichever launcher ran them, and a sweep stopped by a signal); returns the rows."""
+    update_json(sweep_dir / SWEEP_FILE, finished_at=time.time())
+    rows = collect(sweep_dir)
+    path = write_report(sweep_dir, rows)
+    log.info("Sweep report: %s", Path(path).resolve())
+    return rows
+
+

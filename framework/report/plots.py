@@ -1,0 +1,74 @@
+"""The report's plots: throughput and memory against world size, and the loss curves."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from framework.report.compare import train_losses
+
+
+def plots(sweep_dir: Path, rows: list[dict]) -> list[Path]:
+    """throughput.png, memory.png and loss_curves.png in ``sweep_dir``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if r.get("status") == "completed"]
+    paths = [_by_world_size(plt, sweep_dir / "throughput.png", done, "samples/s (steady state)",
+                            lambda r: r.get("samples_per_s"))]
+    if done and all(r.get("accelerator") == "cuda" for r in done):
+        paths.append(_by_world_size(plt, sweep_dir / "memory.png", done, "peak allocated per rank (MiB)",
+                                    lambda r: r.get("peak_mem_mib")))
+    else:  # on CPU, resident memory says how a rank started more than what it holds: the model state
+        paths.append(_by_world_size(
+            plt, sweep_dir / "memory.png", done, "model-state bytes per parameter, per rank",
+            lambda r: _per_parameter(r, "model_state_bytes"), lambda r: _per_parameter(r, "predicted_model_state_bytes")))
+    paths.append(_loss_curves(plt, sweep_dir, done))
+    return paths
+
+
+def _per_parameter(row: dict, key: str):
+    return row[key] / row["parameters"] if row.get(key) and row.get("parameters") else None
+
+
+def _by_world_size(plt, path: Path, rows: list[dict], ylabel: str, measured, predicted=None) -> Path:
+    """One line per series of ``measured(row)`` against world size (``predicted``: dashed beside it)."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for series in sorted({r["series"] for r in rows}):
+        mine = [r for r in rows if r["series"] == series]
+        pts = sorted((r["world_size"], measured(r)) for r in mine if measured(r) is not None)
+        if pts:
+            line, = ax.plot(*zip(*pts), marker="o", label=series)
+            guess = sorted((r["world_size"], predicted(r)) for r in mine if predicted and predicted(r) is not None)
+            if guess:
+                ax.plot(*zip(*guess), linestyle="--", marker="x", color=line.get_color(),
+                        label=f"{series} (predicted)")
+    ax.set_xlabel("devices (world size)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(ylabel)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _loss_curves(plt, sweep_dir: Path, rows: list[dict]) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        losses = train_losses(sweep_dir / r["job"])
+        if losses:
+            ax.plot(list(losses), list(losses.values()), label=f"{r['job']}: {r['series']} x{r['world_size']}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("train/loss")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(sweep_dir / "loss_curves.png", dpi=100)
+    plt.close(fig)
+    return sweep_dir / "loss_curves.png"

@@ -1,0 +1,87 @@
+"""One row per job of a sweep, read from its ``results.json``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from framework.report.compare import add_loss_differences, add_speedups, flag, swept_keys
+
+# The sweep's own record (start, end, launcher, objective), written by SweepReport.
+SWEEP_FILE = "sweep.json"
+# A job whose timing windows differ by more than this factor did not run at a steady speed.
+NOISY_SPREAD = 1.5
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories: those a job has started writing to (Hydra opens train.log first)."""
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+                   and any((p / name).exists() for name in ("train.log", "config.yaml", "results.json"))),
+                  key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else p.name))
+
+
+def job_overrides(job: dict) -> dict[str, str]:
+    """A job's command-line overrides as {key: value}, without Hydra's own (hydra.*, hydra/*)."""
+    out = {}
+    for item in job.get("overrides") or []:
+        key, sep, value = item.partition("=")
+        key = key.lstrip("+~")
+        if sep and not key.startswith(("hydra.", "hydra/")):
+            out[key] = value
+    return out
+
+
+def strategy_label(name, overrides: dict):
+    """The strategy's name, or the config option that chose it when that says more
+    (``strategy=bagua/bytegrad``: bagua with one of its algorithms)."""
+    chosen = overrides.get("strategy") or ""
+    return chosen if name and chosen.startswith(f"{name}/") else name
+
+
+def collect(sweep_dir: Path) -> list[dict]:
+    """One row per job directory of ``sweep_dir``, compared with each other."""
+    rows = []
+    for job in job_dirs(sweep_dir):
+        path = job / "results.json"
+        if not path.exists():
+            rows.append({"job": job.name, "status": "missing", "reason": "no results.json (interrupted?)"})
+            continue
+        rows.append(_row(job.name, json.loads(path.read_text())))
+    swept = swept_keys(rows)
+    add_speedups(rows, swept)
+    add_loss_differences(rows, swept, sweep_dir)
+    return rows
+
+
+def _row(name: str, r: dict) -> dict:
+    memory, metrics, comm = r.get("memory") or {}, r.get("metrics") or {}, r.get("comm") or {}
+    peaks = [b for b in memory.get("peak_bytes_per_rank") or [] if b]
+    states = [b for b in memory.get("model_state_bytes_per_rank") or [] if b]
+    hydra_job = r.get("job") or {}
+    overrides = job_overrides(hydra_job)
+    row = {"job": name, "strategy": strategy_label(r.get("strategy"), overrides), "devices": r.get("devices"),
+           "world_size": r.get("world_size"), "status": r.get("status"), "accelerator": r.get("accelerator"),
+           **_throughput(r.get("throughput") or {}),
+           "peak_mem_mib": max(peaks) / 2**20 if peaks else None,
+           "model_state_bytes": max(states) if states else None,
+           "predicted_model_state_bytes": memory.get("predicted_model_state_bytes"),
+           "parameters": memory.get("parameters"),
+           "comm_bytes_per_step": comm.get("bytes_per_step"), "comm_algorithm": comm.get("algorithm"),
+           "wall_time_s": r.get("wall_time_s"), "reason": r.get("error") or r.get("reason") or "",
+           # not columns: what the comparison groups and the timing section use
+           "overrides": overrides, "job_time_s": hydra_job.get("time_s"), "started_at": hydra_job.get("started_at"),
+           "fit_time_s": r.get("fit_time_s"), "test_time_s": r.get("test_time_s")}
+    if r.get("failed_rank") is not None:
+        row["reason"] = f"rank {r['failed_rank']}: {row['reason']}"
+    low, high = row.get("samples_per_s_min"), row.get("samples_per_s_max")
+    if low and high and high / low > NOISY_SPREAD:
+        flag(row, f"noisy timing: {low:.4g}-{high:.4g} samples/s across the steady-state windows")
+    row.update({k: v for k, v in metrics.items() if k.startswith(("val/", "test/"))})
+    return row
+
+
+def _throughput(throughput: dict) -> dict:
+    """samples/s of the steady-state steps and the spread of its timing windows."""
+    windows = [w for w in throughput.get("samples_per_s_windows") or [] if w]
+    return {"samples_per_s": throughput.get("samples_per_s"),
+            "samples_per_s_min": min(windows) if windows else None,
+            "samples_per_s_max": max(windows) if windows else None}

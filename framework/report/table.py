@@ -1,0 +1,110 @@
+"""report.csv and report.md: the jobs' table, the best job, footnotes, timing and plots."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from framework.report.compare import swept_keys
+from framework.report.plots import plots
+from framework.report.rows import SWEEP_FILE, collect
+from framework.report.timing import timing
+
+# The swept parameters come after "job", then one column per metric the jobs logged (val/*,
+# test/*: the task's own), then LAST_COLUMNS.
+COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s", "speedup", "efficiency",
+           "loss_rel_diff", "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes",
+           "comm_bytes_per_step", "comm_algorithm"]
+# In report.csv only (the table in report.md is wide enough), after samples_per_s.
+CSV_ONLY = ["samples_per_s_min", "samples_per_s_max", "accelerator", "parameters"]
+LAST_COLUMNS = ["rank", "wall_time_s", "notes", "reason"]
+STATUSES = ["completed", "invalid", "failed", "missing", "interrupted", "diverged"]
+
+
+def fmt(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str) and "." in value:  # a swept float, as typed or sampled: 4 digits
+        try:
+            value = float(value)
+        except ValueError:
+            return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= 1e5:
+        return f"{value:,.0f}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
+    """Write report.csv, report.md and the plots into ``sweep_dir`` (from ``rows``, else
+    ``collect(sweep_dir)``); returns report.md's path."""
+    sweep_dir = Path(sweep_dir)
+    rows = collect(sweep_dir) if rows is None else rows
+    params = [k for k in swept_keys(rows) if k not in ("strategy", "trainer.devices")]
+    for row in rows:
+        row.update({k: (row.get("overrides") or {}).get(k) for k in params})
+        # one line per strategy and swept value in the plots: "ddp optimizer.lr=0.001"
+        row["series"] = " ".join([str(row.get("strategy"))] + [f"{k}={row[k]}" for k in params])
+    objective = _objective(sweep_dir)
+    _rank(rows, *objective)
+    columns = COLUMNS[:1] + params + COLUMNS[1:] + metric_columns(rows) + LAST_COLUMNS
+    at = columns.index("samples_per_s") + 1
+    with open(sweep_dir / "report.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns[:at] + CSV_ONLY + columns[at:], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [f"# Sweep report: {sweep_dir}", "",
+             ", ".join(f"{sum(r.get('status') == s for r in rows)} {s}" for s in STATUSES) + ".", "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(row.get(c)).replace("|", "/").replace("\n", " ")[:200] for c in columns) + " |"
+              for row in rows]
+    best = next((r for r in rows if r.get("rank") == 1), None)
+    if best is not None:
+        metric, mode = objective
+        lines += ["", f"Best by {metric} ({mode}): job {best['job']} ({fmt(best[metric])}), "
+                      + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params])]
+    lines += ["", *footnotes(rows), *timing(sweep_dir, rows), ""]
+    lines += [f"![{p.stem}]({p.name})" for p in plots(sweep_dir, rows)]
+    (sweep_dir / "report.md").write_text("\n".join(lines) + "\n")
+    return sweep_dir / "report.md"
+
+
+def footnotes(rows: list[dict]) -> list[str]:
+    """What the columns mean where a reader could misread them."""
+    done = [r for r in rows if r.get("status") == "completed"]
+    notes = ["samples_per_s: the steady-state steps only (the first steps, warm-up, left out); report.csv "
+             "adds the slowest and fastest of its timing windows.",
+             "loss_rel_diff: the largest relative train/loss difference, step by step, from the group's "
+             "1-device job (single's when there is one); strategies that compute the same gradients show "
+             "float noise (about 1e-6), algorithms that change them show their effect."]
+    if any("noise" in (r.get("notes") or "") for r in done):
+        notes.append("Flagged 'noise': a speed-up outside [1/N, N] for N ranks does not measure scaling. Above N, "
+                     "one of the two timings is off (the baseline ran slowly: the machine busy, caches, frequency); "
+                     "below 1/N, communication and start-up dwarf the compute, or the ranks share too few cores "
+                     "(a small model on CPU ranks). Re-run them for longer (more steps), on a quieter machine.")
+    if any(r.get("accelerator") == "cpu" for r in done):
+        notes.append("peak_mem_mib on CPU is the process's resident memory, which depends on how a rank "
+                     "started (in this process, or forked); memory.png shows the measured model state "
+                     "(parameters, gradients, optimizer state) per rank instead.")
+    return [f"- {n}" for n in notes] + [""]
+
+
+def metric_columns(rows: list[dict]) -> list[str]:
+    """Every val/* then test/* metric that some job logged."""
+    names = {k for row in rows for k in row if k.startswith(("val/", "test/"))}
+    return sorted(names, key=lambda k: (not k.startswith("val/"), k))
+
+
+def _objective(sweep_dir: Path) -> tuple[str, str]:
+    """The sweep's optimized_metric and optimized_mode (recorded in sweep.json)."""
+    path = sweep_dir / SWEEP_FILE
+    sweep = json.loads(path.read_text()) if path.exists() else {}
+    return sweep.get("optimized_metric") or "val/loss", sweep.get("optimized_mode") or "min"
+
+
+def _rank(rows: list[dict], metric: str, mode: str) -> None:
+    """``rank``: 1 = the best completed job by ``metric`` (lowest for min, highest for max)."""
+    scored = [r for r in rows if r.get("status") == "completed" and isinstance(r.get(metric), (int, float))]
+    for i, row in enumerate(sorted(scored, key=lambda r: r[metric] if mode == "min" else -r[metric])):
+        row["rank"] = i + 1
