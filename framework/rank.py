@@ -25,6 +25,7 @@ from framework.engine.results import job_record, peak_memory_bytes, throughput, 
 from framework.engine.signals import StopSignals, stop_signals, watch_parent
 from framework.engine.transfer import apply_init
 from framework.strategies import Strategy, build_strategy
+from framework.timing_repeats import repeat_timing
 
 log = logging.getLogger(__name__)
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
@@ -86,6 +87,9 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
             results["seed"] = trainer.seed
             results.update(_fit_and_test(cfg, trainer, parts))
             results.update(_collect(cfg, trainer))
+            if cfg.get("benchmark_repeats", 1) > 1 and cfg.train and not trainer.interrupted:
+                results["throughput"] = repeat_timing(OmegaConf.merge(cfg, {"seed": trainer.seed}), env, strategy,
+                                                      results["throughput"], _apply_init)
             if trainer.interrupted:  # still under the handlers: a duplicate signal must not kill the save
                 results.update(_interrupted(cfg, trainer))
         return results
@@ -130,10 +134,9 @@ def _job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
 def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
     """Transfer-learning init, fit (or resume), test; the seconds each took."""
     out: dict = {}
-    init = cfg.get("init") or {}
-    if init.get("weights") or init.get("freeze"):
-        out["init"] = apply_init(parts.model, init.get("weights"), init.get("strict", False),
-                                 list(init.get("reset") or []), list(init.get("freeze") or []))
+    init = _apply_init(cfg, parts.model)
+    if init is not None:
+        out["init"] = init
     ckpt = _resume_point(cfg)
     t0 = time.perf_counter()
     if cfg.train:
@@ -152,6 +155,15 @@ def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
         if trainer.is_global_zero:
             torch.save(weights, Path(cfg.output_dir) / "model.pt")
     return out
+
+
+def _apply_init(cfg: DictConfig, model) -> dict | None:
+    """Transfer learning's initial weights, reset and frozen submodules (None: nothing to do)."""
+    init = cfg.get("init") or {}
+    if not (init.get("weights") or init.get("freeze")):
+        return None
+    return apply_init(model, init.get("weights"), init.get("strict", False), list(init.get("reset") or []),
+                      list(init.get("freeze") or []))
 
 
 def _resume_point(cfg: DictConfig) -> Path | None:

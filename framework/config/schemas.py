@@ -120,6 +120,9 @@ class RootConfig:
     # The metric a sweep optimises (the value a Hydra sweeper gets) and the report ranks by.
     optimized_metric: Optional[str] = "val/loss"
     optimized_mode: Literal["min", "max"] = "min"
+    # Train the job this many times in all, for its throughput's spread (the extra runs change
+    # no result: fresh model, same seed, no callbacks, loggers or checkpoints).
+    benchmark_repeats: int = 1
     # Reserved for the user (lightning-hydra-template's idioms): free-form, never read by the framework.
     tags: list = field(default_factory=list)
     paths: dict = field(default_factory=dict)

@@ -69,6 +69,9 @@ def _check_root(container: dict, problems: list[str]) -> None:
     user_keys = {k for k in container if k not in ROOT_KEYS and k != "hydra"
                  and not difflib.get_close_matches(k, ROOT_KEYS, n=1, cutoff=TYPO_CUTOFF)}
     check_schema(container, RootConfig, "", problems, ignore={"hydra", *user_keys})
+    repeats = container.get("benchmark_repeats", 1)
+    if isinstance(repeats, int) and repeats < 1:
+        problems.append(f"benchmark_repeats: {repeats}; the job trains once or more (1 = no extra runs)")
 
 
 def _check_components(container: dict, problems: list[str]) -> None:

@@ -63,8 +63,6 @@ def start_fork_server(container: dict) -> None:
         forkserver.ensure_running()  # returns once the server process exists; it imports in the background
 
 
-
-
 def asks_for_several_devices(args: list[str]) -> bool:
     """A guess from the command line alone, before Hydra composes it: ``trainer.devices=N`` with
     some N > 1 (``trainer.devices=1,2`` in a sweep too)."""

@@ -80,8 +80,9 @@ def _row(name: str, r: dict) -> dict:
 
 
 def _throughput(throughput: dict) -> dict:
-    """samples/s of the steady-state steps and the spread of its timing windows."""
-    windows = [w for w in throughput.get("samples_per_s_windows") or [] if w]
+    """samples/s of the steady-state steps and its spread: over the job's repeated trainings
+    (benchmark_repeats), else over the timing windows of its one run."""
+    spread = [w for w in throughput.get("samples_per_s_repeats") or throughput.get("samples_per_s_windows") or [] if w]
     return {"samples_per_s": throughput.get("samples_per_s"),
-            "samples_per_s_min": min(windows) if windows else None,
-            "samples_per_s_max": max(windows) if windows else None}
+            "samples_per_s_min": min(spread) if spread else None,
+            "samples_per_s_max": max(spread) if spread else None}

@@ -74,7 +74,8 @@ def footnotes(rows: list[dict]) -> list[str]:
     """What the columns mean where a reader could misread them."""
     done = [r for r in rows if r.get("status") == "completed"]
     notes = ["samples_per_s: the steady-state steps only (the first steps, warm-up, left out); report.csv "
-             "adds the slowest and fastest of its timing windows.",
+             "adds the slowest and fastest of its timing windows, or of its runs with benchmark_repeats=N "
+             "(samples_per_s is then their median).",
              "loss_rel_diff: the largest relative train/loss difference, step by step, from the group's "
              "1-device job (single's when there is one); strategies that compute the same gradients show "
              "float noise (about 1e-6), algorithms that change them show their effect."]
@@ -82,7 +83,7 @@ def footnotes(rows: list[dict]) -> list[str]:
         notes.append("Flagged 'noise': a speed-up outside [1/N, N] for N ranks does not measure scaling. Above N, "
                      "one of the two timings is off (the baseline ran slowly: the machine busy, caches, frequency); "
                      "below 1/N, communication and start-up dwarf the compute, or the ranks share too few cores "
-                     "(a small model on CPU ranks). Re-run them for longer (more steps), on a quieter machine.")
+                     "(a small model on CPU ranks). Re-run them with benchmark_repeats=3, longer, or on a quieter machine.")
     if any(r.get("accelerator") == "cpu" for r in done):
         notes.append("peak_mem_mib on CPU is the process's resident memory, which depends on how a rank "
                      "started (in this process, or forked); memory.png shows the measured model state "

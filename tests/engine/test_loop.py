@@ -108,3 +108,26 @@ def test_failure_is_recorded_and_raised(tiny_cfg, tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed" and "larger than the training set" in results["error"]
     assert results["failed_rank"] == 0
+
+
+def test_benchmark_repeats_time_the_training_again_and_change_no_result(tiny_cfg, tmp_path):
+    once = fit(tiny_cfg("logger=csv"), output_dir=str(tmp_path / "once"))
+    thrice = fit(tiny_cfg("logger=csv", "benchmark_repeats=3", "seed=null"), output_dir=str(tmp_path / "thrice"))
+    rates = thrice["throughput"]["samples_per_s_repeats"]
+    assert len(rates) == 3 and all(r > 0 for r in rates)
+    assert thrice["throughput"]["samples_per_s"] == sorted(rates)[1]  # their median
+    assert "samples_per_s_repeats" not in once["throughput"]
+    # the extra runs wrote nothing and logged nothing: one run's metrics, checkpoints and files
+    assert sorted(p.name for p in (tmp_path / "thrice").iterdir()) == sorted(p.name for p in (tmp_path / "once").iterdir())
+    with open(tmp_path / "thrice" / "metrics.csv") as f:
+        assert len([r for r in csv.DictReader(f) if r.get("train/loss")]) == thrice["steps"]
+    again = fit(tiny_cfg("logger=csv", "benchmark_repeats=2", f"seed={thrice['seed']}"), output_dir=str(tmp_path / "again"))
+    assert again["metrics"] == thrice["metrics"]  # the reported run is the job's own, whatever the repeats
+
+
+def test_benchmark_repeats_below_one_is_refused(tiny_cfg):
+    from framework.config import ConfigError
+    from framework.preflight import preflight
+
+    with pytest.raises(ConfigError, match="benchmark_repeats: 0; the job trains once or more"):
+        preflight(tiny_cfg("benchmark_repeats=0"))
