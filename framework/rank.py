@@ -22,6 +22,7 @@ from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
 from framework.engine.loop import Trainer
 from framework.engine.memory import optimizer_state_bytes
 from framework.engine.results import job_record, peak_memory_bytes, throughput, write_results
+from framework.engine import signals
 from framework.engine.signals import StopSignals, stop_signals, watch_parent
 from framework.engine.transfer import apply_init
 from framework.strategies import Strategy, build_strategy
@@ -225,6 +226,8 @@ def _interrupted(cfg: DictConfig, trainer: Trainer) -> dict:
         log.warning("Interrupted by %s at step %d; %s holds it: resume with ckpt_path=last", name,
                     trainer.global_step, last)
     out = {"status": "interrupted", "signal": name, "signal_number": trainer.interrupted, "checkpoint": str(last)}
+    if signals.LAUNCHER_GONE:
+        out["cause"] = signals.LAUNCHER_GONE
     if trainer.interrupted == signal.SIGUSR1 and cfg.trainer.get("requeue") and strategy.is_global_zero:
         out["requeued"] = requeue()
     return out

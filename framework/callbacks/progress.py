@@ -54,10 +54,16 @@ class ProgressBar:
         if not trainer.is_global_zero or trainer.global_step % self.refresh_every_n_steps:
             return
         recent = trainer.step_times[-self.refresh_every_n_steps:]
-        self._postfix["loss"] = f"{loss.item():.4f}"
+        self._postfix[self._loss_name(trainer)] = f"{loss.item():.4f}"
         self._postfix["samples/s"] = f"{trainer.global_batch_size * len(recent) / max(sum(recent), 1e-9):.0f}"
         if self.bar is not None:
             self.bar.set_postfix(self._postfix, refresh=False)
+
+    @staticmethod
+    def _loss_name(trainer) -> str:
+        # The step's loss as rank 0 computed it on its share of the batch (reading every rank's
+        # would be a collective per refresh); metrics.csv's train/loss is the global mean.
+        return "loss" if trainer.strategy.world_size == 1 else "rank 0 loss"
 
     def on_validation_end(self, trainer, metrics: dict) -> None:
         # The task's own validation metrics, whatever they are called.
@@ -68,7 +74,7 @@ class ProgressBar:
     def on_train_epoch_end(self, trainer) -> None:
         if self.plain and trainer.is_global_zero:
             if self._last_loss is not None:
-                self._postfix["loss"] = f"{self._last_loss.item():.4f}"
+                self._postfix[self._loss_name(trainer)] = f"{self._last_loss.item():.4f}"
             figures = "".join(f", {name} {value}" for name, value in self._postfix.items())
             print(f"Epoch {trainer.current_epoch}: {self._batches}/{trainer.num_training_batches} batches, "
                   f"{time.perf_counter() - self._epoch_start:.1f} s{figures}", file=sys.stderr, flush=True)

@@ -35,7 +35,7 @@ class GatheringTensorDataset(TensorDataset):
 
     def __getitems__(self, indices: list[int]) -> GatheredSamples:
         index = torch.as_tensor(indices, dtype=torch.long)
-        return GatheredSamples(tuple(t[index] for t in self.tensors))
+        return GatheredSamples(tuple(t.index_select(0, index) for t in self.tensors))  # faster than t[index]
 
 
 class GatheredCollate:

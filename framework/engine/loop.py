@@ -109,9 +109,9 @@ class Trainer:
         self.model_state_bytes: Optional[dict] = None  # params + grads + optimizer state on this rank
         self._eval_names: dict[str, list[str]] = {}
         self._t_prev = 0.0
-        # Sum of the training losses since the last finiteness check: NaN/inf propagate into it,
-        # so one add per step (no host sync) finds a non-finite loss at the next check.
-        self._loss_check: Optional[torch.Tensor] = None
+        # The training losses since the last finiteness check, kept on the device: one list append
+        # per step (no kernel, no host sync); the check sums them, and NaN/inf propagate into the sum.
+        self._unchecked_losses: list[torch.Tensor] = []
         self._checked_step = 0
         self.diverged: Optional[dict] = None  # {"after_step", "by_step"} once a non-finite loss was seen
         self.signals = None  # a StopSignals (engine/signals.py) whose signal stops the run at a step boundary
@@ -283,7 +283,7 @@ class Trainer:
         if spec is not None and spec.interval == "step" and st.global_step % spec.frequency == 0:
             self.scheduler.step()
         if self.config.detect_nonfinite:
-            self._loss_check = step_loss if self._loss_check is None else self._loss_check + step_loss
+            self._unchecked_losses.append(step_loss)
         if st.global_step % self.config.log_every_n_steps == 0:
             self._log_train(step_loss, size, metrics)
             self.check_finite()
@@ -337,9 +337,9 @@ class Trainer:
     def check_finite(self) -> bool:
         """False once a training loss was NaN or infinite; then the run stops (status "diverged").
         Collective: every rank calls it at the same point (log steps, epoch ends, checkpoint saves)."""
-        if self.diverged is not None or self._loss_check is None:
+        if self.diverged is not None or not self._unchecked_losses:
             return self.diverged is None
-        bad = torch.isfinite(self._loss_check).logical_not().float().reshape(1)
+        bad = torch.isfinite(torch.stack(self._unchecked_losses).sum()).logical_not().float().reshape(1)
         if self.strategy.all_reduce(bad, "max").item():
             self.diverged = {"after_step": self._checked_step, "by_step": self.global_step}
             self.should_stop = True
@@ -347,7 +347,7 @@ class Trainer:
                 log.error("The training loss became NaN or infinite between steps %d and %d: stopping; no "
                           "checkpoint is saved from now on", self._checked_step + 1, self.global_step)
         else:
-            self._loss_check, self._checked_step = None, self.global_step
+            self._unchecked_losses, self._checked_step = [], self.global_step
         return self.diverged is None
 
     def _validates_this_epoch(self, val_loader: Optional[DataLoader]) -> bool:

@@ -88,6 +88,10 @@ def _alive(pid: int) -> bool:
         return True  # no /proc: os.kill's answer stands
 
 
+# Why a rank that watch_parent stopped got its SIGTERM (results.json says it): None while the launcher lives.
+LAUNCHER_GONE: str | None = None
+
+
 def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0) -> None:
     """End this process when the process that launched it dies: a SIGTERM to itself first (the
     ranks stop together and save ``last`` if they still can), then, ``grace_s`` seconds later, an
@@ -96,9 +100,11 @@ def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0) -> None:
     parent = int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))
 
     def watch() -> None:
+        global LAUNCHER_GONE
         while _alive(parent):
             time.sleep(poll_s)
         log.error("The launcher (pid %d) is gone: stopping this rank", parent)
+        LAUNCHER_GONE = f"the launcher (pid {parent}) died; this rank stopped itself with SIGTERM"
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_s)
         log.error("Still running %.0f s after the launcher died: exiting", grace_s)

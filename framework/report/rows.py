@@ -72,6 +72,10 @@ def _row(name: str, r: dict) -> dict:
            "fit_time_s": r.get("fit_time_s"), "test_time_s": r.get("test_time_s")}
     if r.get("failed_rank") is not None:
         row["reason"] = f"rank {r['failed_rank']}: {row['reason']}"
+    warmup, steps = comm.get("warmup_steps"), r.get("steps")
+    if warmup and steps is not None and steps <= warmup:
+        flag(row, f"never left its warm-up ({steps} steps <= strategy.warmup_steps={warmup}): it ran as "
+                  "synchronous gradient averaging")
     low, high = row.get("samples_per_s_min"), row.get("samples_per_s_max")
     if low and high and high / low > NOISY_SPREAD:
         flag(row, f"noisy timing: {low:.4g}-{high:.4g} samples/s across the steady-state windows")

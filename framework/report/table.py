@@ -7,7 +7,7 @@ from pathlib import Path
 
 from framework.report.compare import swept_keys
 from framework.report.plots import plots
-from framework.report.rows import SWEEP_FILE, collect
+from framework.report.rows import NOISY_SPREAD, SWEEP_FILE, collect
 from framework.report.timing import timing
 
 # The swept parameters come after "job", then one column per metric the jobs logged (val/*,
@@ -79,7 +79,14 @@ def footnotes(rows: list[dict]) -> list[str]:
              "loss_rel_diff: the largest relative train/loss difference, step by step, from the group's "
              "1-device job (single's when there is one); strategies that compute the same gradients show "
              "float noise (about 1e-6), algorithms that change them show their effect."]
-    if any("noise" in (r.get("notes") or "") for r in done):
+    if any("noisy timing" in (r.get("notes") or "") for r in done):
+        notes.append(f"Noted 'noisy timing': the fastest of the job's timing windows (or runs) was more than "
+                     f"{NOISY_SPREAD}x its slowest, so its samples/s is one point of a wide range: other processes, "
+                     "ranks sharing cores, or a short run. Compare such jobs with benchmark_repeats=3 or longer runs.")
+    if done and not any(r.get("speedup") for r in done) and any((r.get("world_size") or 1) > 1 for r in done):
+        notes.append("speedup, efficiency and loss_rel_diff are empty: no job of the sweep ran on 1 device to "
+                     "compare with (add trainer.devices=1,... to the sweep).")
+    if any("noise:" in (r.get("notes") or "") for r in done):
         notes.append("Flagged 'noise': a speed-up outside [1/N, N] for N ranks does not measure scaling. Above N, "
                      "one of the two timings is off (the baseline ran slowly: the machine busy, caches, frequency); "
                      "below 1/N, communication and start-up dwarf the compute, or the ranks share too few cores "

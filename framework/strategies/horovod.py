@@ -67,6 +67,9 @@ class HorovodStrategy(Strategy):
         if options.op == "adasum" and not is_power_of_two(topology.world_size):
             problems.append(f"strategy.op=adasum: combines gradients pairwise and needs a power-of-two number of "
                             f"ranks; this job has {topology.world_size} (trainer.devices x trainer.num_nodes)")
+        if options.fusion_threshold_mb < 0:
+            problems.append(f"strategy.fusion_threshold_mb: must be >= 0 (0: one all-reduce per gradient), got "
+                            f"{options.fusion_threshold_mb}")
         if options.backend == "horovod":
             problems += horovod_backend.horovod_problems(detect_environment(), topology.world_size, options.op)
         return problems

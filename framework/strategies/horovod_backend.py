@@ -15,8 +15,9 @@ from torch import nn
 
 from framework.distributed import RankEnv, free_port
 
-BUILD_HINT = ("build it with `bash scripts/build_horovod.sh` (Horovod 0.28.1 for CPU/gloo against torch 2.13.0, "
-              "in .cache/horovod-venv) and run with that venv's horovodrun and python, or use strategy.backend=native")
+BUILD_HINT = ("build it with `bash scripts/build_horovod.sh` from the framework's source repository (Horovod 0.28.1 "
+              "for CPU/gloo against torch 2.13.0, into .cache/horovod-venv) and run with that venv's horovodrun and "
+              "python, or use strategy.backend=native")
 
 
 def horovod_problems(env: RankEnv | None, world_size: int, op: str) -> list[str]:

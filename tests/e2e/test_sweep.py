@@ -237,3 +237,17 @@ def test_report_takes_steady_state_throughput_and_flags_unsteady_windows(tmp_pat
     rows = {r["job"]: r for r in collect(tmp_path)}
     assert rows["0"]["samples_per_s_min"] == rows["0"]["samples_per_s_max"] and not rows["0"].get("notes")
     assert "noisy timing" in rows["1"]["notes"]
+
+
+def test_report_notes_an_algorithm_that_never_left_its_warm_up(tmp_path):
+    from framework.report import collect
+
+    for name, steps in [("0", 38), ("1", 152)]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(
+            {"status": "completed", "strategy": "bagua", "devices": 2, "world_size": 2, "steps": steps,
+             "comm": {"bytes_per_step": 1.0, "algorithm": "bagua/qadam", "warmup_steps": 100},
+             "job": {"overrides": ["strategy=bagua/qadam", f"trainer.max_epochs={steps}"]}}))
+    rows = {r["job"]: r for r in collect(tmp_path)}
+    assert "never left its warm-up (38 steps <= strategy.warmup_steps=100)" in rows["0"]["notes"]
+    assert not rows["1"].get("notes")

@@ -113,3 +113,7 @@ def test_sigkill_of_the_launcher_leaves_no_process(tmp_path):
     proc.kill()
     proc.wait(timeout=10)
     assert not wait_gone(pids, 15), f"still running 15 s after the launcher died: {alive(pids)}"
+    # the ranks stopped themselves, saved `last`, and say why
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "interrupted" and "the launcher (pid" in results["cause"]
+    assert (tmp_path / "run" / "checkpoints" / "last" / "manifest.json").exists()

@@ -52,3 +52,13 @@ def test_every_algorithm_learns_as_gradient_allreduce_does(allreduce, algorithm,
     if algorithm == "bytegrad":  # 8 bits instead of 32, plus each chunk's minimum and step
         ratio = results["comm"]["bytes_per_step"] / allreduce["comm"]["bytes_per_step"]
         assert ratio <= 0.30, ratio
+
+
+def test_out_of_range_options_are_all_reported():
+    from framework.config import ConfigError
+    from framework.preflight import preflight
+
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*RUN, "strategy.warmup_steps=-5", "strategy.communication_interval=0"]))
+    assert err.value.problems == ["strategy.communication_interval: must be >= 1, got 0",
+                                  "strategy.warmup_steps: must be >= 0, got -5"]

@@ -53,3 +53,9 @@ def test_horovod_adasum_with_fp16_compression_trains(tmp_path):
     # fp16: 2 bytes per gradient element, sent to the one other rank
     assert results["comm"] == {"bytes_per_step": 2 * results["memory"]["parameters"],
                                "algorithm": "horovod/adasum/fp16"}
+
+
+def test_a_negative_fusion_threshold_is_refused():
+    with pytest.raises(ConfigError, match=r"strategy.fusion_threshold_mb: must be >= 0 \(0: one all-reduce per "
+                                          r"gradient\), got -1"):
+        preflight(compose([*BASE, "strategy=horovod", "trainer.devices=2", "strategy.fusion_threshold_mb=-1"]))

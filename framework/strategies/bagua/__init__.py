@@ -57,8 +57,9 @@ class BaguaStrategy(Strategy):
     @classmethod
     def check(cls, topology: Topology, options: BaguaConfig, accelerator: str) -> list[str]:
         problems = []
-        if options.communication_interval < 1:
-            problems.append(f"strategy.communication_interval: must be >= 1, got {options.communication_interval}")
+        for key, low in (("communication_interval", 1), ("warmup_steps", 0), ("sync_interval_ms", 1)):
+            if getattr(options, key) < low:
+                problems.append(f"strategy.{key}: must be >= {low}, got {getattr(options, key)}")
         if options.peer_selection == "shift_one" and options.algorithm != "decentralized":
             problems.append(f"strategy.peer_selection=shift_one: only strategy.algorithm=decentralized chooses "
                             f"peers (here: {options.algorithm}, which averages with all ranks)")
@@ -117,5 +118,8 @@ class BaguaStrategy(Strategy):
         super().teardown()
 
     def comm_stats(self) -> dict:
-        return {"bytes_per_step": self.algorithm.sent / max(self.algorithm.steps, 1),
-                "algorithm": f"bagua/{self.options.algorithm}"}
+        stats = {"bytes_per_step": self.algorithm.sent / max(self.algorithm.steps, 1),
+                 "algorithm": f"bagua/{self.options.algorithm}"}
+        if self.options.algorithm in ("qadam", "async"):  # synchronous full-precision steps come first
+            stats["warmup_steps"] = self.options.warmup_steps
+        return stats
