@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from framework.distributed import detect_environment, free_port
+from framework.engine.checkpoint_files import resolve_ckpt_path, saved_step
 from framework.engine.results import job_record, write_results
 from framework.engine.signals import Interrupted, StopSignals, stop_signals
 from framework.launch.fork_server import environment_changes, standard_start_method, use_fork_server
@@ -120,6 +121,11 @@ def _job_failed(container: dict, nprocs: int, rank: int, message: str) -> Runtim
         failed = run_dir / "results.failed.json"
         written = json.loads(failed.read_text()) if failed.exists() else {}
     results = {**job_record(container, container["strategy"]["name"], nprocs), **written}
+    last = resolve_ckpt_path("last", str(run_dir))
+    step = saved_step(last)
+    if step is not None:  # what survives the failure, and how to go on from it
+        results.update(checkpoint=str(last), checkpoint_step=step)
+        message += f"; {last} holds step {step}: resume with ckpt_path=last"
     results.update(status="failed", failed_rank=rank, error=message)
     write_results(run_dir, results)
     log.error("rank %d failed first: %s", rank, message)  # the verdict, in the job's train.log too

@@ -20,11 +20,14 @@ KILL = ["+callbacks.kill._target_=tests.helpers.SignalAt", "+callbacks.kill.step
 
 @pytest.mark.parametrize("rank", [1, 0])
 def test_the_rank_killed_first_is_named_with_the_job_fields(tmp_path, rank):
-    with pytest.raises(RuntimeError, match=f"rank {rank} failed: killed by SIGKILL"):
-        fit(compose([*DDP, *KILL, f"+callbacks.kill.rank={rank}"]), output_dir=str(tmp_path))
+    # killed at step 4, after the first epoch's checkpoint (step 3): the error says how to go on
+    with pytest.raises(RuntimeError, match=f"rank {rank} failed: killed by SIGKILL.* holds step 3: resume with "
+                                           "ckpt_path=last"):
+        fit(compose([*DDP, *KILL, "callbacks.kill.step=4", f"+callbacks.kill.rank={rank}"]), output_dir=str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed" and results["failed_rank"] == rank and "SIGKILL" in results["error"]
     assert (results["strategy"], results["world_size"], results["devices"]) == ("ddp", 2, 2)
+    assert results["checkpoint_step"] == 3 and results["checkpoint"] == str(tmp_path / "checkpoints" / "last")
 
 
 def test_a_restarted_job_resumes_from_its_last_checkpoint_to_the_same_weights(tmp_path):
