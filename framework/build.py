@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
 from framework.callbacks.profiler import PROFILERS
+from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import SchedulerConfig, TrainerConfig
 from framework.config.validate import FRAMEWORK_KEYS
 from framework.distributed import RankEnv
@@ -48,6 +49,16 @@ def build_scheduler(node: Optional[DictConfig]) -> Optional[SchedulerSpec]:
     return SchedulerSpec(_make(factory_cfg, "scheduler"), settings.interval, settings.frequency)
 
 
+def build_optimizer_factory(node: DictConfig) -> OptimizerFactory:
+    """The optimizer partial (what strategies complete with parameters) and its declared groups."""
+    groups = OmegaConf.to_container(node.param_groups, resolve=True) if node.get("param_groups") else []
+    partial = _make(OmegaConf.create({k: v for k, v in node.items() if k != "param_groups"}), "optimizer")
+    for i, group in enumerate(groups):
+        settings = ", ".join(f"{k}={v}" for k, v in group.items() if k != "params")
+        log.info("Parameter group %d: %s (%s)", i + 1, group["params"], settings)
+    return OptimizerFactory(partial, tuple(groups))
+
+
 # What fast_dev_run turns off, as in Lightning: checkpoints, early stopping, logger callbacks.
 FAST_DEV_RUN_SKIPS = (ModelCheckpoint, EarlyStopping, LearningRateMonitor)
 
@@ -78,7 +89,7 @@ def build_components(cfg: DictConfig, is_global_zero: bool) -> Components:
     datamodule = _make(cfg.datamodule, "datamodule")
     model = _make(cfg.model, "model")
     task = _make(cfg.task, "task")
-    optimizer_factory = _make(cfg.optimizer, "optimizer")
+    optimizer_factory = build_optimizer_factory(cfg.optimizer)
     scheduler = build_scheduler(cfg.get("scheduler"))
     loggers = []
     if is_global_zero and not cfg.trainer.get("fast_dev_run"):  # fast_dev_run writes no logger files

@@ -12,6 +12,7 @@ from typing import Callable
 from framework.config.overrides import lenient
 from framework.distributed import detect_environment
 from framework.launch.fork_server import asks_for_several_devices, start_fork_server
+from framework.launch.rank_exit import exit_now
 
 # Flags with which Hydra answers without running the job.
 _NO_RUN_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
@@ -54,3 +55,5 @@ def console_entry(hydra_main: Callable[[], None]) -> None:
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+    if env is not None and env.world_size > 1:
+        exit_now(0)  # a rank of torchrun/srun/horovodrun whose job is done: no interpreter teardown

@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from framework.config import validate
+from framework.config.param_groups import match_problems, structure_problems
 from framework.config.validate import import_target
 from framework.engine.checkpoint_files import check_ckpt_path, resolve_ckpt_path
 from framework.engine.protocols import contract_problems
@@ -22,7 +23,7 @@ from framework.strategies import check_strategy
 def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
-    return validate(cfg, checks=[check_strategy, check_contracts,
+    return validate(cfg, checks=[check_strategy, check_contracts, check_param_groups,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
                                  check_output_dir])
 
@@ -42,6 +43,23 @@ def check_contracts(container: dict) -> list[str]:
             continue
         problems += contract_problems(obj, group, key)
     return problems
+
+
+def check_param_groups(container: dict) -> list[str]:
+    """``optimizer.param_groups`` against the model's parameter names: each entry must take
+    some parameter. The model is built on the meta device (no memory, no weights read)."""
+    specs = (container.get("optimizer") or {}).get("param_groups")
+    if not specs or structure_problems(specs, None) or not isinstance(container.get("model"), dict):
+        return []
+    import torch  # here: only a run that declares groups pays for it before its ranks start
+    from hydra.utils import instantiate
+
+    try:
+        with torch.device("meta"):
+            model = instantiate(container["model"], _convert_="all")
+    except Exception:  # noqa: BLE001 - the model's own errors surface when the ranks build it
+        return []
+    return match_problems([name for name, _ in model.named_parameters()], specs)
 
 
 def previous_run(directory: Path) -> list[str]:

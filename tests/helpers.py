@@ -24,6 +24,10 @@ BASE = [
     "trainer.limit_train_batches=5", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
     "trainer.accelerator=cpu", "export_weights=true", "logger=csv", "seed=11",
     "trainer.accumulate_grad_batches=2",
+    # Parameter groups take part everywhere BASE runs (strategies, resume, srun, horovod): no
+    # weight decay on biases, their own lr for the first layer.
+    "optimizer=adamw", "optimizer.lr=0.003",
+    "optimizer.param_groups=[{params: '*.bias', weight_decay: 0.0}, {params: 'body.1.*', lr: 0.001, name: first}]",
 ]
 
 
@@ -82,6 +86,17 @@ class ParamGroups:
 
     def on_train_epoch_end(self, trainer) -> None:
         self.seen.append([(len(g["params"]), g["lr"]) for g in trainer.optimizer.param_groups])
+
+
+class GroupProbe:
+    """A callback: each group's (name, parameter names, weight decay, lr) at fit start."""
+
+    seen: list = []
+
+    def on_fit_start(self, trainer) -> None:
+        names = {id(p): n for n, p in trainer.strategy.unwrap(trainer.model).named_parameters()}
+        GroupProbe.seen = [(g.get("name"), sorted(names[id(p)] for p in g["params"]), g["weight_decay"], g["lr"])
+                           for g in trainer.optimizer.param_groups]
 
 
 class EnvProbe:

@@ -45,6 +45,8 @@ class BackboneFinetuning:
         # (initial_lr, and OneCycleLR's max_lr/min_lr), so the schedule goes on for it too.
         first = trainer.optimizer.param_groups[0]
         group = {k: v * self.lr_factor if k in _LR_KEYS else v for k, v in first.items() if k != "params"}
+        if "name" in first:  # named groups (optimizer.param_groups): the new one is named after the submodule
+            group["name"] = self.backbone
         trainer.optimizer.add_param_group({**group, "params": self._params})
         scheduler = getattr(trainer, "scheduler", None)
         base_lrs = getattr(scheduler, "base_lrs", None)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 
 class LearningRateMonitor:
-    """Logs ``lr-<Optimizer>`` (``/pg<i>`` per extra param group) every ``log_every_n_steps``
-    optimizer steps (``logging_interval: step``) or at each epoch end (``epoch``)."""
+    """Logs ``lr-<Optimizer>`` for the first param group and ``lr-<Optimizer>/<name>`` for the others
+    (a group's ``name``, as ``optimizer.param_groups`` sets it, or ``pg<i>``; a named first group too)
+    every ``log_every_n_steps`` optimizer steps (``logging_interval: step``) or at each epoch end (``epoch``)."""
 
     def __init__(self, logging_interval: str = "step"):
         if logging_interval not in ("step", "epoch"):
@@ -14,7 +15,7 @@ class LearningRateMonitor:
     def _log(self, trainer) -> None:
         optimizer = getattr(trainer.optimizer, "optim", trainer.optimizer)  # ZeRO wraps the real one
         name = f"lr-{type(optimizer).__name__}"
-        trainer.log_metrics({(name if i == 0 else f"{name}/pg{i}"): float(group["lr"])
+        trainer.log_metrics({_key(name, i, group): float(group["lr"])
                              for i, group in enumerate(trainer.optimizer.param_groups)})
 
     def on_train_step_end(self, trainer, loss) -> None:
@@ -24,3 +25,9 @@ class LearningRateMonitor:
     def on_train_epoch_end(self, trainer) -> None:
         if self.logging_interval == "epoch":
             self._log(trainer)
+
+
+def _key(name: str, index: int, group: dict) -> str:
+    if "name" in group:
+        return f"{name}/{group['name']}"
+    return name if index == 0 else f"{name}/pg{index}"

@@ -25,11 +25,12 @@ from typing import Any, Callable, Iterable, Literal, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from framework.config.errors import ConfigError
+from framework.config.param_groups import structure_problems
 from framework.config.schemas import (ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig,
                                       TrainerConfig)
 
 # Keys the framework reads from a component node and removes before instantiating it.
-FRAMEWORK_KEYS = {"scheduler": {f.name for f in dataclasses.fields(SchedulerConfig)}}
+FRAMEWORK_KEYS = {"scheduler": {f.name for f in dataclasses.fields(SchedulerConfig)}, "optimizer": {"param_groups"}}
 
 # Arguments the framework supplies at run time (e.g. parameters exist only after wrapping).
 RUNTIME_ARGS = {
@@ -82,6 +83,9 @@ def _check_components(container: dict, problems: list[str]) -> None:
             problems.append(f"{group}: missing; choose an option of the '{group}' group, e.g. {group}=...")
             continue
         check_target(node, group, problems, group)
+    optimizer = container.get("optimizer")
+    if isinstance(optimizer, dict):
+        problems += structure_problems(optimizer.get("param_groups"), optimizer_settings(optimizer))
     scheduler = container.get("scheduler")
     if scheduler:
         check_target(scheduler, "scheduler", problems, "scheduler")
@@ -324,6 +328,17 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
     check_config = getattr(obj, "check_config", None)
     if callable(check_config):
         problems.extend(check_config(**{k: v for k, v in node.items() if k not in _HYDRA_KEYS}))
+
+
+def optimizer_settings(node: dict) -> list[str] | None:
+    """The keyword arguments the optimizer's class takes besides its parameters (None: unknown)."""
+    try:
+        params = inspect.signature(import_target(node["_target_"])).parameters
+    except Exception:  # noqa: BLE001 - an import failure is reported by the target check
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [n for n, p in params.items() if n != "params" and p.kind is not p.VAR_POSITIONAL]
 
 
 def _annotation(obj: Any, name: str, param: inspect.Parameter) -> Any:

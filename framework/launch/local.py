@@ -21,6 +21,7 @@ from framework.engine.results import job_record, write_results
 from framework.engine.signals import Interrupted, StopSignals, stop_signals
 from framework.launch.fork_server import environment_changes, standard_start_method, use_fork_server
 from framework.launch.main_module import STARTUP_HINT, needs_main, ranks_without_main
+from framework.launch.rank_exit import exit_now
 from framework.rank import run_launched
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,7 @@ def _elastic_entry(container: dict, env_changes: dict) -> dict:
     if results.get("status") == "interrupted":
         # The agent may be shutting the job down: it would wait out its grace period (30 s) for
         # a return value it no longer collects. Leave now; results.json has everything.
-        logging.shutdown()
-        os._exit(128 + results["signal_number"])
+        exit_now(128 + results["signal_number"])
     return results
 
 
@@ -136,6 +136,7 @@ def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> No
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank),
                       LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
     run_launched(container, detect_environment())
+    exit_now(0)  # its results went to results.json (rank 0); a failure raises to spawn's error queue instead
 
 
 def launch_spawn(container: dict, nprocs: int) -> dict:

@@ -143,7 +143,12 @@ class Strategy:
 
     def build_optimizer(self, model: nn.Module, optimizer_factory: Callable) -> torch.optim.Optimizer:
         """The optimizer partial completed with the wrapped model's parameters (sharded ones for FSDP)."""
-        return optimizer_factory(model.parameters())
+        return optimizer_factory(self.optimizer_params(model, optimizer_factory))
+
+    def optimizer_params(self, model: nn.Module, optimizer_factory: Callable):
+        """The wrapped model's parameters, in the groups ``optimizer.param_groups`` declares by name."""
+        params_of = getattr(optimizer_factory, "params_of", None)  # a plain partial (the API) has no groups
+        return params_of(self.unwrap(model)) if params_of else model.parameters()
 
     def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val: float | None,
                        clip_algorithm: str) -> None:

@@ -44,7 +44,7 @@ class ZeroStrategy(DDPStrategy):
 
         # The optimizer partial (e.g. Adam with lr=...) becomes the per-shard optimizer: each
         # rank keeps state for 1/N of the parameters and broadcasts its updated shard.
-        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_factory.func,
+        return ZeroRedundancyOptimizer(self.optimizer_params(model, optimizer_factory), optimizer_class=optimizer_factory.func,
                                        **optimizer_factory.keywords)
 
     def comm_stats(self) -> dict | None:

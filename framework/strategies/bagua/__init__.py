@@ -88,7 +88,7 @@ class BaguaStrategy(Strategy):
             raise ValueError(f"strategy.algorithm=qadam: QAdam replaces the optimizer and takes its settings from "
                              f"optimizer=adam or adamw; got {getattr(func, '__name__', func)}")
         keys = ("lr", "betas", "eps", "weight_decay")
-        optimizer = QAdam(model.parameters(), **{k: v for k, v in given.items() if k in keys},
+        optimizer = QAdam(self.optimizer_params(model, optimizer_factory), **{k: v for k, v in given.items() if k in keys},
                           warmup_steps=self.options.warmup_steps, world=self.world_size, counter=self._count)
         self.algorithm.optimizer = optimizer
         return optimizer
