@@ -10,7 +10,7 @@ from typing import Callable, Optional
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
+from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from framework.callbacks.profiler import PROFILERS
 from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import SchedulerConfig, TrainerConfig
@@ -18,7 +18,7 @@ from framework.config.validate import FRAMEWORK_KEYS
 from framework.distributed import RankEnv
 from framework.engine.loop import Trainer
 from framework.engine.scheduler import SchedulerSpec
-from framework.engine.seed import seed_everything, set_deterministic
+from framework.engine.seed import seed_everything, set_debug_flags, set_deterministic
 from framework.strategies import Strategy, build_strategy
 
 log = logging.getLogger(__name__)
@@ -63,16 +63,33 @@ def build_optimizer_factory(node: DictConfig) -> OptimizerFactory:
 FAST_DEV_RUN_SKIPS = (ModelCheckpoint, EarlyStopping, LearningRateMonitor)
 
 
+def _switch(callbacks: dict, enabled: bool, kind: type, name: str, make: Optional[Callable] = None) -> None:
+    """As Lightning's enable_* flags: false removes every callback of ``kind``; true adds one
+    (``make()``) when none is configured."""
+    present = [key for key, cb in callbacks.items() if isinstance(cb, kind)]
+    if not enabled:
+        for key in present:
+            del callbacks[key]
+    elif not present and make is not None:
+        callbacks[name] = make()
+
+
 def build_callbacks(cfg: DictConfig) -> dict:
-    """The configured callbacks by config name, with the progress bar and profiler the trainer keys ask for."""
+    """The configured callbacks by config name, with those the trainer keys ask for (progress bar,
+    model summary, timer, profiler) and without those they turn off."""
     callbacks = {name: _make(node, f"callback '{name}'") for name, node in (cfg.get("callbacks") or {}).items() if node}
-    # As in Lightning: enable_progress_bar adds a bar when none is configured, and removes any when false.
-    bars = [name for name, cb in callbacks.items() if isinstance(cb, ProgressBar)]
-    if not cfg.trainer.enable_progress_bar:
-        for name in bars:
-            del callbacks[name]
-    elif not bars:
-        callbacks["progress_bar"] = ProgressBar()
+    trainer = cfg.trainer
+    _switch(callbacks, trainer.enable_progress_bar, ProgressBar, "progress_bar", ProgressBar)
+    _switch(callbacks, trainer.get("enable_model_summary", True), ModelSummary, "model_summary", ModelSummary)
+    _switch(callbacks, trainer.get("enable_checkpointing", True), ModelCheckpoint, "model_checkpoint")
+    if trainer.get("max_time") is not None:
+        max_time = OmegaConf.to_container(trainer.max_time) if OmegaConf.is_config(trainer.max_time) \
+            else trainer.max_time
+        timers = [cb for cb in callbacks.values() if isinstance(cb, Timer)]
+        for timer in timers:  # trainer.max_time is the duration of a configured timer too
+            timer.duration = Timer(max_time).duration
+        if not timers:
+            callbacks["timer"] = Timer(max_time)
     if cfg.trainer.get("profiler"):
         callbacks["profiler"] = PROFILERS[cfg.trainer.profiler](str(cfg.output_dir))
     if cfg.trainer.get("fast_dev_run"):
@@ -106,6 +123,7 @@ def build_trainer(cfg: DictConfig, env: RankEnv = RankEnv(),
     strategy = strategy or build_strategy(OmegaConf.to_container(cfg, resolve=True), env)
     seed = seed_everything(cfg.get("seed"))  # before any model is built: it draws the initial weights
     set_deterministic(trainer_cfg.deterministic)
+    set_debug_flags(trainer_cfg.detect_anomaly, trainer_cfg.benchmark)
     parts = build_components(cfg, strategy.is_global_zero)
     trainer = Trainer(trainer_cfg, strategy, parts.task, parts.loggers, parts.callbacks, seed=seed)
     return trainer, parts

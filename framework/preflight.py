@@ -18,12 +18,13 @@ from framework.config.validate import import_target
 from framework.engine.checkpoint_files import check_ckpt_path, resolve_ckpt_path
 from framework.engine.protocols import contract_problems
 from framework.strategies import check_strategy
+from framework.test_weights import test_ckpt_problems
 
 
 def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
-    return validate(cfg, checks=[check_strategy, check_contracts, check_param_groups,
+    return validate(cfg, checks=[check_strategy, check_contracts, check_param_groups, test_ckpt_problems,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
                                  check_output_dir])
 

@@ -26,6 +26,7 @@ from framework.engine import signals
 from framework.engine.signals import StopSignals, stop_signals, watch_parent
 from framework.engine.transfer import apply_init
 from framework.strategies import Strategy, build_strategy
+from framework.test_weights import record, test_checkpoint
 from framework.timing_repeats import repeat_timing
 
 log = logging.getLogger(__name__)
@@ -143,18 +144,22 @@ def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
     if cfg.train:
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
     t1 = time.perf_counter()
-    if cfg.test and not trainer.interrupted:
-        if cfg.train:
-            trainer.test(parts.datamodule)
-        else:  # evaluation only: the checkpoint's weights (or the model as built)
-            trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
-    # Where the rank's time went; the sweep report subtracts them from the sweep's wall time.
-    out.update(fit_time_s=t1 - t0, test_time_s=time.perf_counter() - t1)
     if cfg.get("export_weights") and trainer.model is not None:
-        # Collective: every rank takes part in gathering sharded weights; rank 0 writes.
+        # The final weights (before a test on best/last loads others). Collective: every rank
+        # takes part in gathering sharded weights; rank 0 writes.
         weights = trainer.strategy.full_state_dict(trainer.model)
         if trainer.is_global_zero:
             torch.save(weights, Path(cfg.output_dir) / "model.pt")
+    t2 = time.perf_counter()
+    if cfg.test and not trainer.interrupted:
+        if cfg.train:
+            which, path = test_checkpoint(OmegaConf.to_container(cfg, resolve=True))
+            trainer.test(parts.datamodule, ckpt_path=path)
+            out["test_ckpt"] = record(which, path)
+        else:  # evaluation only: the checkpoint's weights (or the model as built)
+            trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
+    # Where the rank's time went; the sweep report subtracts them from the sweep's wall time.
+    out.update(fit_time_s=t1 - t0, test_time_s=time.perf_counter() - t2)
     return out
 
 
@@ -226,8 +231,9 @@ def _interrupted(cfg: DictConfig, trainer: Trainer) -> dict:
         log.warning("Interrupted by %s at step %d; %s holds it: resume with ckpt_path=last", name,
                     trainer.global_step, last)
     out = {"status": "interrupted", "signal": name, "signal_number": trainer.interrupted, "checkpoint": str(last)}
-    if signals.LAUNCHER_GONE:
-        out["cause"] = signals.LAUNCHER_GONE
+    cause = signals.launcher_gone()
+    if cause:
+        out["cause"] = cause
     if trainer.interrupted == signal.SIGUSR1 and cfg.trainer.get("requeue") and strategy.is_global_zero:
         out["requeued"] = requeue()
     return out

@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from framework.data.digits import DigitsDataModule
+
 # A tiny MLP on digits, two short epochs, no progress bar: the base of most tests.
 TINY = [
     "experiment=digits_mlp",
@@ -24,11 +26,12 @@ BASE = [
     "trainer.limit_train_batches=5", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
     "trainer.accelerator=cpu", "export_weights=true", "logger=csv", "seed=11",
     "trainer.accumulate_grad_batches=2",
-    # Parameter groups take part everywhere BASE runs (strategies, resume, srun, horovod): no
-    # weight decay on biases, their own lr for the first layer.
-    "optimizer=adamw", "optimizer.lr=0.003",
-    "optimizer.param_groups=[{params: '*.bias', weight_decay: 0.0}, {params: 'body.1.*', lr: 0.001, name: first}]",
 ]
+
+# Parameter groups, for the equivalence and resume tests (BASE's MLP): no weight decay on
+# biases, their own lr for the first layer.
+GROUPS = ["optimizer=adamw", "optimizer.lr=0.003",
+          "optimizer.param_groups=[{params: '*.bias', weight_decay: 0.0}, {params: 'body.1.*', lr: 0.001, name: first}]"]
 
 
 def val_losses(output_dir) -> list[float]:
@@ -183,3 +186,24 @@ def plain_digits(**kwargs):
 
     module.setup = plain_setup
     return module
+
+
+class CountingDigits(DigitsDataModule):
+    """A datamodule: the digits one, recording at each train_dataloader() call the epoch its
+    ``trainer`` (set under reload_dataloaders_every_n_epochs) was at, in ``calls``."""
+
+    calls: list = []
+
+    def train_dataloader(self):
+        trainer = getattr(self, "trainer", None)
+        CountingDigits.calls.append(trainer.current_epoch if trainer is not None else None)
+        return super().train_dataloader()
+
+
+class GlobalFlags:
+    """A callback: torch's anomaly detection flag during fit, in ``seen``."""
+
+    seen: list = []
+
+    def on_fit_start(self, trainer) -> None:
+        GlobalFlags.seen = [torch.is_anomaly_enabled()]

@@ -6,8 +6,10 @@ from framework.callbacks.checkpoint import ModelCheckpoint
 from framework.callbacks.early_stopping import EarlyStopping
 from framework.callbacks.finetuning import BackboneFinetuning
 from framework.callbacks.lr_monitor import LearningRateMonitor
+from framework.callbacks.model_summary import ModelSummary
 from framework.callbacks.progress import ProgressBar
 from framework.callbacks.throughput import Throughput
+from framework.callbacks.timer import Timer
 
-__all__ = ["BackboneFinetuning", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar",
-           "Throughput"]
+__all__ = ["BackboneFinetuning", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ModelSummary",
+           "ProgressBar", "Throughput", "Timer"]

@@ -21,8 +21,15 @@ class TrainerConfig:
     # Number of devices (processes for multi-process strategies) per node.
     devices: int = 1
     num_nodes: int = 1
-    precision: Literal["32-true", "bf16-mixed", "16-mixed"] = "32-true"
+    # *-mixed: autocast, weights in fp32; *-true: weights, inputs and compute in that dtype.
+    precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"] = "32-true"
     max_epochs: Optional[int] = 10
+    # Early stopping (a callback's should_stop) waits for these; null = no minimum.
+    min_epochs: Optional[int] = None
+    min_steps: Optional[int] = None
+    # Stop (completed) once this much training time has passed, over resumes too: "DD:HH:MM:SS"
+    # or {days, hours, minutes, seconds}; adds the timer callback.
+    max_time: Optional[Union[str, dict]] = None
     # Optimizer steps; -1 or null = no limit.
     max_steps: Optional[int] = -1
     # float in (0, 1]: fraction of a training epoch; int: every N training batches.
@@ -39,7 +46,17 @@ class TrainerConfig:
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"
     log_every_n_steps: int = 50
     deterministic: bool = False
+    # torch.backends.cudnn.benchmark; null = leave it as it is.
+    benchmark: Optional[bool] = None
+    # torch.autograd's anomaly detection (slow: for finding the op that made a NaN).
+    detect_anomaly: bool = False
     enable_progress_bar: bool = True
+    # false: no ModelCheckpoint callback runs (a stop signal still saves checkpoints/last).
+    enable_checkpointing: bool = True
+    # The model_summary callback (parameters per module) at fit start.
+    enable_model_summary: bool = True
+    # Call the datamodule's train/val_dataloader() again every N epochs; 0 = once.
+    reload_dataloaders_every_n_epochs: int = 0
     # Train on the same N batches (int) or fraction (float) every epoch, unshuffled; 0 = off.
     overfit_batches: Union[int, float] = 0.0
     # Validation batches run before training to catch a broken val loop early; -1 = all.
@@ -100,6 +117,9 @@ class RootConfig:
     seed: Optional[int] = 42
     train: bool = True
     test: bool = True
+    # The weights the test after training runs on; null = best when a checkpoint callback
+    # monitors a metric, else final (framework/test_weights.py).
+    test_ckpt: Optional[Literal["best", "last", "final"]] = None
     export_weights: bool = False
     # Resume: a checkpoint directory, or last / best (this run's checkpoints/).
     ckpt_path: Optional[str] = None

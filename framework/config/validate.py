@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from framework.config.durations import duration_problems
 from framework.config.errors import ConfigError
 from framework.config.param_groups import structure_problems
 from framework.config.schemas import (ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig,
@@ -55,6 +56,7 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     if init.get("weights") and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)
+    _check_trainer_minimums(container.get("trainer") or {}, problems)
     _check_component_values(container, problems)
     _check_components(container, problems)
     for check in checks:
@@ -241,6 +243,20 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
         value = trainer.get(key)
         if _is_number(value) and value < low:
             problems.append(f"trainer.{key}: must be >= {low}, got {value}")
+
+
+def _check_trainer_minimums(trainer: dict, problems: list[str]) -> None:
+    """min_epochs / min_steps (>= 0, not above their maximum), max_time's form, reload's period."""
+    for low, high in (("min_epochs", "max_epochs"), ("min_steps", "max_steps")):
+        minimum, maximum = trainer.get(low), trainer.get(high)
+        if _is_number(minimum) and minimum < 0:
+            problems.append(f"trainer.{low}: must be >= 0 (or null for none), got {minimum}")
+        elif _is_number(minimum) and _is_number(maximum) and maximum != -1 and minimum > maximum:
+            problems.append(f"trainer.{low}: {minimum} is above trainer.{high}={maximum}")
+    reload = trainer.get("reload_dataloaders_every_n_epochs")
+    if _is_number(reload) and reload < 0:
+        problems.append(f"trainer.reload_dataloaders_every_n_epochs: must be >= 0 (0 = never), got {reload}")
+    problems.extend(duration_problems(trainer.get("max_time")))
 
 
 def _is_number(value: Any) -> bool:

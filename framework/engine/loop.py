@@ -59,13 +59,16 @@ def batch_size_of(batch) -> int:
     return batch.shape[0]
 
 
-def move_to_device(batch, device: torch.device):
+def move_to_device(batch, device: torch.device, dtype: Optional[torch.dtype] = None):
+    """``batch``'s tensors on ``device``; its floating ones in ``dtype`` when given (*-true precision)."""
     if isinstance(batch, torch.Tensor):
+        if dtype is not None and batch.is_floating_point():
+            return batch.to(device, dtype, non_blocking=True)
         return batch.to(device, non_blocking=True)
     if isinstance(batch, (list, tuple)):
-        return type(batch)(move_to_device(b, device) for b in batch)
+        return type(batch)(move_to_device(b, device, dtype) for b in batch)
     if isinstance(batch, dict):
-        return {k: move_to_device(v, device) for k, v in batch.items()}
+        return {k: move_to_device(v, device, dtype) for k, v in batch.items()}
     return batch
 
 
@@ -95,13 +98,14 @@ class Trainer:
         self._hooks = {e: [getattr(cb, e) for cb in self.callbacks if callable(getattr(cb, e, None))]
                        for e in EVENTS}
         self._null = contextlib.nullcontext()
-        self._move = strategy.device.type != "cpu"
+        self._move = strategy.device.type != "cpu" or self.precision.input_dtype is not None
         self.model: Optional[torch.nn.Module] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.scheduler, self.scheduler_spec = None, None
         self.state = LoopState()
         self.should_stop = False
         self.current_batch = None
+        self._datamodule = None
         self.num_training_batches = self.global_batch_size = self.micro_batch_global_size = 0
         self.logged_metrics: dict[str, float] = {}
         self.step_times: list[float] = []  # seconds per optimizer step, data loading included
@@ -117,6 +121,8 @@ class Trainer:
         self.signals = None  # a StopSignals (engine/signals.py) whose signal stops the run at a step boundary
         self.interrupted: Optional[int] = None  # the signal number every rank stopped on
         self._signal_vote = None
+        self._stop_requested = False  # request_stop(): goes to every rank with the next stop vote
+        self._told_minimum = False
         # Seeded per epoch: a resumed run's DataLoader draws the same worker seeds, and the
         # loader never consumes the global RNG that dropout and friends use.
         self._loader_generator = torch.Generator()
@@ -141,9 +147,12 @@ class Trainer:
         ``ckpt_path``: a checkpoint directory to resume from (model, optimizer, scheduler,
         scaler, epoch, step, position in the epoch, RNG states, callbacks)."""
         datamodule.setup("fit")
+        self._datamodule = datamodule
+        if self.config.reload_dataloaders_every_n_epochs:
+            datamodule.trainer = self  # Lightning's idiom: its *_dataloader() may read trainer.current_epoch
         if self.config.compile:
             model.compile()  # in place: parameter names (and so checkpoints) stay the same
-        self.model, self.optimizer = self.strategy.setup(model, optimizer_factory)
+        self.model, self.optimizer = self.strategy.setup(self.precision.convert_module(model), optimizer_factory)
         train_loader = self._loader(datamodule.train_dataloader(), train=True)
         val_loader = None
         if self.config.limit_val_batches != 0:
@@ -165,18 +174,18 @@ class Trainer:
         self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))
 
     def test(self, datamodule, model: Optional[torch.nn.Module] = None, ckpt_path=None) -> dict[str, float]:
-        """Run the test loop on the trained model, or on ``model`` (set up by the strategy, with
-        the weights of the checkpoint ``ckpt_path`` when given)."""
+        """Run the test loop on the trained model, or on ``model`` (set up by the strategy); with
+        the weights of the checkpoint ``ckpt_path`` when given."""
         datamodule.setup("test")
         if model is not None:
-            self.model, _ = self.strategy.setup(model, None)
-            if ckpt_path is not None:
-                from framework.engine.checkpoint import load_model_checkpoint
-
-                load_model_checkpoint(ckpt_path, self)
-                log.info("Testing the weights of %s", ckpt_path)
+            self.model, _ = self.strategy.setup(self.precision.convert_module(model), None)
         if self.model is None:
             raise RuntimeError("no model: call fit() first or pass model= to test()")
+        if ckpt_path is not None:
+            from framework.engine.checkpoint import load_model_checkpoint
+
+            load_model_checkpoint(ckpt_path, self)
+            log.info("Testing the weights of %s", ckpt_path)
         loader = self._loader(datamodule.test_dataloader(), train=False)
         return self._run_guarded(lambda: self._evaluate(loader, "test"))
 
@@ -215,6 +224,7 @@ class Trainer:
             st.advance_if_finished()  # resumed from (or just finished) an epoch's end
             if not self._should_train():
                 break
+            train_loader, val_loader = self._reloaded(train_loader, val_loader)
             self._train_epoch(train_loader, val_loader)
             self._end_epoch(val_loader)
         if self._signal_vote is not None:  # the last step's vote: complete it, its result is not needed
@@ -227,11 +237,45 @@ class Trainer:
             self._evaluate(val_loader, "val")
         self._call("on_fit_end")
 
+    def _reloaded(self, train: DataLoader, val: Optional[DataLoader]) -> tuple[DataLoader, Optional[DataLoader]]:
+        """``reload_dataloaders_every_n_epochs``: the datamodule's loaders anew at the start of every
+        N-th epoch (not mid-epoch, where a resumed run continues the loader it started with)."""
+        n, st = self.config.reload_dataloaders_every_n_epochs, self.state
+        if not n or st.current_epoch == 0 or st.current_epoch % n or st.batch_in_epoch:
+            return train, val
+        train = self._loader(self._datamodule.train_dataloader(), train=True)
+        self.num_training_batches = limit_batches(len(train), self.config.limit_train_batches)
+        return train, (self._loader(self._datamodule.val_dataloader(), train=False) if val is not None else None)
+
     def _should_train(self) -> bool:
         cfg, st = self.config, self.state
-        return (self.num_training_batches > 0 and not self.should_stop
+        return (self.num_training_batches > 0 and not self._stopping()
                 and (_unlimited(cfg.max_epochs) or st.current_epoch < cfg.max_epochs)
-                and (_unlimited(cfg.max_steps) or st.global_step < cfg.max_steps))
+                and not self._max_steps_reached())
+
+    def _max_steps_reached(self) -> bool:
+        return not _unlimited(self.config.max_steps) and self.state.global_step >= self.config.max_steps
+
+    def _stopping(self) -> bool:
+        """``should_stop``, once ``min_epochs`` and ``min_steps`` are reached (as Lightning's: early
+        stopping waits for them); a stop signal, divergence or ``max_steps`` stops regardless."""
+        if not self.should_stop:
+            return False
+        if self.interrupted is not None or self.diverged is not None or self._max_steps_reached():
+            return True
+        cfg, st = self.config, self.state
+        epochs_done = st.current_epoch + (st.batch_in_epoch >= self.num_training_batches)
+        waiting = (cfg.min_epochs or 0) > epochs_done or (cfg.min_steps or 0) > st.global_step
+        if waiting and not self._told_minimum and self.is_global_zero:
+            log.info("A stop was requested at step %d; training goes on to min_epochs=%s / min_steps=%s",
+                     st.global_step, cfg.min_epochs, cfg.min_steps)
+        self._told_minimum = self._told_minimum or waiting
+        return not waiting
+
+    def request_stop(self) -> None:
+        """Stop every rank after the same step, on one rank's decision (its clock, say): the
+        request travels with the next step's stop vote (a stop signal's), not through should_stop."""
+        self._stop_requested = True
 
     def _train_epoch(self, loader: DataLoader, val_loader: Optional[DataLoader]) -> None:
         """The epoch's remaining batches, one optimizer step (accumulation window) at a time,
@@ -245,7 +289,7 @@ class Trainer:
         self._call("on_train_epoch_start")
         batches, val_every = iter(loader), self._val_every(n)
         self._t_prev = time.perf_counter()
-        while st.batch_in_epoch < n and not self.should_stop:
+        while st.batch_in_epoch < n and not self._stopping():
             first = st.batch_in_epoch
             self._train_step(batches, min(accum, n - first))
             if self._validates_this_epoch(val_loader) and st.batch_in_epoch // val_every > first // val_every \
@@ -253,7 +297,7 @@ class Trainer:
                 self._evaluate(val_loader, "val")
                 self._sync_should_stop()
                 self._t_prev = time.perf_counter()
-            if not _unlimited(self.config.max_steps) and st.global_step >= self.config.max_steps:
+            if self._max_steps_reached():
                 self.should_stop = True
 
     def _train_step(self, batches, size: int) -> None:
@@ -262,7 +306,7 @@ class Trainer:
         accum, step_loss = self.config.accumulate_grad_batches, None
         for i in range(size):
             batch = next(batches)
-            self.current_batch = batch = move_to_device(batch, strategy.device) if self._move else batch
+            self.current_batch = batch = self._on_device(batch)
             # Only the last micro-batch of an accumulation window all-reduces gradients.
             with (self._null if i == size - 1 else strategy.no_sync(model)):
                 with precision.autocast():
@@ -287,8 +331,8 @@ class Trainer:
         if st.global_step % self.config.log_every_n_steps == 0:
             self._log_train(step_loss, size, metrics)
             self.check_finite()
-        if self.signals is not None:
-            self._agree_on_signal()
+        if self.signals is not None or (self._stop_requested and not self.strategy.distributed):
+            self._agree_on_stop()
         self._call("on_train_batch_end", loss, st.batch_in_epoch - 1)
         if self._hooks["on_train_step_end"]:
             self._call("on_train_step_end", step_loss / size if size > 1 else step_loss)
@@ -317,22 +361,25 @@ class Trainer:
         self._call("on_train_epoch_end")
         self._sync_should_stop()
 
-    def _agree_on_signal(self) -> None:
-        """Stop once any rank received a stop signal. Each step sends this rank's flag and reads
-        the flags all ranks sent one step earlier: every rank reads the same value at the same
-        step, and no step waits for the reduction it starts."""
-        received = float(self.signals.received or 0)
+    def _agree_on_stop(self) -> None:
+        """Stop once any rank received a stop signal or a ``request_stop``. Each step sends this
+        rank's flags and reads the flags all ranks sent one step earlier: every rank reads the same
+        values at the same step, and no step waits for the reduction it starts."""
+        received = [float(self.signals.received or 0) if self.signals is not None else 0.0,
+                    float(self._stop_requested)]
         agreed = received
         if self.strategy.distributed:
-            agreed = 0.0
+            agreed = [0.0, 0.0]
             if self._signal_vote is not None:
                 work, vote = self._signal_vote
                 work.wait()
-                agreed = vote.item()
-            vote = torch.tensor([received], device=self.strategy.device)
+                agreed = vote.tolist()
+            vote = torch.tensor(received, device=self.strategy.device)
             self._signal_vote = (self.strategy.all_reduce_async(vote, "max"), vote)
-        if agreed:
-            self.should_stop, self.interrupted = True, int(agreed)
+        if agreed[0]:
+            self.should_stop, self.interrupted = True, int(agreed[0])
+        elif agreed[1]:
+            self.should_stop = True
 
     def check_finite(self) -> bool:
         """False once a training loss was NaN or infinite; then the run stops (status "diverged").
@@ -393,6 +440,10 @@ class Trainer:
                 logger.log_metrics(row, self.global_step if step is None else step)
 
     # ---------------------------------------------------------------- data
+    def _on_device(self, batch):
+        """The batch on the strategy's device, its floating tensors in a *-true precision's dtype."""
+        return move_to_device(batch, self.strategy.device, self.precision.input_dtype) if self._move else batch
+
     def _loader(self, loader: Optional[DataLoader], train: bool) -> Optional[DataLoader]:
         """Re-create ``loader`` with the per-rank batch and the strategy's sampler."""
         if loader is None:
@@ -478,7 +529,7 @@ class Trainer:
         for i, batch in enumerate(loader):
             if i >= limit:
                 break
-            batch = move_to_device(batch, self.strategy.device) if self._move else batch
+            batch = self._on_device(batch)
             with self.precision.autocast():
                 loss, metrics = self.task.step(self.model, batch, stage)
             size = batch_size_of(batch)
@@ -496,7 +547,7 @@ class Trainer:
             # stands in, never counted: for the lockstep forwards, and for the metric names,
             # which every rank needs to reduce the same vector.
             batch = loader.collate_fn([loader.dataset[0]])
-            batch = move_to_device(batch, self.strategy.device) if self._move else batch
+            batch = self._on_device(batch)
             repeats = max(repeats, 1)
         for _ in range(repeats):
             with self.precision.autocast():

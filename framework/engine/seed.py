@@ -32,3 +32,11 @@ def set_deterministic(enabled: bool) -> None:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+
+
+def set_debug_flags(detect_anomaly: bool, benchmark: bool | None) -> None:
+    """``trainer.detect_anomaly`` (autograd names the forward op behind a NaN gradient) and
+    ``trainer.benchmark`` (cuDNN picks the fastest kernels; null leaves torch's setting)."""
+    torch.autograd.set_detect_anomaly(detect_anomaly)
+    if benchmark is not None:
+        torch.backends.cudnn.benchmark = benchmark

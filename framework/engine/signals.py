@@ -90,6 +90,15 @@ def _alive(pid: int) -> bool:
 
 # Why a rank that watch_parent stopped got its SIGTERM (results.json says it): None while the launcher lives.
 LAUNCHER_GONE: str | None = None
+_WATCHED: int | None = None  # the launcher's pid, once watch_parent runs
+
+
+def launcher_gone() -> str | None:
+    """Why this rank was stopped, if its launcher died: its own watcher's finding, or (a peer
+    may have stopped this rank first, through the stop vote) the launcher's state now."""
+    if LAUNCHER_GONE is None and _WATCHED is not None and not _alive(_WATCHED):
+        return f"the launcher (pid {_WATCHED}) died; the ranks stopped themselves with SIGTERM"
+    return LAUNCHER_GONE
 
 
 def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0) -> None:
@@ -97,7 +106,8 @@ def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0) -> None:
     ranks stop together and save ``last`` if they still can), then, ``grace_s`` seconds later, an
     exit. Nothing of a job outlives its launcher. The launcher is FRAMEWORK_LAUNCHER_PID when set
     (ranks forked from a fork server, which outlives the launcher while they run), else the parent."""
-    parent = int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))
+    global _WATCHED
+    parent = _WATCHED = int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))
 
     def watch() -> None:
         global LAUNCHER_GONE

@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from framework import compose, fit
-from tests.helpers import BASE, train_losses
+from tests.helpers import BASE as _BASE
+from tests.helpers import GROUPS, train_losses
+
+# Parameter groups take part in every run of this module.
+BASE = [*_BASE, *GROUPS]
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):

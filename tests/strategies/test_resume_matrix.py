@@ -5,7 +5,11 @@ import pytest
 
 from framework import compose, fit
 from framework.engine.signals import Interrupted
-from tests.helpers import BASE, train_losses, val_losses
+from tests.helpers import BASE as _BASE
+from tests.helpers import GROUPS, train_losses, val_losses
+
+# Parameter groups take part in every run of this module.
+BASE = [*_BASE, *GROUPS]
 
 CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.filename='epoch{epoch}'",
         "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",

@@ -1,0 +1,52 @@
+"""ModelSummary: the model's parameters per module at fit start (Lightning's, on by default)."""
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def _count(params) -> tuple[int, int]:
+    """(trainable, frozen) elements; a sharded parameter counts whole (numel is global)."""
+    trainable = frozen = 0
+    for p in params:
+        if p.requires_grad:
+            trainable += p.numel()
+        else:
+            frozen += p.numel()
+    return trainable, frozen
+
+
+def summary_rows(model, max_depth: int = 1) -> list[tuple[str, str, int, int]]:
+    """(name, type, trainable, frozen) of each submodule down to ``max_depth`` levels, in order."""
+    rows = []
+    for name, module in model.named_modules():
+        depth = name.count(".") + 1 if name else 0
+        if 0 < depth <= max_depth:
+            rows.append((name, type(module).__name__, *_count(module.parameters())))
+    return rows
+
+
+class ModelSummary:
+    """Logs a table of the model's submodules (down to ``max_depth``) with their trainable and
+    frozen parameters, the totals, and the fp32 size, on rank 0 at fit start; ``max_depth: 0``
+    logs the totals only. ``trainer.enable_model_summary`` adds it (true) or removes it (false)."""
+
+    def __init__(self, max_depth: int = 1):
+        if max_depth < 0:
+            raise ValueError(f"callbacks.model_summary.max_depth: must be >= 0, got {max_depth}")
+        self.max_depth = max_depth
+
+    def on_fit_start(self, trainer) -> None:
+        if not trainer.is_global_zero:
+            return
+        model = trainer.strategy.unwrap(trainer.model)
+        rows = summary_rows(model, self.max_depth)
+        trainable, frozen = _count(model.parameters())
+        width = max([len(r[0]) for r in rows] + [4])
+        lines = [f"  {'name':<{width}}  {'type':<20} {'trainable':>12} {'frozen':>12}"]
+        lines += [f"  {n:<{width}}  {t:<20} {a:>12,} {f:>12,}" for n, t, a, f in rows]
+        lines.append(f"  {'total':<{width}}  {type(model).__name__:<20} {trainable:>12,} {frozen:>12,}"
+                     f"   ({(trainable + frozen) * 4 / 2**20:.2f} MiB in fp32)")
+        log.info("Model summary:\n%s", "\n".join(lines))
+        trainer.model_summary = {"trainable": trainable, "frozen": frozen, "modules": rows}
