@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from framework.callbacks.profiler import PROFILERS
+from framework.config.durations import parse_duration
 from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import SchedulerConfig, TrainerConfig
 from framework.config.validate import FRAMEWORK_KEYS
@@ -83,11 +84,11 @@ def build_callbacks(cfg: DictConfig) -> dict:
     _switch(callbacks, trainer.get("enable_model_summary", True), ModelSummary, "model_summary", ModelSummary)
     _switch(callbacks, trainer.get("enable_checkpointing", True), ModelCheckpoint, "model_checkpoint")
     if trainer.get("max_time") is not None:
-        max_time = OmegaConf.to_container(trainer.max_time) if OmegaConf.is_config(trainer.max_time) \
-            else trainer.max_time
+        max_time = parse_duration(OmegaConf.to_container(trainer.max_time) if OmegaConf.is_config(trainer.max_time)
+                                  else trainer.max_time)
         timers = [cb for cb in callbacks.values() if isinstance(cb, Timer)]
         for timer in timers:  # trainer.max_time is the duration of a configured timer too
-            timer.duration = Timer(max_time).duration
+            timer.duration = max_time
         if not timers:
             callbacks["timer"] = Timer(max_time)
     if cfg.trainer.get("profiler"):

@@ -49,4 +49,3 @@ class ModelSummary:
         lines.append(f"  {'total':<{width}}  {type(model).__name__:<20} {trainable:>12,} {frozen:>12,}"
                      f"   ({(trainable + frozen) * 4 / 2**20:.2f} MiB in fp32)")
         log.info("Model summary:\n%s", "\n".join(lines))
-        trainer.model_summary = {"trainable": trainable, "frozen": frozen, "modules": rows}

@@ -54,10 +54,10 @@ def structure_problems(specs, allowed: Iterable[str] | None) -> list[str]:
     return problems
 
 
-def match_problems(names: Sequence[str], specs: Sequence[dict]) -> list[str]:
-    """Entries that take no parameter of the model: a pattern matching nothing is a typo, or
-    matches only parameters an earlier entry took."""
-    taken, _ = assign(names, specs)
+def match_problems(names: Sequence[str], specs: Sequence[dict], taken: Sequence[list] | None = None) -> list[str]:
+    """Entries that take no parameter of the model (``taken``: ``assign``'s answer, when known):
+    a pattern matching nothing is a typo, or matches only parameters an earlier entry took."""
+    taken = assign(names, specs)[0] if taken is None else taken
     problems = []
     for i, (spec, got) in enumerate(zip(specs, taken)):
         if not got:
@@ -73,7 +73,7 @@ def build_param_groups(named_parameters: Iterable, specs: Sequence[dict]) -> lis
     spec with its settings; an unnamed spec is named ``pg<index>``, the LR monitor's name."""
     params = dict(named_parameters)
     taken, rest = assign(params, specs)
-    problems = match_problems(list(params), specs)
+    problems = match_problems(list(params), specs, taken)
     if problems:
         raise ValueError("; ".join(problems))
     groups = [{"params": [params[n] for n in rest]}] if rest else []
