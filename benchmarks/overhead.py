@@ -15,6 +15,9 @@ Engine variants:
 - bare: no loggers, no callbacks (the loop itself);
 - default: the default experiment's loggers (TensorBoard + CSV, logging every 50 steps)
   and callbacks (progress bar, printing to /dev/null).
+
+The ``tiny-mlp-f1`` row declares ``task.metrics`` (macro F1) with ``task.train_metrics``: the
+hand loop then updates the same torchmetrics object and computes the accuracy every step.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from hand_loop import median_step_time
 
 from framework.build import build_components, build_trainer
 from framework import compose
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 MODELS = {
@@ -44,6 +48,9 @@ MODELS = {
     "cnn-32x32": ["model=cnn", "model.channels=[32,64]", "datamodule=synthetic", "datamodule.input_shape=[3,32,32]",
                   "datamodule.num_samples=16384", "datamodule.batch_size=64"],
 }
+MODELS["tiny-mlp-f1"] = MODELS["tiny-mlp"] + [
+    "task.train_metrics=true",
+    "task.metrics={f1: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 10, average: macro}}"]
 
 
 def hand_loop(cfg, steps: int) -> float:
@@ -62,7 +69,8 @@ def hand_loop(cfg, steps: int) -> float:
     standard = TensorDataset(*dm.train_set.tensors)
     loader = DataLoader(standard, batch_size=container["datamodule"]["batch_size"], shuffle=True,
                         drop_last=True, pin_memory=cuda)
-    return median_step_time(model, optimizer, loader, steps, device)
+    metrics = [instantiate(node).to(device or "cpu") for node in (container["task"].get("metrics") or {}).values()]
+    return median_step_time(model, optimizer, loader, steps, device, metrics)
 
 
 def engine(cfg, steps: int, with_defaults: bool, out_dir: str) -> float:

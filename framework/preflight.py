@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from framework.config import validate
 from framework.config.param_groups import match_problems, structure_problems
-from framework.config.validate import import_target
+from framework.config.validate import check_target, import_target
 from framework.engine.checkpoint_files import check_ckpt_path, resolve_ckpt_path
 from framework.engine.protocols import contract_problems
 from framework.strategies import check_strategy
@@ -24,7 +24,8 @@ from framework.test_weights import test_ckpt_problems
 def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
-    return validate(cfg, checks=[check_strategy, check_contracts, check_param_groups, test_ckpt_problems,
+    return validate(cfg, checks=[check_strategy, check_contracts, check_param_groups, check_task_metrics,
+                                 test_ckpt_problems,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
                                  check_output_dir])
 
@@ -61,6 +62,36 @@ def check_param_groups(container: dict) -> list[str]:
     except Exception:  # noqa: BLE001 - the model's own errors surface when the ranks build it
         return []
     return match_problems([name for name, _ in model.named_parameters()], specs)
+
+
+def check_task_metrics(container: dict) -> list[str]:
+    """Each ``task.metrics`` entry imports, builds (on the CPU, no data) and is a metric."""
+    metrics = (container.get("task") or {}).get("metrics")
+    if not metrics:
+        return []
+    if not isinstance(metrics, dict):
+        return [f"task.metrics: expected a mapping of name -> {{_target_: ...}}, got {metrics!r}"]
+    from hydra.utils import instantiate
+
+    from framework.tasks.metrics import metric_problems
+
+    problems: list[str] = []
+    for name, node in metrics.items():
+        key, before = f"task.metrics.{name}", len(problems)
+        if not isinstance(node, dict):
+            problems.append(f"{key}: expected a mapping with '_target_' (a torchmetrics class), got {node!r}")
+            continue
+        check_target(node, key, problems, "metric")
+        if len(problems) > before:
+            continue
+        try:
+            metric = instantiate(node, _convert_="all")
+        except Exception as err:  # noqa: BLE001 - the metric's own message names what is wrong
+            cause = err.__cause__ or err
+            problems.append(f"{key}: {node['_target_']} does not build: {type(cause).__name__}: {cause}")
+            continue
+        problems += metric_problems({name: metric})
+    return problems
 
 
 def previous_run(directory: Path) -> list[str]:

@@ -26,6 +26,7 @@ PY="$VENV/bin/python"
 # The project without its torch/torchvision pins (torchvision from PyPI does not load beside this
 # torch; the framework imports it only for resnet18 and the torchvision datasets).
 "$PY" -m pip install -q "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4" tensorboard tqdm matplotlib numpy \
+  "torchmetrics>=1.0" \
   "pytest>=7" "pytest-timeout>=2"
 "$PY" -m pip install -q --no-deps -e "$ROOT"
 

@@ -33,6 +33,12 @@ BASE = [
 GROUPS = ["optimizer=adamw", "optimizer.lr=0.003",
           "optimizer.param_groups=[{params: '*.bias', weight_decay: 0.0}, {params: 'body.1.*', lr: 0.001, name: first}]"]
 
+# Epoch metrics that are not means of batch values: macro F1 (sum states) and AUROC (concatenated
+# states, ragged across ranks), on train epochs too.
+METRICS = ["task.train_metrics=true",
+           "task.metrics={f1: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 10, "
+           "average: macro}, auroc: {_target_: torchmetrics.classification.MulticlassAUROC, num_classes: 10}}"]
+
 
 def val_losses(output_dir) -> list[float]:
     """The val/loss column of a run's metrics.csv."""

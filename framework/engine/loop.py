@@ -98,6 +98,10 @@ class Trainer:
         self._hooks = {e: [getattr(cb, e) for cb in self.callbacks if callable(getattr(cb, e, None))]
                        for e in EVENTS}
         self._null = contextlib.nullcontext()
+        # The task's epoch-level metrics (tasks/metrics.py EpochMetrics), when it declares any.
+        self.epoch_metrics = getattr(task, "epoch_metrics", None) or None
+        if self.epoch_metrics is not None:
+            self.epoch_metrics.to(strategy.device)
         self._move = strategy.device.type != "cpu" or self.precision.input_dtype is not None
         self.model: Optional[torch.nn.Module] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
@@ -286,6 +290,8 @@ class Trainer:
         loader.sampler.set_start(min(st.batch_in_epoch, n) * loader.batch_size)
         self._loader_generator.manual_seed(self.seed + st.current_epoch)
         self.model.train()
+        if self.epoch_metrics is not None and not st.batch_in_epoch:
+            self.epoch_metrics.reset("train")
         self._call("on_train_epoch_start")
         batches, val_every = iter(loader), self._val_every(n)
         self._t_prev = time.perf_counter()
@@ -356,6 +362,8 @@ class Trainer:
         spec = self.scheduler_spec
         if finished and spec is not None and spec.interval == "epoch" and (st.current_epoch + 1) % spec.frequency == 0:
             self.scheduler.step()
+        if finished and self.epoch_metrics is not None and self.epoch_metrics.tracks("train"):
+            self.log_metrics({f"train/{k}": v for k, v in self.epoch_metrics.compute("train").items()})
         st.epoch_finished = finished
         self.check_finite()
         self._call("on_train_epoch_end")
@@ -508,6 +516,7 @@ class Trainer:
         # Sums of (value x samples) and of samples: the mean equals single-device's exactly.
         summed = self.strategy.all_reduce(packed, "sum").tolist()
         results = {f"{stage}/{name}": summed[i] / summed[-1] for i, name in enumerate(names)} if summed[-1] else {}
+        results.update(self._epoch_metric_values(stage, sanity or not summed[-1]))
         self.model.train(was_training)
         if sanity:
             return results
@@ -516,6 +525,17 @@ class Trainer:
         self.log_metrics(results)
         self._call("on_validation_end" if stage == "val" else "on_test_end", results)
         return results
+
+    def _epoch_metric_values(self, stage: str, discard: bool) -> dict[str, float]:
+        """The task's epoch metrics of this pass, gathered over ranks; ``discard``: reset them
+        instead (the sanity check, a pass without samples). Every rank calls it."""
+        metrics = self.epoch_metrics
+        if metrics is None or not metrics.tracks(stage):
+            return {}
+        if discard:
+            metrics.reset(stage)
+            return {}
+        return {f"{stage}/{name}": value for name, value in metrics.compute(stage).items()}
 
     def _evaluate_batches(self, loader: DataLoader, stage: str, limit: int):
         """(sums of value x batch size, sample count) over this rank's first ``limit`` batches."""
@@ -550,6 +570,6 @@ class Trainer:
             batch = self._on_device(batch)
             repeats = max(repeats, 1)
         for _ in range(repeats):
-            with self.precision.autocast():
+            with self.precision.autocast(), (self.epoch_metrics.paused() if self.epoch_metrics else self._null):
                 _, metrics = self.task.step(self.model, batch, stage)
             self._eval_names.setdefault(stage, ["loss", *metrics])

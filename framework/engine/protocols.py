@@ -99,7 +99,12 @@ class DataModule(Protocol):
 
 
 class Task(Protocol):
-    """Turns a batch into a loss and metrics."""
+    """Turns a batch into a loss and metrics.
+
+    Optional: an ``epoch_metrics`` attribute (``framework.tasks.metrics.EpochMetrics``) for
+    metrics that are not means of batch values (F1, AUROC); ``step`` feeds it each batch with
+    ``epoch_metrics.update(stage, preds, target)`` and the engine computes it over every rank's
+    samples at the end of each pass."""
 
     def step(self, model: torch.nn.Module, batch, stage: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``stage``: "train", "val" or "test". Returns the batch's mean loss (0-d, with grad in

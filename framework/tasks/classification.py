@@ -1,8 +1,12 @@
-"""Classification: cross-entropy loss, accuracy."""
+"""Classification: cross-entropy loss, accuracy, and any declared epoch metrics."""
 from __future__ import annotations
+
+from typing import Any, Mapping, Optional
 
 import torch
 from torch.nn import functional as F
+
+from framework.tasks.metrics import EpochMetrics
 
 
 class ClassificationTask:
@@ -10,17 +14,25 @@ class ClassificationTask:
 
     Every value is a mean over the batch (a 0-d tensor); the engine weights by batch size
     when it aggregates across batches and ranks. ``stage`` is "train", "val" or "test".
+    ``metrics``: name -> torchmetrics object, fed ``(logits, labels)`` every batch and
+    computed over the whole epoch on every rank's samples (``val/<name>``, ``test/<name>``,
+    and ``train/<name>`` at each training epoch's end with ``train_metrics``).
     """
 
-    def __init__(self, label_smoothing: float = 0.0, train_metrics: bool = False):
+    def __init__(self, label_smoothing: float = 0.0, train_metrics: bool = False,
+                 metrics: Optional[Mapping[str, Any]] = None):
         self.label_smoothing = label_smoothing
         # Accuracy on every training step costs an argmax per step; off by default.
         self.train_metrics = train_metrics
+        stages = ("train", "val", "test") if train_metrics else ("val", "test")
+        self.epoch_metrics = EpochMetrics(metrics, stages)
 
     def step(self, model: torch.nn.Module, batch, stage: str):
         inputs, target = batch
         logits = model(inputs)
         loss = F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
+        if self.epoch_metrics:
+            self.epoch_metrics.update(stage, logits.detach(), target)
         if stage == "train" and not self.train_metrics:
             return loss, {}
         acc = (logits.argmax(dim=-1) == target).float().mean()

@@ -9,10 +9,10 @@ import torch
 
 from framework import compose, fit
 from tests.helpers import BASE as _BASE
-from tests.helpers import GROUPS, train_losses
+from tests.helpers import GROUPS, METRICS, train_losses
 
-# Parameter groups take part in every run of this module.
-BASE = [*_BASE, *GROUPS]
+# Parameter groups and epoch metrics take part in every run of this module.
+BASE = [*_BASE, *GROUPS, *METRICS]
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
@@ -43,7 +43,8 @@ def test_strategy_matches_single_device(case, single, tmp_path):
     expected, got = train_losses(single_dir), train_losses(tmp_path)
     assert len(got) == len(expected) == 6
     assert got == pytest.approx(expected, rel=1e-5)
-    for key in ("val/loss", "val/acc", "test/loss", "test/acc"):
+    for key in ("val/loss", "val/acc", "test/loss", "test/acc", "val/f1", "val/auroc", "test/f1", "test/auroc",
+                "train/f1", "train/auroc"):
         assert results["metrics"][key] == pytest.approx(single_results["metrics"][key], rel=1e-5), key
 
     ref = torch.load(single_dir / "model.pt")
@@ -62,8 +63,10 @@ TINY_VAL = ["experiment=digits_mlp", "datamodule=synthetic", "datamodule.input_s
 def test_a_rank_without_validation_samples_still_joins(strategy, tmp_path):
     # 1 validation sample, 2 ranks: rank 1 has nothing to evaluate, yet must take part in
     # the reduction (ddp) and in every sharded forward (fsdp). Metrics equal single device's.
-    single = fit(compose(TINY_VAL + ["strategy=single"]), output_dir=str(tmp_path / "single"))
-    results = fit(compose(TINY_VAL + [f"strategy={strategy}", "trainer.devices=2"]), output_dir=str(tmp_path / strategy))
+    # The epoch metrics' states are gathered from it too (AUROC's are concatenated: empty there).
+    single = fit(compose(TINY_VAL + METRICS + ["strategy=single"]), output_dir=str(tmp_path / "single"))
+    results = fit(compose(TINY_VAL + METRICS + [f"strategy={strategy}", "trainer.devices=2"]),
+                  output_dir=str(tmp_path / strategy))
     assert results["status"] == "completed"
-    for key in ("val/loss", "val/acc", "test/loss", "test/acc"):
+    for key in ("val/loss", "val/acc", "test/loss", "test/acc", "val/f1", "val/auroc", "test/f1"):
         assert results["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
