@@ -28,18 +28,20 @@ from framework.saved_run import EVALUATE_CONFIG, run_dir_of, saved_run_config
 _HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
 
 
-def evaluate(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None) -> dict:
-    """The Python API: test the checkpoint ``ckpt_path``; returns the evaluation's results.json."""
+def evaluate(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None,
+             mode: str = "eval") -> dict:
+    """The Python API: test the checkpoint ``ckpt_path`` (``mode="predict"``: predict with it);
+    returns the evaluation's results.json."""
     from framework.api import fit
 
-    config_dir, args = saved_run_config(ckpt_path, list(overrides))
+    config_dir, args = saved_run_config(ckpt_path, list(overrides), mode)
     try:
         with initialize_config_dir(version_base="1.3", config_dir=config_dir, job_name="evaluate"):
             cfg = hydra_compose(EVALUATE_CONFIG, overrides=lenient(args))
     finally:
         shutil.rmtree(config_dir, ignore_errors=True)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
-    output_dir = output_dir or str(run_dir_of(ckpt_path) / "eval" / stamp)
+    output_dir = output_dir or str(run_dir_of(ckpt_path) / mode / stamp)
     return fit(_into(cfg, output_dir), output_dir=output_dir)
 
 
@@ -57,20 +59,20 @@ def _hydra_main(cfg: DictConfig) -> Optional[float]:
     return hydra_job(cfg, prepare=lambda c: _into(c, HydraConfig.get().runtime.output_dir))
 
 
-def main() -> None:
+def main(mode: str = "eval", usage: str = __doc__) -> None:
     args = sys.argv[1:]
     ckpt = next((a.split("=", 1)[1] for a in args if a.startswith("ckpt_path=")), None)
     if ckpt is None:
-        print(__doc__, file=sys.stderr)
+        print(usage, file=sys.stderr)
         if not any(a.split("=")[0] in _HELP_FLAGS for a in args):
-            print("ckpt_path: missing; name the checkpoint to test, e.g. ckpt_path=outputs/<run>/checkpoints/best",
-                  file=sys.stderr)
+            print(f"ckpt_path: missing; name the checkpoint to {'test' if mode == 'eval' else 'predict with'}, "
+                  "e.g. ckpt_path=outputs/<run>/checkpoints/best", file=sys.stderr)
             sys.exit(2)
         from framework.train import main as train_main  # the groups and keys that can be overridden
 
         return train_main()
     try:
-        config_dir, rest = saved_run_config(ckpt, [a for a in args if not a.startswith("ckpt_path=")])
+        config_dir, rest = saved_run_config(ckpt, [a for a in args if not a.startswith("ckpt_path=")], mode)
     except ConfigError as err:
         print(err, file=sys.stderr)
         sys.exit(2)

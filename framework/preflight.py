@@ -24,8 +24,8 @@ from framework.test_weights import test_ckpt_problems
 def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
-    return validate(cfg, checks=[check_strategy, check_contracts, check_param_groups, check_task_metrics,
-                                 test_ckpt_problems,
+    return validate(cfg, checks=[check_strategy, check_contracts, check_predict, check_param_groups,
+                                 check_task_metrics, test_ckpt_problems,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
                                  check_output_dir])
 
@@ -45,6 +45,21 @@ def check_contracts(container: dict) -> list[str]:
             continue
         problems += contract_problems(obj, group, key)
     return problems
+
+
+def check_predict(container: dict) -> list[str]:
+    """``predict=true`` needs a datamodule with ``predict_dataloader()``."""
+    target = (container.get("datamodule") or {}).get("_target_")
+    if not container.get("predict") or not isinstance(target, str):
+        return []
+    try:
+        cls = import_target(target)
+    except Exception:  # noqa: BLE001 - reported by the config checks
+        return []
+    if callable(getattr(cls, "predict_dataloader", None)):
+        return []
+    return [f"predict: true, but datamodule._target_ {target} has no predict_dataloader(); add one (it returns "
+            "the DataLoader of the samples to predict) or set predict=false"]
 
 
 def check_param_groups(container: dict) -> list[str]:
@@ -107,7 +122,7 @@ def previous_run(directory: Path) -> list[str]:
 
 # What a run writes into its directory besides train.log (which Hydra has opened already):
 # overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one.
-RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "profile.txt", "tb", "checkpoints",
+RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "predictions.pt", "predictions.csv", "profile.txt", "tb", "checkpoints",
                "ranks", "profiler", ".hydra")
 
 

@@ -20,6 +20,7 @@ from framework.config.relocate import relocate
 from framework.distributed import RankEnv
 from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
 from framework.engine.loop import Trainer
+from framework.engine.predictions import write_predictions
 from framework.engine.memory import optimizer_state_bytes
 from framework.engine.results import job_record, peak_memory_bytes, throughput, write_results
 from framework.engine import signals
@@ -158,9 +159,25 @@ def _fit_and_test(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
             out["test_ckpt"] = record(which, path)
         else:  # evaluation only: the checkpoint's weights (or the model as built)
             trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
+    if cfg.get("predict") and not trainer.interrupted:
+        out["predictions"] = _predict(cfg, trainer, parts, ckpt)
     # Where the rank's time went; the sweep report subtracts them from the sweep's wall time.
     out.update(fit_time_s=t1 - t0, test_time_s=time.perf_counter() - t2)
     return out
+
+
+def _predict(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | None) -> dict | None:
+    """The predict loop on the weights just tested or trained (with neither: the checkpoint's,
+    or the model as built); rank 0 writes them to predictions.<predict_format>."""
+    fresh = trainer.model is None
+    predictions = trainer.predict(parts.datamodule, model=parts.model if fresh else None,
+                                  ckpt_path=ckpt if fresh else None)
+    if predictions is None:  # the other ranks, or nothing to predict
+        return None
+    path = write_predictions(predictions, Path(cfg.output_dir), cfg.predict_format)
+    samples = len(predictions if isinstance(predictions, torch.Tensor) else next(iter(predictions.values())))
+    log.info("Wrote the predictions of %d samples to %s", samples, path)
+    return {"path": str(path), "samples": samples}
 
 
 def _apply_init(cfg: DictConfig, model) -> dict | None:

@@ -1,4 +1,4 @@
-"""The primary config that evaluates a run's checkpoint: the run's saved ``config.yaml``,
+"""The primary config that evaluates (or predicts with) a run's checkpoint: the run's saved ``config.yaml``,
 less the groups that the command line selects again (they come back from their files, so
 ``strategy=ddp`` replaces the saved strategy whole instead of merging into it)."""
 from __future__ import annotations
@@ -14,6 +14,8 @@ from framework.config.location import HYDRA_CONFIG_PATH, group_names
 from framework.config.overrides import user_config_dirs
 
 EVALUATE_CONFIG = "evaluate_run"
+# What each entry point runs on the checkpoint, and the directory of the run it writes under.
+MODES = {"eval": {"train": False, "test": True}, "predict": {"train": False, "test": False, "predict": True}}
 _SELECTION = re.compile(r"^([A-Za-z_][\w\-]*)(@[\w.]+)?=")
 
 
@@ -22,9 +24,10 @@ def run_dir_of(ckpt_path: str) -> Path:
     return Path(ckpt_path).resolve().parent.parent
 
 
-def saved_run_config(ckpt_path: str, overrides: list[str]) -> tuple[str, list[str]]:
-    """Write the primary config for testing ``ckpt_path`` to a new temporary directory (the
-    caller removes it); returns that directory and the overrides to compose it with."""
+def saved_run_config(ckpt_path: str, overrides: list[str], mode: str = "eval") -> tuple[str, list[str]]:
+    """Write the primary config for testing (``mode`` "eval") or predicting with ("predict")
+    ``ckpt_path`` to a new temporary directory (the caller removes it); returns that directory
+    and the overrides to compose it with."""
     run_dir = run_dir_of(ckpt_path)
     saved = run_dir / "config.yaml"
     if not Path(ckpt_path).exists():
@@ -45,12 +48,11 @@ def saved_run_config(ckpt_path: str, overrides: list[str]) -> tuple[str, list[st
             args.append(f"hydra.run.dir={override.split('=', 1)[1]}")
         else:
             args.append(override)
-    container.update(train=False, test=True, ckpt_path=str(Path(ckpt_path).resolve()), output_dir=None,
-                     overwrite=False)
+    container.update(**MODES[mode], ckpt_path=str(Path(ckpt_path).resolve()), output_dir=None, overwrite=False)
     stamp = "${now:%Y-%m-%d_%H-%M-%S}"
     primary = {"defaults": [{"hydra": "default"}, "_self_"], **container, "hydra": {
-        "searchpath": searchpath, "run": {"dir": f"{run_dir}/eval/{stamp}"},
-        "sweep": {"dir": f"{run_dir}/eval/multirun/{stamp}", "subdir": "${hydra.job.num}"}}}
+        "searchpath": searchpath, "run": {"dir": f"{run_dir}/{mode}/{stamp}"},
+        "sweep": {"dir": f"{run_dir}/{mode}/multirun/{stamp}", "subdir": "${hydra.job.num}"}}}
     directory = tempfile.mkdtemp(prefix="framework-evaluate-")
     OmegaConf.save(OmegaConf.create(primary), Path(directory) / f"{EVALUATE_CONFIG}.yaml")
     return directory, args

@@ -213,3 +213,22 @@ class GlobalFlags:
 
     def on_fit_start(self, trainer) -> None:
         GlobalFlags.seen = [torch.is_anomaly_enabled()]
+
+
+class NoPredictDigits:
+    """A datamodule of the bare contract (setup, train/val/test loaders): no predict_dataloader."""
+
+    def __init__(self, batch_size: int = 32):
+        self.inner = DigitsDataModule(batch_size=batch_size)
+
+    def setup(self, stage: str) -> None:
+        self.inner.setup(stage)
+
+    def train_dataloader(self):
+        return self.inner.train_dataloader()
+
+    def val_dataloader(self):
+        return self.inner.val_dataloader()
+
+    def test_dataloader(self):
+        return self.inner.test_dataloader()

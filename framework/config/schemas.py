@@ -39,6 +39,7 @@ class TrainerConfig:
     limit_train_batches: Union[int, float] = 1.0
     limit_val_batches: Union[int, float] = 1.0
     limit_test_batches: Union[int, float] = 1.0
+    limit_predict_batches: Union[int, float] = 1.0
     # true or N: run N (1 for true) batches of train/val/test, no loggers, no checkpoints.
     fast_dev_run: Union[bool, int] = False
     accumulate_grad_batches: int = 1
@@ -121,6 +122,9 @@ class RootConfig:
     # monitors a metric, else final (framework/test_weights.py).
     test_ckpt: Optional[Literal["best", "last", "final"]] = None
     export_weights: bool = False
+    # After fit/test: the predict loop over predict_dataloader(), written to predictions.<format>.
+    predict: bool = False
+    predict_format: Literal["pt", "csv"] = "pt"
     # Resume: a checkpoint directory, or last / best (this run's checkpoints/).
     ckpt_path: Optional[str] = None
     init: dict = field(default_factory=dict)

@@ -218,7 +218,8 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
 
     for key in ("devices", "num_nodes", "accumulate_grad_batches", "log_every_n_steps", "check_val_every_n_epoch"):
         positive(key)
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "val_check_interval"):
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+                "val_check_interval"):
         value = trainer.get(key)
         if isinstance(value, float) and not 0.0 <= value <= 1.0:
             problems.append(f"trainer.{key}: a float is a fraction in [0, 1], got {value}; use an int for a count")
@@ -230,7 +231,7 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
     if (max_epochs is None or max_epochs == -1) and (max_steps is None or max_steps == -1) and not trainer.get("fast_dev_run"):
         problems.append("trainer.max_epochs / trainer.max_steps: both unlimited; set one of them")
     for key in ("gradient_clip_val", "val_check_interval", "overfit_batches", "limit_train_batches",
-                "limit_val_batches", "limit_test_batches"):
+                "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
         value = trainer.get(key)
         if _is_number(value) and not math.isfinite(value):
             problems.append(f"trainer.{key}: must be a finite number, got {value}")

@@ -27,9 +27,10 @@ class DataModule:
         self.train_set: Optional[Dataset] = None
         self.val_set: Optional[Dataset] = None
         self.test_set: Optional[Dataset] = None
+        self.predict_set: Optional[Dataset] = None  # None: predict on the test split
 
     def setup(self, stage: str) -> None:
-        """Create ``train_set``/``val_set``/``test_set``; ``stage`` is "fit", "validate" or "test"."""
+        """Create ``train_set``/``val_set``/``test_set``; ``stage`` is "fit", "validate", "test" or "predict"."""
         raise NotImplementedError
 
     def _loader(self, dataset: Optional[Dataset], shuffle: bool) -> Optional[DataLoader]:
@@ -46,6 +47,9 @@ class DataModule:
 
     def test_dataloader(self) -> Optional[DataLoader]:
         return self._loader(self.test_set, shuffle=False)
+
+    def predict_dataloader(self) -> Optional[DataLoader]:
+        return self._loader(self.predict_set if self.predict_set is not None else self.test_set, shuffle=False)
 
     def _check_shape(self, sample_shape, num_classes: int, source: str) -> None:
         shape = list(sample_shape)

@@ -33,8 +33,8 @@ def effective_config(config: TrainerConfig) -> TrainerConfig:
         # Lightning's meaning: N batches of each loop, one epoch, nothing written by loggers.
         n = 1 if config.fast_dev_run is True else int(config.fast_dev_run)
         config = replace(config, max_epochs=1, max_steps=n, limit_train_batches=n, limit_val_batches=n,
-                         limit_test_batches=n, val_check_interval=1.0, check_val_every_n_epoch=1,
-                         log_every_n_steps=1)
+                         limit_test_batches=n, limit_predict_batches=n, val_check_interval=1.0,
+                         check_val_every_n_epoch=1, log_every_n_steps=1)
     if config.overfit_batches:
         config = replace(config, limit_train_batches=config.overfit_batches)
     return config
@@ -181,17 +181,33 @@ class Trainer:
         """Run the test loop on the trained model, or on ``model`` (set up by the strategy); with
         the weights of the checkpoint ``ckpt_path`` when given."""
         datamodule.setup("test")
+        self._model_for("test", model, ckpt_path)
+        loader = self._loader(datamodule.test_dataloader(), train=False)
+        return self._run_guarded(lambda: self._evaluate(loader, "test"))
+
+    def predict(self, datamodule, model: Optional[torch.nn.Module] = None, ckpt_path=None):
+        """The outputs of ``task.predict_step(model, batch)`` (without one: ``model(inputs)``) for
+        every sample of ``datamodule.predict_dataloader()`` (up to ``limit_predict_batches``), in
+        dataset order, on rank 0 (None on the other ranks). Model and weights as for ``test``."""
+        datamodule.setup("predict")
+        self._model_for("predict", model, ckpt_path)
+        loader = self._loader(datamodule.predict_dataloader(), train=False)
+        if loader is None:
+            raise ValueError("datamodule: predict_dataloader() returned None; there is nothing to predict")
+        return self._run_guarded(lambda: self._predict(loader))
+
+    def _model_for(self, stage: str, model: Optional[torch.nn.Module], ckpt_path) -> None:
+        """The model a test or predict pass runs: the trained one, or ``model`` set up by the
+        strategy; with the weights of the checkpoint ``ckpt_path`` when given."""
         if model is not None:
             self.model, _ = self.strategy.setup(self.precision.convert_module(model), None)
         if self.model is None:
-            raise RuntimeError("no model: call fit() first or pass model= to test()")
+            raise RuntimeError(f"no model: call fit() first or pass model= to {stage}()")
         if ckpt_path is not None:
             from framework.engine.checkpoint import load_model_checkpoint
 
             load_model_checkpoint(ckpt_path, self)
-            log.info("Testing the weights of %s", ckpt_path)
-        loader = self._loader(datamodule.test_dataloader(), train=False)
-        return self._run_guarded(lambda: self._evaluate(loader, "test"))
+            log.info("%s with the weights of %s", "Testing" if stage == "test" else "Predicting", ckpt_path)
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
@@ -525,6 +541,34 @@ class Trainer:
         self.log_metrics(results)
         self._call("on_validation_end" if stage == "val" else "on_test_end", results)
         return results
+
+    @torch.no_grad()
+    def _predict(self, loader: DataLoader):
+        """Every rank's outputs over its first ``limit_predict_batches`` batches, on rank 0 in order."""
+        from framework.engine.predictions import concat_outputs, interleave
+
+        limit = limit_batches(len(loader), self.config.limit_predict_batches)
+        batches = limit
+        if self.strategy.lockstep_forward:  # as in evaluation: every rank runs the busiest rank's count
+            batches = int(self.strategy.all_reduce(torch.tensor(limit, device=self.strategy.device), "max").item())
+        was_training, outputs = self.model.training, []
+        self.model.eval()
+        for i, batch in enumerate(loader):
+            if i >= limit:
+                break
+            outputs.append(self._predict_step(self._on_device(batch)))
+        for _ in range(batches - limit):  # lockstep forwards on a stand-in sample, results discarded
+            self._predict_step(self._on_device(loader.collate_fn([loader.dataset[0]])))
+        self.model.train(was_training)
+        parts = self.strategy.gather_object(concat_outputs(outputs))
+        return interleave(parts) if self.is_global_zero else None
+
+    def _predict_step(self, batch):
+        with self.precision.autocast():
+            step = getattr(self.task, "predict_step", None)
+            if step is not None:
+                return step(self.model, batch)
+            return self.model(batch[0] if isinstance(batch, (list, tuple)) else batch)
 
     def _epoch_metric_values(self, stage: str, discard: bool) -> dict[str, float]:
         """The task's epoch metrics of this pass, gathered over ranks; ``discard``: reset them

@@ -97,6 +97,10 @@ class DataModule(Protocol):
     def test_dataloader(self) -> Optional[torch.utils.data.DataLoader]:
         """The test loader, or None for no test."""
 
+    def predict_dataloader(self) -> Optional[torch.utils.data.DataLoader]:
+        """Optional (needed with ``predict=true``): the loader to predict on; batches are
+        ``(inputs, ...)`` or bare inputs."""
+
 
 class Task(Protocol):
     """Turns a batch into a loss and metrics.
@@ -104,7 +108,10 @@ class Task(Protocol):
     Optional: an ``epoch_metrics`` attribute (``framework.tasks.metrics.EpochMetrics``) for
     metrics that are not means of batch values (F1, AUROC); ``step`` feeds it each batch with
     ``epoch_metrics.update(stage, preds, target)`` and the engine computes it over every rank's
-    samples at the end of each pass."""
+    samples at the end of each pass.
+
+    Optional: ``predict_step(model, batch) -> tensor`` (one row per sample, or a mapping of such
+    tensors) for ``predict=true``; without it the predict loop returns ``model(inputs)``."""
 
     def step(self, model: torch.nn.Module, batch, stage: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``stage``: "train", "val" or "test". Returns the batch's mean loss (0-d, with grad in
@@ -113,7 +120,7 @@ class Task(Protocol):
 
 
 CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, "task": Task}
-_OPTIONAL = {Callback: set(EVENTS), Logger: {"resume"}}
+_OPTIONAL = {Callback: set(EVENTS), Logger: {"resume"}, DataModule: {"predict_dataloader"}}
 
 
 def contract_problems(obj: Any, group: str, key: str) -> list[str]:

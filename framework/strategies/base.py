@@ -192,6 +192,14 @@ class Strategy:
         dist.all_gather_object(out, obj)
         return out
 
+    def gather_object(self, obj, dst: int = 0) -> list | None:
+        """``obj`` of every rank, in rank order, on rank ``dst`` (None on the others)."""
+        if not self.distributed:
+            return [obj]
+        out = [None] * dist.get_world_size() if self.rank == dst else None
+        dist.gather_object(obj, out, dst=dst)
+        return out
+
     def broadcast_object(self, obj, src: int = 0):
         if not self.distributed:
             return obj

@@ -37,3 +37,10 @@ class ClassificationTask:
             return loss, {}
         acc = (logits.argmax(dim=-1) == target).float().mean()
         return loss, {"acc": acc}
+
+    def predict_step(self, model: torch.nn.Module, batch) -> dict[str, torch.Tensor]:
+        """``prediction``: the most probable class, (batch,); ``prob``: the class probabilities,
+        (batch, classes); for batches of ``(inputs, ...)`` or bare inputs."""
+        inputs = batch[0] if isinstance(batch, (list, tuple)) else batch
+        prob = torch.softmax(model(inputs).float(), dim=-1)
+        return {"prediction": prob.argmax(dim=-1), "prob": prob}
