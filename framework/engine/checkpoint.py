@@ -99,6 +99,7 @@ def _write(tmp: Path, trainer) -> None:
         (tmp / "buffers").mkdir()
     strategy.barrier()
     state, extra = strategy.checkpoint_state(trainer.model, trainer.optimizer)
+    state["callbacks"] = trainer.sharded_callback_state()
     with _single_process_ok():
         _dcp().save(state, checkpoint_id=str(tmp))
     torch.save(rng_state(), tmp / "rng" / f"{strategy.rank}.pt")
@@ -166,8 +167,9 @@ def load_checkpoint(path: Path, trainer) -> None:
     path = Path(path)
     state, _ = strategy.checkpoint_state(trainer.model, trainer.optimizer)
     with _reading(path), _single_process_ok():
-        _dcp().load(state, checkpoint_id=str(path))
         saved = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=False)
+        state["callbacks"] = _sharded_callbacks(trainer, saved)
+        _dcp().load(state, checkpoint_id=str(path))
     strategy.load_checkpoint_state(trainer.model, trainer.optimizer, state, saved.get("strategy_extra"))
     trainer.load_state_dict(saved)
     # RNG: this rank's own states when the world size is unchanged, else rank 0's.
@@ -201,8 +203,19 @@ def load_model_checkpoint(path: Path, trainer) -> None:
 
     state = {"model": get_model_state_dict(trainer.model)}
     with _reading(Path(path)), _single_process_ok():
+        saved = torch.load(Path(path) / TRAINER_FILE, map_location="cpu", weights_only=False)
+        state["callbacks"] = _sharded_callbacks(trainer, saved)
         _dcp().load(state, checkpoint_id=str(path))
     set_model_state_dict(trainer.model, state["model"])
+    # the averaged weights it holds (EMA, SWA) come with them, for the callbacks that test on them
+    trainer.load_callback_states(saved.get("callbacks", {}), only=list(state["callbacks"]))
+
+
+def _sharded_callbacks(trainer, saved: dict) -> dict:
+    """The callbacks' sharded tensors to load in place: those the checkpoint holds (a callback
+    added since keeps what it has; it starts from the loaded weights)."""
+    held = set(saved.get("sharded_callbacks", ()))
+    return {key: tensors for key, tensors in trainer.sharded_callback_state().items() if key in held}
 
 
 def load_model_weights(path: Path, model: torch.nn.Module, strict: bool = True) -> dict:

@@ -97,6 +97,9 @@ class Trainer:
         self._state_keys = [getattr(cb, "state_key", None) or name for name, cb in named]
         self._hooks = {e: [getattr(cb, e) for cb in self.callbacks if callable(getattr(cb, e, None))]
                        for e in EVENTS}
+        # Callbacks that run evaluation on other weights (EMA, SWA): contexts around each pass's forwards.
+        self._evaluation_weights = [cb.evaluation_weights for cb in self.callbacks
+                                    if callable(getattr(cb, "evaluation_weights", None))]
         self._null = contextlib.nullcontext()
         # The task's epoch-level metrics (tasks/metrics.py EpochMetrics), when it declares any.
         self.epoch_metrics = getattr(task, "epoch_metrics", None) or None
@@ -210,9 +213,16 @@ class Trainer:
             log.info("%s with the weights of %s", "Testing" if stage == "test" else "Predicting", ckpt_path)
 
     # ---------------------------------------------------------------- checkpoint state
+    def sharded_callback_state(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The tensors of callbacks that keep some laid out like the model (EMA, SWA), by state key:
+        saved and loaded (in place) through torch.distributed.checkpoint with the model."""
+        return {key: cb.sharded_state_dict(self) for key, cb in zip(self._state_keys, self.callbacks)
+                if callable(getattr(cb, "sharded_state_dict", None))}
+
     def state_dict(self) -> dict:
         """The loop's state for a checkpoint (model and optimizer are saved by the strategy)."""
-        return {
+        return {"sharded_callbacks": [key for key, cb in zip(self._state_keys, self.callbacks)
+                                      if callable(getattr(cb, "sharded_state_dict", None))],
             "loop": asdict(self.state), "logged_metrics": dict(self.logged_metrics),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
@@ -227,14 +237,20 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.precision.scaler is not None and state.get("scaler") is not None:
             self.precision.scaler.load_state_dict(state["scaler"])
-        saved = dict(state.get("callbacks", {}))
-        for key, cb in zip(self._state_keys, self.callbacks):
-            if key in saved and callable(getattr(cb, "load_state_dict", None)):
-                cb.load_state_dict(saved.pop(key))
+        saved = self.load_callback_states(state.get("callbacks", {}))
         if saved and self.is_global_zero:
             log.warning("The checkpoint holds state of callbacks that are not configured now: %s "
                         "(configured: %s); that state is not used", ", ".join(sorted(saved)),
                         ", ".join(self._state_keys) or "none")
+
+    def load_callback_states(self, states: dict, only: Optional[Sequence[str]] = None) -> dict:
+        """Give each callback (of the keys ``only``, when given) its saved state; returns the
+        states no configured callback took."""
+        saved = dict(states)
+        for key, cb in zip(self._state_keys, self.callbacks):
+            if key in saved and (only is None or key in only) and callable(getattr(cb, "load_state_dict", None)):
+                cb.load_state_dict(saved.pop(key))
+        return saved
 
     # ---------------------------------------------------------------- the fit loop
     def _fit_loop(self, train_loader: DataLoader, val_loader: Optional[DataLoader]) -> None:
@@ -524,7 +540,8 @@ class Trainer:
         self.model.eval()
         if not sanity:
             self._call("on_validation_start" if stage == "val" else "on_test_start")
-        totals, count = self._evaluate_batches(loader, stage, limit)
+        with self._weights_for(stage):
+            totals, count = self._evaluate_batches(loader, stage, limit)
         names = self._eval_names.get(stage, ["loss"])
         if totals is None:  # this rank had no batch; it still joins the reduction
             totals = torch.zeros(len(names), device=self.strategy.device)
@@ -553,12 +570,13 @@ class Trainer:
             batches = int(self.strategy.all_reduce(torch.tensor(limit, device=self.strategy.device), "max").item())
         was_training, outputs = self.model.training, []
         self.model.eval()
-        for i, batch in enumerate(loader):
-            if i >= limit:
-                break
-            outputs.append(self._predict_step(self._on_device(batch)))
-        for _ in range(batches - limit):  # lockstep forwards on a stand-in sample, results discarded
-            self._predict_step(self._on_device(loader.collate_fn([loader.dataset[0]])))
+        with self._weights_for("predict"):
+            for i, batch in enumerate(loader):
+                if i >= limit:
+                    break
+                outputs.append(self._predict_step(self._on_device(batch)))
+            for _ in range(batches - limit):  # lockstep forwards on a stand-in sample, results discarded
+                self._predict_step(self._on_device(loader.collate_fn([loader.dataset[0]])))
         self.model.train(was_training)
         parts = self.strategy.gather_object(concat_outputs(outputs))
         return interleave(parts) if self.is_global_zero else None
@@ -569,6 +587,13 @@ class Trainer:
             if step is not None:
                 return step(self.model, batch)
             return self.model(batch[0] if isinstance(batch, (list, tuple)) else batch)
+
+    def _weights_for(self, stage: str) -> contextlib.ExitStack:
+        """The weights callbacks choose for a ``stage`` pass ("val", "test", "predict") swapped in."""
+        stack = contextlib.ExitStack()
+        for weights in self._evaluation_weights:
+            stack.enter_context(weights(self, stage))
+        return stack
 
     def _epoch_metric_values(self, stage: str, discard: bool) -> dict[str, float]:
         """The task's epoch metrics of this pass, gathered over ranks; ``discard``: reset them

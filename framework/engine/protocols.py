@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any, Optional, Protocol
+from typing import Any, ContextManager, Optional, Protocol
 
 import torch
 
@@ -59,6 +59,15 @@ class Callback(Protocol):
 
     def on_exception(self, trainer, error: BaseException) -> None:
         """When fit or test raises (the error is raised again afterwards)."""
+
+    def evaluation_weights(self, trainer, stage: str) -> ContextManager:
+        """Optional: a context the forwards of a ``stage`` pass ("val", "test", "predict") run
+        inside, entered after on_validation_start / on_test_start and left before the matching
+        end hook (EMA and SWA swap their averaged weights in and out)."""
+
+    def sharded_state_dict(self, trainer) -> dict[str, torch.Tensor]:
+        """Optional: tensors laid out like the model's (FSDP shards included), saved with the model
+        through torch.distributed.checkpoint and loaded into the same tensors in place."""
 
 
 EVENTS = tuple(name for name in vars(Callback) if name.startswith("on_"))
@@ -120,7 +129,8 @@ class Task(Protocol):
 
 
 CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, "task": Task}
-_OPTIONAL = {Callback: set(EVENTS), Logger: {"resume"}, DataModule: {"predict_dataloader"}}
+_OPTIONAL = {Callback: {*EVENTS, "evaluation_weights", "sharded_state_dict"}, Logger: {"resume"},
+             DataModule: {"predict_dataloader"}}
 
 
 def contract_problems(obj: Any, group: str, key: str) -> list[str]:

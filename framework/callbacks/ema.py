@@ -1,0 +1,62 @@
+"""EMA: an exponential moving average of the weights, validated, tested and checkpointed."""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator
+
+import torch
+from torch.optim.swa_utils import get_ema_multi_avg_fn
+
+from framework.callbacks.weight_average import AveragedWeights
+
+log = logging.getLogger(__name__)
+
+
+class EMA:
+    """Keeps ``ema = decay * ema + (1 - decay) * weights`` after every ``every_n_steps``-th
+    optimizer step from ``start_step`` on (before it the average is the weights themselves).
+    Validation and test run on the averaged weights (``validate: false``: on the trained ones;
+    the test still uses the average); checkpoints hold both (the trained weights as the model,
+    for an exact resume; the average under ``callbacks.<name>``, sharded like the model), and
+    testing a checkpoint (test_ckpt, framework.evaluate) uses its average. On every strategy."""
+
+    def __init__(self, decay: float = 0.999, every_n_steps: int = 1, start_step: int = 0, validate: bool = True):
+        if not 0.0 <= decay <= 1.0:
+            raise ValueError(f"callbacks.ema.decay: {decay} is not in [0, 1]")
+        if every_n_steps < 1 or start_step < 0:
+            raise ValueError(f"callbacks.ema: every_n_steps ({every_n_steps}) must be >= 1 and start_step "
+                             f"({start_step}) >= 0")
+        self.decay, self.every_n_steps, self.start_step, self.validate = decay, every_n_steps, start_step, validate
+        self.average = AveragedWeights(get_ema_multi_avg_fn(decay))
+
+    def on_fit_start(self, trainer) -> None:
+        if not self.average.num_averaged:  # (a resumed run restored its average)
+            self.average.restart(trainer)
+
+    def on_train_step_end(self, trainer, loss: torch.Tensor) -> None:
+        step = trainer.global_step
+        if step <= self.start_step:
+            self.average.restart(trainer)
+        elif step % self.every_n_steps == 0:
+            self.average.update(trainer)
+
+    @contextlib.contextmanager
+    def evaluation_weights(self, trainer, stage: str) -> Iterator[None]:
+        use = self.average.num_averaged and (self.validate or stage == "test")
+        if use:
+            self.average.swap(trainer)
+        try:
+            yield
+        finally:
+            if use:
+                self.average.swap(trainer)
+
+    def sharded_state_dict(self, trainer) -> dict[str, torch.Tensor]:
+        return self.average.tensors_for(trainer)
+
+    def state_dict(self) -> dict:
+        return {"num_averaged": self.average.num_averaged}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.average.num_averaged = state["num_averaged"]

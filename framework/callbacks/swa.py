@@ -1,0 +1,78 @@
+"""SWA: stochastic weight averaging, the equal-weight average of the weights at epoch ends."""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator, Union
+
+import torch
+from torch.optim.swa_utils import get_swa_multi_avg_fn
+
+from framework.callbacks.weight_average import AveragedWeights
+
+log = logging.getLogger(__name__)
+
+
+class SWA:
+    """Averages the weights at the end of every training epoch from ``swa_epoch_start`` on (an
+    int: that epoch, 0-based; a float: that fraction of ``trainer.max_epochs``, Lightning's
+    meaning), BatchNorm statistics included. When training ends the model takes the average, so
+    the test, ``model.pt`` and what follows use it; testing a checkpoint taken after the start
+    uses that checkpoint's average. Validation during training sees the trained weights. The
+    learning-rate schedule is the run's own (choose a constant or cyclic one for SWA)."""
+
+    def __init__(self, swa_epoch_start: Union[int, float] = 0.8):
+        if isinstance(swa_epoch_start, float) and not 0.0 <= swa_epoch_start <= 1.0 or swa_epoch_start < 0:
+            raise ValueError(f"callbacks.swa.swa_epoch_start: {swa_epoch_start} is not an epoch >= 0 or a "
+                             "fraction in [0, 1]")
+        self.swa_epoch_start = swa_epoch_start
+        self.average = AveragedWeights(get_swa_multi_avg_fn())
+        self.applied = False  # the model holds the average (after fit)
+
+    def _start_epoch(self, trainer) -> int:
+        if isinstance(self.swa_epoch_start, int):
+            return self.swa_epoch_start
+        max_epochs = trainer.config.max_epochs
+        if max_epochs is None or max_epochs < 1:
+            raise ValueError("callbacks.swa.swa_epoch_start: a fraction needs trainer.max_epochs; give an epoch")
+        return int(self.swa_epoch_start * max_epochs)
+
+    def on_fit_start(self, trainer) -> None:
+        self.average.tensors_for(trainer)  # allocated now: a checkpoint saves them from the first save on
+        self.applied = False
+
+    def on_train_epoch_end(self, trainer) -> None:
+        if trainer.state.epoch_finished and trainer.current_epoch >= self._start_epoch(trainer):
+            self.average.update(trainer)
+
+    def on_fit_end(self, trainer) -> None:
+        if not self.average.num_averaged:
+            if trainer.is_global_zero:
+                log.warning("SWA: training ended before epoch %d; the model keeps its trained weights",
+                            self._start_epoch(trainer))
+            return
+        self.average.swap(trainer)
+        self.applied = True
+        if trainer.is_global_zero:
+            log.info("SWA: the model now holds the average of %d epochs' weights", self.average.num_averaged)
+
+    @contextlib.contextmanager
+    def evaluation_weights(self, trainer, stage: str) -> Iterator[None]:
+        use = stage == "test" and not self.applied and self.average.num_averaged
+        if use:
+            self.average.swap(trainer)
+        try:
+            yield
+        finally:
+            if use:
+                self.average.swap(trainer)
+
+    def sharded_state_dict(self, trainer) -> dict[str, torch.Tensor]:
+        return self.average.tensors_for(trainer)
+
+    def state_dict(self) -> dict:
+        return {"num_averaged": self.average.num_averaged}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.average.num_averaged = state["num_averaged"]
+        self.applied = False
