@@ -232,3 +232,29 @@ class NoPredictDigits:
 
     def test_dataloader(self):
         return self.inner.test_dataloader()
+
+
+def wandb_records(run_file) -> list:
+    """The protobuf records of an offline W&B run file (``run-<id>.wandb``): W&B's LevelDB-style
+    log (a 7-byte file header, then 32 KiB blocks of records, each with a 7-byte header
+    ``<checksum u32, length u16, type u8>``, type 1 = whole, 2/3/4 = first/middle/last part)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data = open(run_file, "rb").read()
+    assert data[:4] == b":W&B", run_file
+    block, header, pos, parts, records = 32768, 7, 7, b"", []
+    while pos + header <= len(data):
+        if block - pos % block < header:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + header])
+        parts += data[pos + header:pos + header + length]
+        pos += header + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(parts)
+            records.append(record)
+            parts = b""
+    return records

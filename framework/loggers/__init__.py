@@ -2,5 +2,6 @@
 from framework.loggers.csv_logger import CSVLogger
 from framework.loggers.mlflow_logger import MLFlowLogger
 from framework.loggers.tensorboard import TensorBoardLogger
+from framework.loggers.wandb_logger import WandbLogger
 
-__all__ = ["CSVLogger", "MLFlowLogger", "TensorBoardLogger"]
+__all__ = ["CSVLogger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
