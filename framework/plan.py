@@ -6,15 +6,22 @@ training: 4 + 4 + K bytes per parameter, K = 8 for Adam/AdamW, 4 for SGD with mo
 0 for plain SGD). Per rank with N data-parallel ranks:
 single/dp/ddp/ddp2: (8 + K)·P;  zero (stage 1): 8·P + K·P/N;  fsdp: (8 + K)·P/N;
 hsdp: (8 + K)·P/shard. Activations and communication buffers are not model state.
+
+Activations: the bytes one training forward saves for backward at the per-rank micro-batch
+(datamodule.batch_size / N), measured by running the model on meta tensors (no memory, no
+compute) with ``trainer.activation_checkpointing`` applied as the run applies it, so the
+saving of checkpointing shows (the model's forward only; the task's loss adds little).
 """
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from framework.engine.activation_checkpointing import apply_activation_checkpointing
 from framework.engine.memory import optimizer_state_bytes
 from framework.strategies import STRATEGIES
 
@@ -28,17 +35,45 @@ def count_parameters(cfg: DictConfig) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def activation_bytes(cfg: DictConfig, batch: int) -> Optional[int]:
+    """Bytes one forward of the configured model saves for backward at ``batch`` samples (the
+    parameters themselves not counted), or None when ``datamodule.input_shape`` is unknown."""
+    shape = OmegaConf.select(cfg, "datamodule.input_shape", default=None)
+    if not shape or batch < 1:
+        return None
+    with torch.device("meta"):
+        model = instantiate(cfg.model, _convert_="all")
+        inputs = torch.randn(batch, *shape)
+    apply_activation_checkpointing(model, list(cfg.trainer.get("activation_checkpointing") or []))
+    params = {id(p) for p in model.parameters()}
+    saved = [0]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in params and id(t._base) not in params:  # a weight (or its transpose) is no activation
+            saved[0] += t.numel() * t.element_size()
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(inputs)
+    return saved[0]
+
+
 def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
-    """Per-rank model-state bytes of each compared strategy on each device count (one node)."""
+    """Per-rank model-state and activation bytes of each compared strategy on each device count
+    (one node; the global batch split across the devices)."""
     params = count_parameters(cfg)
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
+    batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
+    activations = {n: activation_bytes(cfg, batch // n) for n in devices}
     rows = []
     for name in COMPARED:
         cls = STRATEGIES[name]
         for n in devices:
             topology = cls.make_topology(n, 1, cls.schema(name=name))
             rows.append({"strategy": name, "devices": n, "parameters": params,
-                         "model_state_bytes_per_rank": cls.predict_model_state_bytes(params, k, topology)})
+                         "model_state_bytes_per_rank": cls.predict_model_state_bytes(params, k, topology),
+                         "activation_bytes_per_rank": activations[n]})
     return rows
 
 
@@ -57,6 +92,12 @@ def main() -> None:
     for strategy in COMPARED:
         cells = [r["model_state_bytes_per_rank"] for r in rows if r["strategy"] == strategy]
         print(f"{strategy:<8} " + " ".join(f"{c / 2**20:>12.2f} MiB" for c in cells))
+    acts = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == COMPARED[0]]
+    if all(a is not None for a in acts):
+        checkpointed = list(cfg.trainer.get("activation_checkpointing") or [])
+        print(f"{'activ.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
+              + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"
+              + (f", checkpointing {checkpointed}" if checkpointed else ""))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from framework.test_weights import test_ckpt_problems
 def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
-    return validate(cfg, checks=[check_strategy, check_contracts, check_predict, check_param_groups,
+    return validate(cfg, checks=[check_strategy, check_contracts, check_predict, check_model_names,
                                  check_task_metrics, test_ckpt_problems,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
                                  check_output_dir])
@@ -62,21 +62,28 @@ def check_predict(container: dict) -> list[str]:
             "the DataLoader of the samples to predict) or set predict=false"]
 
 
-def check_param_groups(container: dict) -> list[str]:
-    """``optimizer.param_groups`` against the model's parameter names: each entry must take
-    some parameter. The model is built on the meta device (no memory, no weights read)."""
+def check_model_names(container: dict) -> list[str]:
+    """What names the model's parameters and submodule classes: ``optimizer.param_groups`` (each
+    entry must take some parameter) and ``trainer.activation_checkpointing`` (each class must be
+    one of a submodule). The model is built on the meta device (no memory, no weights read)."""
     specs = (container.get("optimizer") or {}).get("param_groups")
-    if not specs or structure_problems(specs, None) or not isinstance(container.get("model"), dict):
+    specs = None if not specs or structure_problems(specs, None) else specs
+    checkpointed = (container.get("trainer") or {}).get("activation_checkpointing")
+    checkpointed = checkpointed if isinstance(checkpointed, list) and checkpointed else None
+    if not (specs or checkpointed) or not isinstance(container.get("model"), dict):
         return []
-    import torch  # here: only a run that declares groups pays for it before its ranks start
+    import torch  # here: only a run that names parameters or classes pays for it before its ranks start
     from hydra.utils import instantiate
+
+    from framework.engine.activation_checkpointing import checkpoint_problems
 
     try:
         with torch.device("meta"):
             model = instantiate(container["model"], _convert_="all")
     except Exception:  # noqa: BLE001 - the model's own errors surface when the ranks build it
         return []
-    return match_problems([name for name, _ in model.named_parameters()], specs)
+    problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
+    return problems + (checkpoint_problems(model, [str(c) for c in checkpointed]) if checkpointed else [])
 
 
 def check_task_metrics(container: dict) -> list[str]:

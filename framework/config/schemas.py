@@ -58,6 +58,8 @@ class TrainerConfig:
     enable_model_summary: bool = True
     # Call the datamodule's train/val_dataloader() again every N epochs; 0 = once.
     reload_dataloaders_every_n_epochs: int = 0
+    # Class names of submodules whose activations are recomputed in backward instead of kept.
+    activation_checkpointing: list = field(default_factory=list)
     # Train on the same N batches (int) or fraction (float) every epoch, unshuffled; 0 = off.
     overfit_batches: Union[int, float] = 0.0
     # Validation batches run before training to catch a broken val loop early; -1 = all.

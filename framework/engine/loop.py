@@ -157,6 +157,13 @@ class Trainer:
         self._datamodule = datamodule
         if self.config.reload_dataloaders_every_n_epochs:
             datamodule.trainer = self  # Lightning's idiom: its *_dataloader() may read trainer.current_epoch
+        if self.config.activation_checkpointing:
+            from framework.engine.activation_checkpointing import apply_activation_checkpointing
+
+            names = apply_activation_checkpointing(model, self.config.activation_checkpointing)
+            if self.is_global_zero:
+                log.info("Activation checkpointing: %d submodules recompute in backward (%s)", len(names),
+                         ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""))
         if self.config.compile:
             model.compile()  # in place: parameter names (and so checkpoints) stay the same
         self.model, self.optimizer = self.strategy.setup(self.precision.convert_module(model), optimizer_factory)

@@ -1,0 +1,76 @@
+"""``trainer.activation_checkpointing: [ClassName, ...]``: those submodules keep only their
+inputs for backward and recompute the rest (torch.utils.checkpoint, non-reentrant).
+
+The module's class is swapped for a subclass of the same name whose forward is checkpointed,
+instead of wrapping it in another module: parameter names, state dicts, checkpoints,
+``optimizer.param_groups`` patterns and FSDP's ``wrap_classes`` stay exactly as without it,
+and DataParallel's replicas (copies of the instance) recompute with their own weights.
+BatchNorm statistics are updated once per forward, as without checkpointing.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import torch
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.checkpoint import checkpoint
+
+_CHECKPOINTED: dict[type, type] = {}
+
+
+@contextlib.contextmanager
+def _norm_statistics_kept(module: torch.nn.Module) -> Iterator[None]:
+    """The recomputation in backward runs the forward again: BatchNorm would update its running
+    statistics a second time with the same batch. Momentum 0 during it leaves them as they are."""
+    norms = [m for m in module.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+    saved = [(m.momentum, m.num_batches_tracked.clone()) for m in norms]
+    for m in norms:
+        m.momentum = 0.0
+    try:
+        yield
+    finally:
+        for m, (momentum, tracked) in zip(norms, saved):
+            m.momentum = momentum
+            m.num_batches_tracked.copy_(tracked)
+
+
+def _checkpointed_class(cls: type) -> type:
+    if cls not in _CHECKPOINTED:
+        def forward(self, *args, **kwargs):
+            if not torch.is_grad_enabled():  # evaluation: nothing is saved for backward anyway
+                return cls.forward(self, *args, **kwargs)
+            return checkpoint(cls.forward, self, *args, use_reentrant=False,
+                              context_fn=lambda: (contextlib.nullcontext(), _norm_statistics_kept(self)), **kwargs)
+
+        _CHECKPOINTED[cls] = type(cls.__name__, (cls,), {"forward": forward, "__qualname__": cls.__qualname__,
+                                                         "__module__": cls.__module__, "_checkpointed": True})
+    return _CHECKPOINTED[cls]
+
+
+def class_names(model: torch.nn.Module) -> list[str]:
+    """The class names of ``model``'s submodules, sorted."""
+    return sorted({type(m).__name__ for m in model.modules()})
+
+
+def checkpoint_problems(model: torch.nn.Module, requested: Sequence[str]) -> list[str]:
+    """Each requested class name must be the class of some submodule (not the root: the loss
+    would be recomputed whole, saving nothing)."""
+    present = {type(m).__name__ for _, m in model.named_modules() if _ != ""}
+    return [f"trainer.activation_checkpointing: no submodule of {type(model).__name__} is a '{name}'; its "
+            f"classes: {', '.join(sorted(present))}" for name in requested if name not in present]
+
+
+def apply_activation_checkpointing(model: torch.nn.Module, requested: Sequence[str]) -> list[str]:
+    """Checkpoint every submodule whose class name is in ``requested``, outermost first (one
+    nested in another checkpointed one is left alone: its outer one recomputes it). Returns
+    their names."""
+    done: list[str] = []
+    for name, module in model.named_modules():
+        if not name or type(module).__name__ not in requested or getattr(module, "_checkpointed", False):
+            continue
+        if any(name.startswith(f"{outer}.") for outer in done):
+            continue
+        module.__class__ = _checkpointed_class(type(module))
+        done.append(name)
+    return done
