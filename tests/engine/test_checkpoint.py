@@ -87,6 +87,9 @@ def test_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path, monk
         def state_dict(self):
             return {}
 
+        def sharded_callback_state(self):
+            return {}
+
     real_save = torch.save
 
     def dying_save(obj, path, *a, **k):  # the process "dies" while writing trainer.pt
