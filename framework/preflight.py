@@ -129,8 +129,8 @@ def previous_run(directory: Path) -> list[str]:
 
 # What a run writes into its directory besides train.log (which Hydra has opened already):
 # overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one.
-RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "predictions.pt", "predictions.csv", "profile.txt", "tb", "checkpoints",
-               "ranks", "profiler", ".hydra")
+RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "predictions.pt", "predictions.csv",
+               "profile.txt", "tb", "wandb", "checkpoints", "ranks", "profiler", ".hydra")
 
 
 def replaces_previous_run(container: dict) -> list[str]:

@@ -14,5 +14,5 @@ from framework.callbacks.swa import SWA
 from framework.callbacks.throughput import Throughput
 from framework.callbacks.timer import Timer
 
-__all__ = ["BackboneFinetuning", "DeviceStats", "EMA", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ModelSummary",
-           "ProgressBar", "SWA", "Throughput", "Timer"]
+__all__ = ["BackboneFinetuning", "DeviceStats", "EMA", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint",
+           "ModelSummary", "ProgressBar", "SWA", "Throughput", "Timer"]

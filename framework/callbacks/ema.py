@@ -1,19 +1,13 @@
 """EMA: an exponential moving average of the weights, validated, tested and checkpointed."""
 from __future__ import annotations
 
-import contextlib
-import logging
-from typing import Iterator
-
 import torch
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
-from framework.callbacks.weight_average import AveragedWeights
-
-log = logging.getLogger(__name__)
+from framework.callbacks.weight_average import AveragedWeights, AveragingCallback
 
 
-class EMA:
+class EMA(AveragingCallback):
     """Keeps ``ema = decay * ema + (1 - decay) * weights`` after every ``every_n_steps``-th
     optimizer step from ``start_step`` on (before it the average is the weights themselves).
     Validation and test run on the averaged weights (``validate: false``: on the trained ones;
@@ -41,22 +35,5 @@ class EMA:
         elif step % self.every_n_steps == 0:
             self.average.update(trainer)
 
-    @contextlib.contextmanager
-    def evaluation_weights(self, trainer, stage: str) -> Iterator[None]:
-        use = self.average.num_averaged and (self.validate or stage == "test")
-        if use:
-            self.average.swap(trainer)
-        try:
-            yield
-        finally:
-            if use:
-                self.average.swap(trainer)
-
-    def sharded_state_dict(self, trainer) -> dict[str, torch.Tensor]:
-        return self.average.tensors_for(trainer)
-
-    def state_dict(self) -> dict:
-        return {"num_averaged": self.average.num_averaged}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.average.num_averaged = state["num_averaged"]
+    def uses_average(self, stage: str) -> bool:
+        return self.validate or stage != "val"

@@ -1,19 +1,17 @@
 """SWA: stochastic weight averaging, the equal-weight average of the weights at epoch ends."""
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Iterator, Union
+from typing import Union
 
-import torch
 from torch.optim.swa_utils import get_swa_multi_avg_fn
 
-from framework.callbacks.weight_average import AveragedWeights
+from framework.callbacks.weight_average import AveragedWeights, AveragingCallback
 
 log = logging.getLogger(__name__)
 
 
-class SWA:
+class SWA(AveragingCallback):
     """Averages the weights at the end of every training epoch from ``swa_epoch_start`` on (an
     int: that epoch, 0-based; a float: that fraction of ``trainer.max_epochs``, Lightning's
     meaning), BatchNorm statistics included. When training ends the model takes the average, so
@@ -56,23 +54,9 @@ class SWA:
         if trainer.is_global_zero:
             log.info("SWA: the model now holds the average of %d epochs' weights", self.average.num_averaged)
 
-    @contextlib.contextmanager
-    def evaluation_weights(self, trainer, stage: str) -> Iterator[None]:
-        use = stage == "test" and not self.applied and self.average.num_averaged
-        if use:
-            self.average.swap(trainer)
-        try:
-            yield
-        finally:
-            if use:
-                self.average.swap(trainer)
-
-    def sharded_state_dict(self, trainer) -> dict[str, torch.Tensor]:
-        return self.average.tensors_for(trainer)
-
-    def state_dict(self) -> dict:
-        return {"num_averaged": self.average.num_averaged}
+    def uses_average(self, stage: str) -> bool:
+        return stage != "val" and not self.applied  # after fit the model holds the average already
 
     def load_state_dict(self, state: dict) -> None:
-        self.average.num_averaged = state["num_averaged"]
+        super().load_state_dict(state)
         self.applied = False

@@ -10,7 +10,8 @@ The update rules are torch's own (``torch.optim.swa_utils.get_{ema,swa}_multi_av
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+import contextlib
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -64,6 +65,36 @@ class AveragedWeights:
             kept = live[name].detach().clone()
             live[name].copy_(averaged)
             averaged.copy_(kept)
+
+
+class AveragingCallback:
+    """What the EMA and SWA callbacks share: the average swapped in for the evaluation passes
+    ``uses_average`` picks, and its checkpointed state (tensors through DCP, count in trainer.pt)."""
+
+    average: AveragedWeights
+
+    def uses_average(self, stage: str) -> bool:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def evaluation_weights(self, trainer, stage: str) -> Iterator[None]:
+        use = bool(self.average.num_averaged) and self.uses_average(stage)
+        if use:
+            self.average.swap(trainer)
+        try:
+            yield
+        finally:
+            if use:
+                self.average.swap(trainer)
+
+    def sharded_state_dict(self, trainer) -> dict[str, torch.Tensor]:
+        return self.average.tensors_for(trainer)
+
+    def state_dict(self) -> dict:
+        return {"num_averaged": self.average.num_averaged}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.average.num_averaged = state["num_averaged"]
 
 
 def _reshard(model: torch.nn.Module) -> None:

@@ -89,17 +89,7 @@ class Trainer:
         self.strategy, self.task, self.seed = strategy, task, seed
         self.precision = Precision(config.precision, strategy.device)
         self.loggers = list(loggers) if strategy.is_global_zero and not config.fast_dev_run else []
-        # Callback state in checkpoints is keyed by the callback's config name (or its own
-        # state_key), so removing one callback never hands its state to another.
-        named = callbacks.items() if isinstance(callbacks, Mapping) else \
-            [(type(cb).__qualname__, cb) for cb in callbacks]
-        self.callbacks = [cb for _, cb in named]
-        self._state_keys = [getattr(cb, "state_key", None) or name for name, cb in named]
-        self._hooks = {e: [getattr(cb, e) for cb in self.callbacks if callable(getattr(cb, e, None))]
-                       for e in EVENTS}
-        # Callbacks that run evaluation on other weights (EMA, SWA): contexts around each pass's forwards.
-        self._evaluation_weights = [cb.evaluation_weights for cb in self.callbacks
-                                    if callable(getattr(cb, "evaluation_weights", None))]
+        self._set_callbacks(callbacks)
         self._null = contextlib.nullcontext()
         # The task's epoch-level metrics (tasks/metrics.py EpochMetrics), when it declares any.
         self.epoch_metrics = getattr(task, "epoch_metrics", None) or None
@@ -133,6 +123,22 @@ class Trainer:
         # Seeded per epoch: a resumed run's DataLoader draws the same worker seeds, and the
         # loader never consumes the global RNG that dropout and friends use.
         self._loader_generator = torch.Generator()
+
+    def _set_callbacks(self, callbacks: Mapping[str, object] | Sequence[object]) -> None:
+        # Callback state in checkpoints is keyed by the callback's config name (or its own
+        # state_key), so removing one callback never hands its state to another.
+        named = callbacks.items() if isinstance(callbacks, Mapping) else \
+            [(type(cb).__qualname__, cb) for cb in callbacks]
+        self.callbacks = [cb for _, cb in named]
+        self._state_keys = [getattr(cb, "state_key", None) or name for name, cb in named]
+        self._hooks = {e: [getattr(cb, e) for cb in self.callbacks if callable(getattr(cb, e, None))]
+                       for e in EVENTS}
+        # Callbacks that run evaluation on other weights (EMA, SWA): contexts around each pass's forwards.
+        self._evaluation_weights = [cb.evaluation_weights for cb in self.callbacks
+                                    if callable(getattr(cb, "evaluation_weights", None))]
+        # ... and those that keep tensors laid out like the model's (saved through DCP with it).
+        self._sharded_keys = [key for key, cb in zip(self._state_keys, self.callbacks)
+                              if callable(getattr(cb, "sharded_state_dict", None))]
 
     @property
     def is_global_zero(self) -> bool:
@@ -224,12 +230,12 @@ class Trainer:
         """The tensors of callbacks that keep some laid out like the model (EMA, SWA), by state key:
         saved and loaded (in place) through torch.distributed.checkpoint with the model."""
         return {key: cb.sharded_state_dict(self) for key, cb in zip(self._state_keys, self.callbacks)
-                if callable(getattr(cb, "sharded_state_dict", None))}
+                if key in self._sharded_keys}
 
     def state_dict(self) -> dict:
         """The loop's state for a checkpoint (model and optimizer are saved by the strategy)."""
-        return {"sharded_callbacks": [key for key, cb in zip(self._state_keys, self.callbacks)
-                                      if callable(getattr(cb, "sharded_state_dict", None))],
+        return {
+            "sharded_callbacks": list(self._sharded_keys),
             "loop": asdict(self.state), "logged_metrics": dict(self.logged_metrics),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
