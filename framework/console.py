@@ -32,15 +32,19 @@ def _register_plugins() -> None:
         Plugins.instance().register(SlurmSweepLauncher)
 
 
+def cwd_importable() -> None:
+    """As ``python -m framework.train`` does: the user's modules in the current directory import."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def console_entry(hydra_main: Callable[[], None]) -> None:
     """Run a ``@hydra.main`` function from a console script: typo'd keys go to our validator,
     the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
     directory."""
     sys.argv[1:] = lenient(sys.argv[1:])
     _register_plugins()
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        # As `python -m framework.train` does: the user's modules in the current directory import.
-        sys.path.insert(0, os.getcwd())
+    cwd_importable()
     env = detect_environment()
     if env is None and asks_for_several_devices(sys.argv[1:]) and not set(sys.argv[1:]) & _NO_RUN_FLAGS:
         start_fork_server({})  # it imports torch while Hydra composes and the config is validated

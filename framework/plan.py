@@ -21,7 +21,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from framework.engine.activation_checkpointing import apply_activation_checkpointing
+from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
 from framework.engine.memory import optimizer_state_bytes
 from framework.strategies import STRATEGIES
 
@@ -59,6 +59,18 @@ def activation_bytes(cfg: DictConfig, batch: int) -> Optional[int]:
     return saved[0]
 
 
+def plan_problems(cfg: DictConfig) -> list[str]:
+    """What keeps the plan from describing the run: a model that does not build, an
+    activation_checkpointing class that is no submodule's."""
+    try:
+        with torch.device("meta"):
+            model = instantiate(cfg.model, _convert_="all")
+    except Exception as err:  # noqa: BLE001 - the plan is a report; say what failed, briefly
+        cause = err.__cause__ or err
+        return [f"model: {cfg.model.get('_target_')} does not build: {type(cause).__name__}: {cause}"]
+    return checkpoint_problems(model, list(cfg.trainer.get("activation_checkpointing") or []))
+
+
 def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     """Per-rank model-state and activation bytes of each compared strategy on each device count
     (one node; the global batch split across the devices)."""
@@ -79,11 +91,17 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
 
 def main() -> None:
     from framework import compose
+    from framework.console import cwd_importable
 
     if {"-h", "--help"} & set(sys.argv[1:]):
         print(f"usage: framework-plan [group=option ...] [key=value ...]\n{__doc__}")
         return
+    cwd_importable()
     cfg = compose(sys.argv[1:])
+    problems = plan_problems(cfg)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        sys.exit(2)
     rows = plan(cfg)
     params = rows[0]["parameters"]
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
@@ -93,7 +111,10 @@ def main() -> None:
         cells = [r["model_state_bytes_per_rank"] for r in rows if r["strategy"] == strategy]
         print(f"{strategy:<8} " + " ".join(f"{c / 2**20:>12.2f} MiB" for c in cells))
     acts = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == COMPARED[0]]
-    if all(a is not None for a in acts):
+    if any(a is None for a in acts):
+        print("activations: not estimated; the model's input shape is datamodule.input_shape, which this "
+              "datamodule does not set (the built-in ones do)")
+    else:
         checkpointed = list(cfg.trainer.get("activation_checkpointing") or [])
         print(f"{'activ.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
               + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"

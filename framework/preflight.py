@@ -58,8 +58,9 @@ def check_predict(container: dict) -> list[str]:
         return []
     if callable(getattr(cls, "predict_dataloader", None)):
         return []
+    other = " or set predict=false" if container.get("train") or container.get("test") else ""
     return [f"predict: true, but datamodule._target_ {target} has no predict_dataloader(); add one (it returns "
-            "the DataLoader of the samples to predict) or set predict=false"]
+            f"the DataLoader of the samples to predict), choose a datamodule that has one{other}"]
 
 
 def check_model_names(container: dict) -> list[str]:
@@ -105,6 +106,7 @@ def check_task_metrics(container: dict) -> list[str]:
             continue
         check_target(node, key, problems, "metric")
         if len(problems) > before:
+            problems += _misspelled_arguments(node, key)
             continue
         try:
             metric = instantiate(node, _convert_="all")
@@ -114,6 +116,24 @@ def check_task_metrics(container: dict) -> list[str]:
             continue
         problems += metric_problems({name: metric})
     return problems
+
+
+def _misspelled_arguments(node: dict, key: str) -> list[str]:
+    """Keys of ``node`` close to, but not, an argument of its ``_target_`` (torchmetrics classes
+    take **kwargs, so a typo there reads as a missing argument)."""
+    import difflib
+    import inspect
+
+    try:
+        names = [n for n in inspect.signature(import_target(node["_target_"])).parameters if n != "kwargs"]
+    except Exception:  # noqa: BLE001 - no signature to compare with
+        return []
+    out = []
+    for given in node:
+        close = difflib.get_close_matches(given, names, n=1)
+        if given not in names and not given.startswith("_") and close:
+            out.append(f"{key}.{given}: not an argument of {node['_target_']}; did you mean {close[0]}?")
+    return out
 
 
 def previous_run(directory: Path) -> list[str]:

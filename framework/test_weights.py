@@ -1,7 +1,7 @@
 """``test_ckpt``: which weights the test loop runs on after training (lightning-hydra-template's
 ``ckpt_path="best"``): ``best`` (the checkpoint callback's best by its monitor), ``last`` (its
 last save) or ``final`` (the weights training ended with); null = ``best`` when a checkpoint
-callback monitors a metric, else ``final``."""
+callback monitors a metric (and no ``swa`` callback gives the model its average), else ``final``."""
 from __future__ import annotations
 
 import logging
@@ -24,6 +24,9 @@ def requested(container: dict) -> str:
     choice = container.get("test_ckpt")
     if choice is not None:
         return choice
+    if any(isinstance(node, dict) and str(node.get("_target_", "")).endswith("SWA")
+           for node in (container.get("callbacks") or {}).values()):
+        return "final"  # the model holds the average once training ends: that is what to test
     return "best" if any(node.get("monitor") for node in _checkpoint_callbacks(container)) else "final"
 
 

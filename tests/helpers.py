@@ -39,6 +39,11 @@ METRICS = ["task.train_metrics=true",
            "task.metrics={f1: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 10, "
            "average: macro}, auroc: {_target_: torchmetrics.classification.MulticlassAUROC, num_classes: 10}}"]
 
+# The CNN (BatchNorm, dropout), 2 epochs of 4 steps.
+CNN = ["experiment=digits_cnn", "datamodule.batch_size=32", "trainer.max_epochs=2", "trainer.limit_train_batches=4",
+       "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "logger=csv",
+       "callbacks=none", "export_weights=true", "seed=5", "strategy.timeout_s=60"]
+
 
 def val_losses(output_dir) -> list[float]:
     """The val/loss column of a run's metrics.csv."""

@@ -25,7 +25,8 @@ def current_stats(device: torch.device) -> dict[str, float]:
             rss = int(f.read().split()[1]) * _PAGE / mib
     except OSError:
         rss = float("nan")
-    return {"rss_mib": rss, "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    # (the kernel's peak is sampled: it may trail the current figure a little)
+    return {"rss_mib": rss, "max_rss_mib": max(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
 class DeviceStats:

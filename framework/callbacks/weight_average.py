@@ -53,8 +53,14 @@ class AveragedWeights:
             self.restart(trainer)
             return
         live = live_weights(trainer)
-        averaged = list(self.tensors.values())
-        self.update_fn(averaged, [live[name].detach() for name in self.tensors], self.num_averaged)
+        # FSDP2: parameters are DTensors, buffers plain tensors; one foreach op takes one kind
+        groups: dict[bool, tuple[list, list]] = {}
+        for name, averaged in self.tensors.items():
+            pair = groups.setdefault(hasattr(averaged, "to_local"), ([], []))
+            pair[0].append(averaged)
+            pair[1].append(live[name].detach())
+        for averaged, current in groups.values():
+            self.update_fn(averaged, current, self.num_averaged)
         self.num_averaged += 1
 
     @torch.no_grad()

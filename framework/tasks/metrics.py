@@ -69,8 +69,9 @@ class EpochMetrics:
         """Feed one batch (e.g. ``preds, target``) to ``stage``'s metrics."""
         if self._paused:
             return
-        for metric in self._stages.get(stage, {}).values():
-            metric.update(*args, **kwargs)
+        for name, metric in self._stages.get(stage, {}).items():
+            with _named(name, "update"):
+                metric.update(*args, **kwargs)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -93,9 +94,19 @@ class EpochMetrics:
             with warnings.catch_warnings():
                 # A rank without a sample this pass still joins the gather, with empty state.
                 warnings.filterwarnings("ignore", message=".*was called before the ``update`` method.*")
-                out.update(_flat(name, metric.compute()))
+                with _named(name, "compute"):
+                    out.update(_flat(name, metric.compute()))
         self.reset(stage)
         return out
+
+
+@contextlib.contextmanager
+def _named(name: str, method: str) -> Iterator[None]:
+    """A metric's failure names its config key (the metric's own message says what is wrong)."""
+    try:
+        yield
+    except Exception as err:
+        raise RuntimeError(f"task.metrics.{name}: {method}() failed: {type(err).__name__}: {err}") from err
 
 
 def gather_states(state: torch.Tensor, group=None) -> list[torch.Tensor]:

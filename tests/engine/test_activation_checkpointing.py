@@ -8,12 +8,8 @@ from omegaconf import OmegaConf
 from framework import compose, fit
 from framework.config.errors import ConfigError
 from framework.plan import activation_bytes
-from tests.helpers import BASE, train_losses
+from tests.helpers import BASE, CNN, train_losses
 
-# The CNN (BatchNorm and dropout inside the checkpointed blocks), 2 epochs of 4 steps.
-CNN = ["experiment=digits_cnn", "datamodule.batch_size=32", "trainer.max_epochs=2", "trainer.limit_train_batches=4",
-       "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "logger=csv",
-       "callbacks=none", "export_weights=true", "seed=5", "strategy.timeout_s=60"]
 CHECKPOINTED = ["trainer.activation_checkpointing=[Sequential]"]
 
 

@@ -67,7 +67,8 @@ def test_stages_are_separate_and_discarded_forwards_do_not_count():
 def test_bad_metrics_are_refused_before_anything_runs(tmp_path):
     bad = ["task.metrics={nope: {_target_: torchmetrics.Nope}, lin: {_target_: torch.nn.Linear, in_features: 2, "
            "out_features: 2}, typo: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 3, "
-           "averge: macro}, three: 3}"]
+           "averge: macro}, three: 3, miss: {_target_: torchmetrics.classification.MulticlassF1Score, "
+           "num_clases: 3}}"]
     with pytest.raises(ConfigError) as err:
         fit(compose(RAGGED + bad), output_dir=str(tmp_path))
     text = str(err.value)
@@ -76,4 +77,12 @@ def test_bad_metrics_are_refused_before_anything_runs(tmp_path):
     assert "task.metrics.typo: torchmetrics.classification.MulticlassF1Score does not build" in text
     assert "averge" in text
     assert "task.metrics.three: expected a mapping" in text
+    assert "task.metrics.miss.num_clases: not an argument of torchmetrics.classification.MulticlassF1Score; " \
+           "did you mean num_classes?" in text
     assert not (tmp_path / "results.json").exists()
+
+
+def test_a_metric_that_fails_while_running_names_its_key(tmp_path):
+    wrong = ["task.metrics={f1: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 2}}"]
+    with pytest.raises(RuntimeError, match=r"task.metrics.f1: update\(\) failed: ValueError"):
+        fit(compose(RAGGED[:-1] + wrong), output_dir=str(tmp_path))

@@ -7,7 +7,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from framework import compose, fit
 from framework.evaluate import evaluate
-from tests.helpers import BASE, val_losses
+from tests.helpers import BASE, CNN, val_losses
 
 CKPT = ["callbacks.model_checkpoint.filename='epoch{epoch}'", "callbacks.model_checkpoint.monitor=null",
         "callbacks.model_checkpoint.save_top_k=-1", "trainer.max_epochs=3", "strategy.timeout_s=60",
@@ -56,11 +56,21 @@ def test_ema_on_sharded_ranks_equals_single_and_resumes_under_another_world_size
     assert val_losses(tmp_path / "resumed") == pytest.approx(val_losses(single_dir)[1:], rel=1e-5)
 
 
+def test_ema_of_a_batchnorm_model_on_sharded_ranks(tmp_path):
+    # FSDP2 shards the parameters (DTensors) but not BatchNorm's statistics (plain tensors)
+    run = [*CNN, "callbacks=[model_checkpoint,ema]", "callbacks.ema.decay=0.7", "callbacks.model_checkpoint.monitor=null",
+           "strategy=fsdp", "trainer.devices=2"]
+    assert fit(compose(run), output_dir=str(tmp_path))["status"] == "completed"
+    average = _checkpoint(tmp_path / "checkpoints" / "last")["callbacks"]["ema"]
+    assert "features.1.running_mean" in average and "features.0.weight" in average
+
+
 def test_swa_gives_the_model_the_mean_of_its_epoch_end_weights(tmp_path):
     run = [*BASE, *CKPT, "callbacks=[model_checkpoint,swa]", "callbacks.swa.swa_epoch_start=1", "strategy=single",
-           "export_weights=true", "test_ckpt=final"]
+           "export_weights=true"]
     results = fit(compose(run), output_dir=str(tmp_path))
     assert results["status"] == "completed"
+    assert results["test_ckpt"]["weights"] == "final"  # test_ckpt's default with swa: the averaged model
     ends = [_checkpoint(tmp_path / "checkpoints" / f"epoch{e}")["model"] for e in (1, 2)]
     exported = torch.load(tmp_path / "model.pt")
     for name, tensor in exported.items():
