@@ -101,6 +101,22 @@ def launcher_gone() -> str | None:
     return LAUNCHER_GONE
 
 
+def _term_on_parent_death() -> None:
+    """torch's process wrapper asks the kernel for a SIGINT when this process's parent (the fork
+    server) dies. When a whole job's group gets SIGTERM (scancel, preemption), that SIGINT can be
+    pending beside the SIGTERM, and Python handles the lower signal number first: the run would
+    record SIGINT. A parent's death is a SIGTERM here too (Linux's prctl; elsewhere nothing)."""
+    try:
+        import ctypes
+
+        libc, current = ctypes.CDLL(None, use_errno=True), ctypes.c_int(0)
+        libc.prctl(2, ctypes.byref(current))  # 2: PR_GET_PDEATHSIG
+        if current.value == signal.SIGINT:  # only what torch asked for (srun, torchrun: left as they are)
+            libc.prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0) -> None:
     """End this process when the process that launched it dies: a SIGTERM to itself first (the
     ranks stop together and save ``last`` if they still can), then, ``grace_s`` seconds later, an
@@ -108,6 +124,7 @@ def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0) -> None:
     (ranks forked from a fork server, which outlives the launcher while they run), else the parent."""
     global _WATCHED
     parent = _WATCHED = int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))
+    _term_on_parent_death()
 
     def watch() -> None:
         global LAUNCHER_GONE

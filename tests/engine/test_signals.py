@@ -117,3 +117,28 @@ def test_sigkill_of_the_launcher_leaves_no_process(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "interrupted" and "the launcher (pid" in results["cause"]
     assert (tmp_path / "run" / "checkpoints" / "last" / "manifest.json").exists()
+
+
+def test_a_rank_whose_fork_server_dies_gets_sigterm_not_torchs_sigint():
+    # torch's process wrapper asks for SIGINT on the parent's death; pending beside a group's
+    # SIGTERM, Python would handle SIGINT first and the run would record the wrong signal.
+    import ctypes
+    import importlib
+
+    from framework.engine.signals import _term_on_parent_death
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def current() -> int:
+        value = ctypes.c_int(0)
+        libc.prctl(2, ctypes.byref(value))  # PR_GET_PDEATHSIG
+        return value.value
+
+    try:
+        _term_on_parent_death()
+        assert current() == 0  # nothing asked for: nothing set (srun, torchrun keep theirs)
+        importlib.import_module("torch.multiprocessing.spawn")._prctl_pr_set_pdeathsig(signal.SIGINT)
+        _term_on_parent_death()
+        assert current() == signal.SIGTERM
+    finally:
+        libc.prctl(1, 0)  # PR_SET_PDEATHSIG: none, as the test process had
