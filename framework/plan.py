@@ -28,22 +28,21 @@ from framework.strategies import STRATEGIES
 COMPARED = ("ddp", "zero", "fsdp")
 
 
-def count_parameters(cfg: DictConfig) -> int:
-    """Parameters of the configured model, built on the meta device (no memory, no init cost)."""
+def meta_model(cfg: DictConfig) -> torch.nn.Module:
+    """The configured model on the meta device (no memory, no init cost)."""
     with torch.device("meta"):
-        model = instantiate(cfg.model, _convert_="all")
-    return sum(p.numel() for p in model.parameters())
+        return instantiate(cfg.model, _convert_="all")
 
 
-def activation_bytes(cfg: DictConfig, batch: int) -> Optional[int]:
-    """Bytes one forward of the configured model saves for backward at ``batch`` samples (the
-    parameters themselves not counted), or None when ``datamodule.input_shape`` is unknown."""
+def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Module] = None) -> Optional[int]:
+    """Bytes one forward of the configured model (``model``: its meta model, when built already)
+    saves for backward at ``batch`` samples (the parameters themselves not counted), or None when
+    ``datamodule.input_shape`` is unknown."""
     shape = OmegaConf.select(cfg, "datamodule.input_shape", default=None)
     if not shape or batch < 1:
         return None
-    with torch.device("meta"):
-        model = instantiate(cfg.model, _convert_="all")
-        inputs = torch.randn(batch, *shape)
+    model = meta_model(cfg) if model is None else model
+    inputs = torch.randn(batch, *shape, device="meta")
     apply_activation_checkpointing(model, list(cfg.trainer.get("activation_checkpointing") or []))
     params = {id(p) for p in model.parameters()}
     saved = [0]
@@ -63,8 +62,7 @@ def plan_problems(cfg: DictConfig) -> list[str]:
     """What keeps the plan from describing the run: a model that does not build, an
     activation_checkpointing class that is no submodule's."""
     try:
-        with torch.device("meta"):
-            model = instantiate(cfg.model, _convert_="all")
+        model = meta_model(cfg)
     except Exception as err:  # noqa: BLE001 - the plan is a report; say what failed, briefly
         cause = err.__cause__ or err
         return [f"model: {cfg.model.get('_target_')} does not build: {type(cause).__name__}: {cause}"]
@@ -74,10 +72,11 @@ def plan_problems(cfg: DictConfig) -> list[str]:
 def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     """Per-rank model-state and activation bytes of each compared strategy on each device count
     (one node; the global batch split across the devices)."""
-    params = count_parameters(cfg)
+    model = meta_model(cfg)
+    params = sum(p.numel() for p in model.parameters())
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
     batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
-    activations = {n: activation_bytes(cfg, batch // n) for n in devices}
+    activations = {n: activation_bytes(cfg, batch // n, model) for n in devices}
     rows = []
     for name in COMPARED:
         cls = STRATEGIES[name]

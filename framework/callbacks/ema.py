@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import logging
-import math
-from typing import Optional
 
 import torch
 from torch.optim.swa_utils import get_ema_multi_avg_fn
@@ -11,16 +9,6 @@ from torch.optim.swa_utils import get_ema_multi_avg_fn
 from framework.callbacks.weight_average import AveragedWeights, AveragingCallback
 
 log = logging.getLogger(__name__)
-
-
-def _planned_steps(trainer) -> Optional[int]:
-    """The optimizer steps this run trains for at most (None: no limit is known)."""
-    cfg = trainer.config
-    per_epoch = math.ceil(trainer.num_training_batches / cfg.accumulate_grad_batches)
-    limits = [cfg.max_steps if cfg.max_steps and cfg.max_steps > 0 else None,
-              cfg.max_epochs * per_epoch if cfg.max_epochs and cfg.max_epochs > 0 else None]
-    limits = [x for x in limits if x is not None]
-    return min(limits) if limits else None
 
 
 class EMA(AveragingCallback):
@@ -43,7 +31,7 @@ class EMA(AveragingCallback):
     def on_fit_start(self, trainer) -> None:
         if not self.average.num_averaged:  # (a resumed run restored its average)
             self.average.restart(trainer)
-        steps, horizon = _planned_steps(trainer), self.every_n_steps / max(1e-12, 1.0 - self.decay)
+        steps, horizon = trainer.planned_steps(), self.every_n_steps / max(1e-12, 1.0 - self.decay)
         if steps is not None and steps < horizon and trainer.is_global_zero:
             log.warning("EMA: decay %g averages over about %d steps, but this run trains %d; its average (what "
                         "validation and test see) still leans on the first weights: lower callbacks.ema.decay, "

@@ -43,8 +43,9 @@ class AveragedWeights:
     @torch.no_grad()
     def restart(self, trainer) -> None:
         """The average of one: the model's current weights."""
+        tensors = self.tensors_for(trainer)
         for name, t in live_weights(trainer).items():
-            self.tensors_for(trainer)[name].copy_(t)
+            tensors[name].copy_(t)
         self.num_averaged = 1
 
     @torch.no_grad()

@@ -48,15 +48,10 @@ def _checkpointed_class(cls: type) -> type:
     return _CHECKPOINTED[cls]
 
 
-def class_names(model: torch.nn.Module) -> list[str]:
-    """The class names of ``model``'s submodules, sorted."""
-    return sorted({type(m).__name__ for m in model.modules()})
-
-
 def checkpoint_problems(model: torch.nn.Module, requested: Sequence[str]) -> list[str]:
     """Each requested class name must be the class of some submodule (not the root: the loss
     would be recomputed whole, saving nothing)."""
-    present = {type(m).__name__ for _, m in model.named_modules() if _ != ""}
+    present = {type(m).__name__ for name, m in model.named_modules() if name}
     return [f"trainer.activation_checkpointing: no submodule of {type(model).__name__} is a '{name}'; its "
             f"classes: {', '.join(sorted(present))}" for name in requested if name not in present]
 

@@ -79,8 +79,8 @@ class Trainer:
     first two also as attributes), ``should_stop`` (set it to stop at the next step
     boundary; every rank agrees), ``logged_metrics`` (latest value of every metric),
     ``model``, ``optimizer``, ``scheduler``, ``strategy``, ``loggers``, ``config``,
-    ``num_training_batches``, ``global_batch_size``, ``step_times``, ``train_samples`` and
-    ``current_batch`` (the training batch being run, on the strategy's device).
+    ``num_training_batches``, ``planned_steps()``, ``global_batch_size``, ``step_times``,
+    ``train_samples`` and ``current_batch`` (the training batch being run, on the strategy's device).
     """
 
     def __init__(self, config: TrainerConfig, strategy: Strategy, task, loggers=(),
@@ -526,18 +526,26 @@ class Trainer:
                           persistent_workers=loader.persistent_workers, worker_init_fn=loader.worker_init_fn,
                           timeout=loader.timeout, generator=self._loader_generator)
 
+    def planned_steps(self) -> Optional[int]:
+        """The optimizer steps this run trains for at most: ``max_steps``, or ``max_epochs`` of
+        them, whichever ends first (None: neither limits the run)."""
+        epochs, steps = self.config.max_epochs, self.config.max_steps
+        limits = [] if _unlimited(epochs) else [epochs * self._steps_per_epoch()]
+        if not _unlimited(steps):
+            limits.append(steps)
+        return min(limits) if limits else None
+
+    def _steps_per_epoch(self) -> int:
+        return math.ceil(self.num_training_batches / self.config.accumulate_grad_batches)
+
     def _scheduler_intervals(self, interval: str) -> int:
         """How many times the scheduler will step in this run (for T_max / total_steps = null)."""
         epochs = self.config.max_epochs
-        steps_per_epoch = math.ceil(self.num_training_batches / self.config.accumulate_grad_batches)
         if interval == "epoch":
             if _unlimited(epochs):
-                return max(1, math.ceil(self.config.max_steps / max(1, steps_per_epoch)))
+                return max(1, math.ceil(self.config.max_steps / max(1, self._steps_per_epoch())))
             return max(1, epochs)
-        total = math.inf if _unlimited(epochs) else epochs * steps_per_epoch
-        if not _unlimited(self.config.max_steps):
-            total = min(total, self.config.max_steps)
-        return max(1, int(total))
+        return max(1, self.planned_steps() or 1)
 
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
@@ -578,9 +586,7 @@ class Trainer:
         from framework.engine.predictions import concat_outputs, interleave
 
         limit = limit_batches(len(loader), self.config.limit_predict_batches)
-        batches = limit
-        if self.strategy.lockstep_forward:  # as in evaluation: every rank runs the busiest rank's count
-            batches = int(self.strategy.all_reduce(torch.tensor(limit, device=self.strategy.device), "max").item())
+        batches = self._lockstep_batches(limit)
         was_training, outputs = self.model.training, []
         self.model.eval()
         with self._weights_for("predict"):
@@ -589,7 +595,7 @@ class Trainer:
                     break
                 outputs.append(self._predict_step(self._on_device(batch)))
             for _ in range(batches - limit):  # lockstep forwards on a stand-in sample, results discarded
-                self._predict_step(self._on_device(loader.collate_fn([loader.dataset[0]])))
+                self._predict_step(self._stand_in_batch(loader))
         self.model.train(was_training)
         parts = self.strategy.gather_object(concat_outputs(outputs))
         return interleave(parts) if self.is_global_zero else None
@@ -621,12 +627,7 @@ class Trainer:
 
     def _evaluate_batches(self, loader: DataLoader, stage: str, limit: int):
         """(sums of value x batch size, sample count) over this rank's first ``limit`` batches."""
-        batches = limit
-        if self.strategy.lockstep_forward:
-            # Sharded parameters are gathered inside forward, a collective: a rank with fewer
-            # batches repeats its last batch (results discarded) until every rank is done.
-            # Agreed before the first forward, so no rank is in another collective meanwhile.
-            batches = int(self.strategy.all_reduce(torch.tensor(limit, device=self.strategy.device), "max").item())
+        batches = self._lockstep_batches(limit)
         totals, count, batch = None, 0, None
         for i, batch in enumerate(loader):
             if i >= limit:
@@ -642,14 +643,26 @@ class Trainer:
         self._pad_forwards(loader, stage, batches - min(limit, len(loader)), batch)
         return totals, count
 
+    def _lockstep_batches(self, limit: int) -> int:
+        """The forwards this rank runs in a pass over its ``limit`` batches. Sharded parameters are
+        gathered inside forward, a collective: a rank with fewer batches repeats forwards (results
+        discarded) until every rank is done. Agreed before the first forward, so no rank is in
+        another collective meanwhile."""
+        if not self.strategy.lockstep_forward:
+            return limit
+        return int(self.strategy.all_reduce(torch.tensor(limit, device=self.strategy.device), "max").item())
+
+    def _stand_in_batch(self, loader: DataLoader):
+        """The dataset's first sample as a batch on the device, for forwards whose results are discarded."""
+        return self._on_device(loader.collate_fn([loader.dataset[0]]))
+
     def _pad_forwards(self, loader: DataLoader, stage: str, repeats: int, batch) -> None:
         """``repeats`` extra forwards whose results are discarded (lockstep with the busiest rank)."""
         if batch is None and len(loader.dataset) and (repeats or stage not in self._eval_names):
             # This rank got no sample (fewer samples than ranks). The dataset's first sample
             # stands in, never counted: for the lockstep forwards, and for the metric names,
             # which every rank needs to reduce the same vector.
-            batch = loader.collate_fn([loader.dataset[0]])
-            batch = self._on_device(batch)
+            batch = self._stand_in_batch(loader)
             repeats = max(repeats, 1)
         for _ in range(repeats):
             with self.precision.autocast(), (self.epoch_metrics.paused() if self.epoch_metrics else self._null):
