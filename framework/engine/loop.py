@@ -629,10 +629,10 @@ class Trainer:
         """(sums of value x batch size, sample count) over this rank's first ``limit`` batches."""
         batches = self._lockstep_batches(limit)
         totals, count, batch = None, 0, None
-        for i, batch in enumerate(loader):
+        for i, raw in enumerate(loader):
             if i >= limit:
                 break
-            batch = self._on_device(batch)
+            batch = self._on_device(raw)  # (the last one run stands in for the lockstep forwards)
             with self.precision.autocast():
                 loss, metrics = self.task.step(self.model, batch, stage)
             size = batch_size_of(batch)
