@@ -9,10 +9,11 @@ import sys
 import tempfile
 from typing import Callable
 
+from framework.config import hydra_fast_paths
 from framework.config.overrides import lenient
 from framework.distributed import detect_environment
 from framework.launch.fork_server import asks_for_several_devices, start_fork_server
-from framework.launch.rank_exit import exit_now
+from framework.launch.rank_exit import exit_now, finish_program
 
 # Flags with which Hydra answers without running the job.
 _NO_RUN_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
@@ -41,9 +42,10 @@ def cwd_importable() -> None:
 def console_entry(hydra_main: Callable[[], None]) -> None:
     """Run a ``@hydra.main`` function from a console script: typo'd keys go to our validator,
     the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
-    directory."""
+    directory. The entry point calls ``end_program`` once it has cleaned up."""
     sys.argv[1:] = lenient(sys.argv[1:])
     _register_plugins()
+    hydra_fast_paths.install()
     cwd_importable()
     env = detect_environment()
     if env is None and asks_for_several_devices(sys.argv[1:]) and not set(sys.argv[1:]) & _NO_RUN_FLAGS:
@@ -59,5 +61,22 @@ def console_entry(hydra_main: Callable[[], None]) -> None:
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def end_program() -> None:
+    """The end of a command whose job is done: called by the entry points last, after their own
+    clean-up. A rank of torchrun/srun/horovodrun leaves at once (see ``exit_now``); a command the
+    user started ends as Python would, less the interpreter's teardown (``finish_program``)."""
+    env = detect_environment()
     if env is not None and env.world_size > 1:
-        exit_now(0)  # a rank of torchrun/srun/horovodrun whose job is done: no interpreter teardown
+        exit_now(0)
+    if _is_the_program():
+        finish_program(0)
+
+
+def _is_the_program() -> bool:
+    """Whether this process was started as one of the framework's commands (``framework-train``,
+    ``python -m framework.train``, ...), not by a program that calls its ``main`` and goes on."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return (getattr(main_spec, "name", "") or "").startswith("framework.") or \
+        os.path.basename(sys.argv[0]).startswith("framework-")

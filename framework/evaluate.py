@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.config import ConfigError
 from framework.config.overrides import lenient
 from framework.config.relocate import relocate
-from framework.console import console_entry
+from framework.console import console_entry, end_program
 from framework.saved_run import EVALUATE_CONFIG, run_dir_of, saved_run_config
 
 _HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
@@ -81,6 +81,7 @@ def main(mode: str = "eval", usage: str = __doc__) -> None:
         console_entry(_hydra_main)
     finally:
         shutil.rmtree(config_dir, ignore_errors=True)
+    end_program()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import hydra
 from omegaconf import DictConfig
 
 from framework.config.location import HYDRA_CONFIG_PATH
-from framework.console import console_entry
+from framework.console import console_entry, end_program
 
 
 @hydra.main(version_base="1.3", config_path=HYDRA_CONFIG_PATH, config_name="train")
@@ -21,6 +21,7 @@ def _hydra_main(cfg: DictConfig) -> Optional[float]:
 
 def main() -> None:
     console_entry(_hydra_main)
+    end_program()
 
 
 if __name__ == "__main__":

@@ -67,3 +67,34 @@ def test_cfg_job_prints_the_config_without_training(tmp_path):
     assert proc.returncode == 0
     assert "_target_: framework.models.MLP" in proc.stdout
     assert not (tmp_path / "outputs").exists()
+
+
+ENDS_LATE = '''
+import atexit, threading, time
+from pathlib import Path
+
+
+class EndsLate:
+    """At fit end: a thread that is not a daemon writes a file 0.5 s later, and an atexit
+    function records whether that file was already there."""
+
+    def on_fit_end(self, trainer):
+        def write():
+            time.sleep(0.5)
+            Path("thread.txt").write_text("written")
+
+        threading.Thread(target=write).start()
+        atexit.register(lambda: Path("atexit.txt").write_text(str(Path("thread.txt").exists())))
+'''
+
+
+def test_a_run_ends_as_python_ends_a_program_waiting_for_its_threads_then_atexit(tmp_path):
+    # the command skips the interpreter's teardown (about 0.8 s with torch): what a normal exit
+    # guarantees still happens, in its order
+    (tmp_path / "ends_late.py").write_text(ENDS_LATE)
+    proc = train(*TINY, "callbacks=none", "logger=none", "+callbacks.late._target_=ends_late.EndsLate",
+                 f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "thread.txt").read_text() == "written"
+    assert (tmp_path / "atexit.txt").read_text() == "True"
+    assert "Finished 'digits_mlp' (completed)" in (tmp_path / "run" / "train.log").read_text()

@@ -131,20 +131,23 @@ def test_ckpt_path_that_is_not_a_checkpoint_is_a_config_error(tmp_path):
     assert "ckpt_path: no checkpoint at" in str(err.value)
 
 
-def _evaluate(*args: str, cwd=None):
+def _evaluate(*args: str, cwd=None, env=None):
     import subprocess
     import sys
 
     return subprocess.run([sys.executable, "-m", "framework.evaluate", *args], capture_output=True, text=True,
-                          timeout=240, cwd=cwd)
+                          timeout=240, cwd=cwd, env=env)
 
 
 def test_evaluate_a_saved_checkpoint_with_another_strategy(straight, tmp_path):
     out, results = straight
+    (tmp_path / "tmp").mkdir()
     # groups override the saved config as in train: its strategy is replaced whole
     proc = _evaluate(f"ckpt_path={out / 'checkpoints' / 'last'}", f"output_dir={tmp_path / 'eval'}",
-                     "trainer.limit_test_batches=1.0", "strategy=ddp", "trainer.devices=2")
+                     "trainer.limit_test_batches=1.0", "strategy=ddp", "trainer.devices=2",
+                     env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     assert proc.returncode == 0, proc.stderr
+    assert not list((tmp_path / "tmp").glob("framework-evaluate-*"))  # its primary config, removed at the end
     evaluated = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert evaluated["status"] == "completed" and evaluated["steps"] == 0 and evaluated["world_size"] == 2
     # the final weights, tested again: the same test metrics as the run itself
