@@ -11,7 +11,8 @@ Each repeat runs, in rotating order, whole Python processes:
 - default CLI run, 1 step: the same with the default callbacks and loggers (checkpoint,
   TensorBoard, CSV);
 - --help: ``python -m framework.train --help``.
-Reported: min / median / max wall seconds, and each one's median difference to the hand script.
+Reported: min / median / max wall seconds, and min / median / max of each one's difference to
+the hand script run in the same repeat.
 """
 from __future__ import annotations
 
@@ -83,13 +84,14 @@ def main() -> None:
         for r in range(args.repeats):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 times[name].append(timed(cmds[name], Path(tmp)))
-    hand = statistics.median(times["hand script"])
-    print(f"{args.repeats} interleaved repeats, wall seconds per process")
-    print(f"{'':<18} {'min':>6} {'median':>7} {'max':>6} {'median - hand script':>21}")
+    hand = times["hand script"]
+    print(f"{args.repeats} interleaved repeats, wall seconds per process; '- hand script': the difference to the "
+          "hand script of the same repeat")
+    print(f"{'':<18} {'min':>6} {'median':>7} {'max':>6}   {'- hand script: min':>18} {'median':>7} {'max':>6}")
     for name in names:
-        t = sorted(times[name])
-        print(f"{name:<18} {t[0]:>6.2f} {statistics.median(t):>7.2f} {t[-1]:>6.2f} "
-              f"{statistics.median(t) - hand:>+21.2f}")
+        t, diff = sorted(times[name]), sorted(a - b for a, b in zip(times[name], hand))
+        print(f"{name:<18} {t[0]:>6.2f} {statistics.median(t):>7.2f} {t[-1]:>6.2f}   "
+              f"{diff[0]:>+18.2f} {statistics.median(diff):>+7.2f} {diff[-1]:>+6.2f}")
 
 
 if __name__ == "__main__":
