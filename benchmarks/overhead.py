@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from hand_loop import median_step_time
 
-from framework.build import build_components, build_trainer
+from framework.rank.build import build_components, build_trainer
 from framework import compose
 from hydra.utils import instantiate
 from omegaconf import OmegaConf

@@ -30,7 +30,7 @@ from torch.utils.data.distributed import DistributedSampler
 from hand_loop import median_step_time
 
 from framework import compose, fit
-from framework.distributed import free_port
+from framework.config.environment import free_port
 
 CNN = ["experiment=digits_cnn", "scheduler=none", "datamodule=synthetic", "datamodule.input_shape=[3,32,32]",
        "datamodule.num_samples=16384", "datamodule.batch_size=256", "model.channels=[32,64]", "model.dropout=0.0",

@@ -1,44 +1,26 @@
-"""The Python API, for notebooks, scripts and tests: ``cfg = compose([...]); results = fit(cfg)``."""
+"""The Python API, for notebooks, scripts and tests: ``cfg = compose([...]); results = fit(cfg)``;
+``evaluate`` and ``predict`` a saved checkpoint; ``build_trainer`` to drive the engine yourself."""
 from __future__ import annotations
 
 import datetime as _dt
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir, initialize_config_module
 from omegaconf import DictConfig, open_dict
 
+from framework.cli.compose import compose
 from framework.config import ConfigError
-from framework.config.location import CONFIG_PACKAGE
-from framework.config.overrides import lenient
-from framework.job import fill_name, run_job, set_job_fields
+from framework.job.naming import set_job_fields
+from framework.job.run import run_job
 from framework.launch.main_module import GUARD_MESSAGE, reimported_by_a_rank
+
+__all__ = ["build_trainer", "compose", "evaluate", "fit", "predict"]
 
 # What the command line's hints say, in the API's words.
 _API_SPELLING = {"(hydra.run.dir=...)": "(fit(cfg, output_dir=...))", "set overwrite=true": "pass overwrite=True"}
-
-
-def compose(overrides: Iterable[str] = (), config_dir: Optional[str] = None, config_name: str = "train") -> DictConfig:
-    """Compose the framework's ``train`` config (or ``config_dir``/``config_name``, your own
-    primary config, which may add the framework's groups with ``hydra.searchpath``) with
-    command-line style overrides. Raises Hydra's error for an unknown group option (it lists
-    the valid options)."""
-    overrides = list(overrides)
-    if config_dir:
-        init = initialize_config_dir(version_base="1.3", config_dir=str(Path(config_dir).resolve()),
-                                     job_name="framework")
-    else:
-        init = initialize_config_module(CONFIG_PACKAGE, version_base="1.3", job_name="framework")
-    with init:
-        cfg = hydra_compose(config_name, overrides=lenient(overrides), return_hydra_config=True)
-    choices = dict(cfg.hydra.runtime.choices)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    fill_name(cfg, choices, overrides)
-    return cfg
 
 
 def fit(cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = False) -> dict:
@@ -65,6 +47,42 @@ def fit(cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = Fal
             return run_job(cfg)
         except ConfigError as err:
             raise ConfigError([_in_api_words(p) for p in err.problems]) from None
+
+
+def evaluate(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None,
+             mode: str = "eval") -> dict:
+    """Test the checkpoint ``ckpt_path`` with its run's saved config and ``overrides``
+    (``mode="predict"``: predict with it); returns the evaluation's results.json. Writes to
+    ``<run dir>/<mode>/<date>_<time>/`` unless ``output_dir`` is given."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from framework.config.overrides import lenient
+    from framework.job.saved_run_config import EVALUATE_CONFIG, evaluation_config, run_dir_of, saved_run_config
+
+    config_dir, args = saved_run_config(ckpt_path, list(overrides), mode)
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=config_dir, job_name="evaluate"):
+            cfg = hydra_compose(EVALUATE_CONFIG, overrides=lenient(args))
+    finally:
+        shutil.rmtree(config_dir, ignore_errors=True)
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+    output_dir = output_dir or str(run_dir_of(ckpt_path) / mode / stamp)
+    return fit(evaluation_config(cfg, output_dir), output_dir=output_dir)
+
+
+def predict(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None) -> dict:
+    """Predict with the checkpoint ``ckpt_path``; returns the run's results.json (``predictions``:
+    the file and the number of samples)."""
+    return evaluate(ckpt_path, overrides, output_dir, mode="predict")
+
+
+def build_trainer(cfg: DictConfig, *args, **kwargs):
+    """One step lower than ``fit``, one process: the seeded Trainer of ``cfg`` and its parts
+    (``framework.rank.build.build_trainer``); ``trainer.fit(parts.model, parts.datamodule, ...)``."""
+    from framework.rank.build import build_trainer as build
+
+    return build(cfg, *args, **kwargs)
 
 
 def _in_api_words(problem: str) -> str:

@@ -1,28 +1,15 @@
-"""``framework-predict ckpt_path=<run dir>/checkpoints/<name> [group=option ...] [key=value ...]``
-
-Predicts with a checkpoint's weights and the config its run saved, as framework.evaluate
-tests them: the task's ``predict_step`` (or the model) over the datamodule's
-``predict_dataloader()`` (the built-in datamodules: the test split; ``datamodule=...`` and
-its keys choose other data), on any strategy (``strategy=ddp trainer.devices=2``). Rank 0
-writes the predictions in dataset order to ``<run dir>/predict/<date>_<time>/predictions.pt``
-(``predict_format=csv``: predictions.csv); ``trainer.limit_predict_batches`` predicts a prefix.
-"""
-from __future__ import annotations
-
-from typing import Iterable, Optional
-
-from framework.evaluate import evaluate
-from framework.evaluate import main as _main
+"""``python -m framework.predict ckpt_path=<run>/checkpoints/<name> [overrides]``: predict with a
+saved checkpoint (framework/cli/predict.py); from Python, ``predict(ckpt_path, overrides, output_dir)``
+(framework/api.py, imported when first used)."""
+from framework.cli.predict import main
 
 
-def predict(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None) -> dict:
-    """The Python API: predict with the checkpoint ``ckpt_path``; returns the run's results.json
-    (``predictions``: the file and the number of samples)."""
-    return evaluate(ckpt_path, overrides, output_dir, mode="predict")
+def __getattr__(name: str):
+    if name == "predict":
+        from framework.api import predict
 
-
-def main() -> None:
-    _main(mode="predict", usage=__doc__)
+        return predict
+    raise AttributeError(f"module 'framework.predict' has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from framework import compose
-from tests.helpers import TINY
+from tests.helpers.configs import TINY
 
 
 def pytest_collection_modifyitems(config, items):

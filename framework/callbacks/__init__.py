@@ -1,6 +1,7 @@
-"""Callbacks: plain objects with optional ``on_<event>(trainer, ...)`` methods.
+"""Callbacks: plain objects with optional ``on_<event>(trainer, ...)`` methods (a plug-in layer).
 
-The hooks, when each runs and what it receives: ``framework.engine.protocols.Callback``.
+The hooks, when each runs and what it receives: ``framework.engine.protocols.Callback``; what
+they read of the trainer: ``TrainerView``. May import: engine and every layer below it.
 """
 from framework.callbacks.checkpoint import ModelCheckpoint
 from framework.callbacks.device_stats import DeviceStats

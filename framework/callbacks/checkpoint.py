@@ -123,7 +123,7 @@ class ModelCheckpoint:
                 self._link_best(trainer, best)
         if self.save_last:
             if saved:  # the same state: `last` shares its files instead of writing them twice
-                copy_checkpoint(self.dirpath / saved, self.dirpath / "last", trainer.strategy)
+                copy_checkpoint(self.dirpath / saved, self.dirpath / "last", trainer)
                 if trainer.is_global_zero:
                     log.info("Saved checkpoint %s (step %d, the files of %s)", self.dirpath / "last",
                              trainer.global_step, saved)

@@ -9,6 +9,8 @@ from typing import Optional
 
 import torch
 
+from framework.strategies.collectives import all_reduce
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -52,9 +54,9 @@ class DeviceStats:
         self._log(trainer)
 
     def _log(self, trainer) -> None:
-        stats = current_stats(trainer.strategy.device)
-        values = torch.tensor(list(stats.values()), dtype=torch.float64, device=trainer.strategy.device)
-        peaks = trainer.strategy.all_reduce(values, "max").tolist()
+        stats = current_stats(trainer.device)
+        values = torch.tensor(list(stats.values()), dtype=torch.float64, device=trainer.device)
+        peaks = all_reduce(values, "max").tolist()
         out = {f"device/{k}": v for k, v in stats.items()}
         out.update({f"device/{k}_max_rank": v for k, v in zip(stats, peaks)})
         now = (time.perf_counter(), time.process_time())

@@ -17,7 +17,7 @@ class BackboneFinetuning:
         self._params: list = []
 
     def on_fit_start(self, trainer) -> None:
-        model = trainer.strategy.unwrap(trainer.model)
+        model = trainer.unwrapped_model
         try:
             module = model.get_submodule(self.backbone)
         except AttributeError:

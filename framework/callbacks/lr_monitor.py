@@ -13,8 +13,7 @@ class LearningRateMonitor:
         self.logging_interval = logging_interval
 
     def _log(self, trainer) -> None:
-        optimizer = getattr(trainer.optimizer, "optim", trainer.optimizer)  # ZeRO wraps the real one
-        name = f"lr-{type(optimizer).__name__}"
+        name = f"lr-{type(trainer.inner_optimizer).__name__}"  # the configured class, inside any wrapper
         trainer.log_metrics({_key(name, i, group): float(group["lr"])
                              for i, group in enumerate(trainer.optimizer.param_groups)})
 

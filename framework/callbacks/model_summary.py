@@ -40,7 +40,7 @@ class ModelSummary:
     def on_fit_start(self, trainer) -> None:
         if not trainer.is_global_zero:
             return
-        model = trainer.strategy.unwrap(trainer.model)
+        model = trainer.unwrapped_model
         rows = summary_rows(model, self.max_depth)
         trainable, frozen = _count(model.parameters())
         width = max([len(r[0]) for r in rows] + [4])

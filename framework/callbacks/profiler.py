@@ -69,11 +69,11 @@ class PyTorchProfiler:
 
     def on_fit_start(self, trainer) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
-        if trainer.strategy.device.type == "cuda":
+        if trainer.device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.profiler = torch.profiler.profile(
             activities=activities, schedule=torch.profiler.schedule(wait=1, warmup=1, active=5, repeat=1),
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.dir), worker_name=f"rank{trainer.strategy.rank}"),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.dir), worker_name=f"rank{trainer.rank}"),
             record_shapes=True)
         self.profiler.__enter__()
 

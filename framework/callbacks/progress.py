@@ -63,7 +63,7 @@ class ProgressBar:
     def _loss_name(trainer) -> str:
         # The step's loss as rank 0 computed it on its share of the batch (reading every rank's
         # would be a collective per refresh); metrics.csv's train/loss is the global mean.
-        return "loss" if trainer.strategy.world_size == 1 else "rank 0 loss"
+        return "loss" if trainer.world_size == 1 else "rank 0 loss"
 
     def on_validation_end(self, trainer, metrics: dict) -> None:
         # The task's own validation metrics, whatever they are called.

@@ -23,8 +23,8 @@ class Throughput:
 
     def on_fit_start(self, trainer) -> None:
         self._t0, self._samples0 = time.perf_counter(), trainer.train_samples
-        if trainer.strategy.device.type == "cuda" and self.peak_flops is None:
-            name = torch.cuda.get_device_name(trainer.strategy.device)
+        if trainer.device.type == "cuda" and self.peak_flops is None:
+            name = torch.cuda.get_device_name(trainer.device)
             self.peak_flops = next((v for k, v in PEAK_FLOPS.items() if k in name), None)
 
     def count_flops(self, model, batch) -> None:
@@ -41,14 +41,14 @@ class Throughput:
 
     def on_train_step_end(self, trainer, loss) -> None:
         if self.peak_flops and self.flops_per_sample is None:  # MFU needs a peak (known on CUDA)
-            self.count_flops(trainer.strategy.unwrap(trainer.model), trainer.current_batch)
+            self.count_flops(trainer.unwrapped_model, trainer.current_batch)
         if trainer.global_step % self.log_every_n_steps:
             return
         now = time.perf_counter()
         rate = (trainer.train_samples - self._samples0) / max(now - self._t0, 1e-9)
         metrics = {"throughput/samples_per_s": rate}
         if self.flops_per_sample and self.peak_flops:
-            metrics["throughput/mfu"] = rate * self.flops_per_sample / trainer.strategy.world_size / self.peak_flops
+            metrics["throughput/mfu"] = rate * self.flops_per_sample / trainer.world_size / self.peak_flops
         trainer.log_metrics(metrics)
         self._t0, self._samples0 = now, trainer.train_samples
 

@@ -20,7 +20,7 @@ def live_weights(trainer) -> dict[str, torch.Tensor]:
     """The model's parameters and floating buffers by fully qualified name (FSDP2's sharded ones:
     a module that keeps its gathered weights registers those until it reshards)."""
     _reshard(trainer.model)
-    model = trainer.strategy.unwrap(trainer.model)
+    model = trainer.unwrapped_model
     weights = {name: p for name, p in model.named_parameters()}
     weights.update({name: b for name, b in model.named_buffers() if b.is_floating_point()})
     return weights

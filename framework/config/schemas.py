@@ -6,12 +6,16 @@ scheduler, loggers, callbacks) are checked against that class's signature instea
 
 The schemas are plain dataclasses read by our own validator rather than OmegaConf
 structured configs: OmegaConf stops at the first bad key, and we report every
-problem at once.
+problem at once. They are the one place of each key's default and range (``ranged``:
+the range in the field's metadata); the YAML files of ``conf/`` show the same defaults,
+which ``tests/config/test_schema_defaults.py`` ties to these.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Literal, Optional, Union
+
+from framework.config.ranges import ranged
 
 @dataclass
 class TrainerConfig:
@@ -19,33 +23,33 @@ class TrainerConfig:
 
     accelerator: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     # Number of devices (processes for multi-process strategies) per node.
-    devices: int = 1
-    num_nodes: int = 1
+    devices: int = ranged(1, low=1)
+    num_nodes: int = ranged(1, low=1)
     # *-mixed: autocast, weights in fp32; *-true: weights, inputs and compute in that dtype.
     precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"] = "32-true"
-    max_epochs: Optional[int] = 10
+    max_epochs: Optional[int] = ranged(10, low=1, unlimited=True)
     # Early stopping (a callback's should_stop) waits for these; null = no minimum.
-    min_epochs: Optional[int] = None
-    min_steps: Optional[int] = None
+    min_epochs: Optional[int] = ranged(None, low=0, note=" (or null for none)")
+    min_steps: Optional[int] = ranged(None, low=0, note=" (or null for none)")
     # Stop (completed) once this much training time has passed, over resumes too: "DD:HH:MM:SS"
     # or {days, hours, minutes, seconds}; adds the timer callback.
     max_time: Optional[Union[str, dict]] = None
     # Optimizer steps; -1 or null = no limit.
-    max_steps: Optional[int] = -1
+    max_steps: Optional[int] = ranged(-1, low=1, unlimited=True)
     # float in (0, 1]: fraction of a training epoch; int: every N training batches.
-    val_check_interval: Union[int, float] = 1.0
-    check_val_every_n_epoch: int = 1
+    val_check_interval: Union[int, float] = ranged(1.0, fraction=True)
+    check_val_every_n_epoch: int = ranged(1, low=1)
     # float: fraction of the batches; int: number of batches.
-    limit_train_batches: Union[int, float] = 1.0
-    limit_val_batches: Union[int, float] = 1.0
-    limit_test_batches: Union[int, float] = 1.0
-    limit_predict_batches: Union[int, float] = 1.0
+    limit_train_batches: Union[int, float] = ranged(1.0, fraction=True)
+    limit_val_batches: Union[int, float] = ranged(1.0, fraction=True)
+    limit_test_batches: Union[int, float] = ranged(1.0, fraction=True)
+    limit_predict_batches: Union[int, float] = ranged(1.0, fraction=True)
     # true or N: run N (1 for true) batches of train/val/test, no loggers, no checkpoints.
     fast_dev_run: Union[bool, int] = False
-    accumulate_grad_batches: int = 1
-    gradient_clip_val: Optional[float] = None
+    accumulate_grad_batches: int = ranged(1, low=1)
+    gradient_clip_val: Optional[float] = ranged(None, low=0)
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"
-    log_every_n_steps: int = 50
+    log_every_n_steps: int = ranged(50, low=1)
     deterministic: bool = False
     # torch.backends.cudnn.benchmark; null = leave it as it is.
     benchmark: Optional[bool] = None
@@ -57,13 +61,13 @@ class TrainerConfig:
     # The model_summary callback (parameters per module) at fit start.
     enable_model_summary: bool = True
     # Call the datamodule's train/val_dataloader() again every N epochs; 0 = once.
-    reload_dataloaders_every_n_epochs: int = 0
+    reload_dataloaders_every_n_epochs: int = ranged(0, low=0, note=" (0 = never)")
     # Class names of submodules whose activations are recomputed in backward instead of kept.
     activation_checkpointing: list = field(default_factory=list)
     # Train on the same N batches (int) or fraction (float) every epoch, unshuffled; 0 = off.
-    overfit_batches: Union[int, float] = 0.0
+    overfit_batches: Union[int, float] = ranged(0.0, low=0)
     # Validation batches run before training to catch a broken val loop early; -1 = all.
-    num_sanity_val_steps: int = 2
+    num_sanity_val_steps: int = ranged(2, low=-1)
     # null | simple (time per loop section -> profile.txt) | pytorch (torch.profiler trace -> profiler/).
     profiler: Optional[Literal["simple", "pytorch"]] = None
     # torch.compile the model (in place, parameter names unchanged) before the strategy wraps it.
@@ -78,7 +82,7 @@ class TrainerConfig:
     requeue: bool = False
     # Restarts of a multi-process job after a rank fails (torch's elastic agent, as torchrun's
     # --max-restarts); a restarted job resumes from its own checkpoints/last.
-    max_restarts: int = 0
+    max_restarts: int = ranged(0, low=0)
 
 
 @dataclass
@@ -89,7 +93,7 @@ class StrategyConfig:
 
     name: str = "auto"
     # Process-group timeout (s): a hung collective fails instead of waiting forever.
-    timeout_s: float = 1800.0
+    timeout_s: float = ranged(1800.0, low=0, strict=True, what="the process-group timeout")
 
 
 @dataclass
@@ -98,7 +102,7 @@ class SchedulerConfig:
     removed before the scheduler class is instantiated with the rest."""
 
     interval: Literal["step", "epoch"] = "epoch"  # step every optimizer step, or every epoch
-    frequency: int = 1                            # every N intervals
+    frequency: int = ranged(1, low=1)             # every N intervals
 
 
 @dataclass
@@ -148,7 +152,7 @@ class RootConfig:
     optimized_mode: Literal["min", "max"] = "min"
     # Train the job this many times in all, for its throughput's spread (the extra runs change
     # no result: fresh model, same seed, no callbacks, loggers or checkpoints).
-    benchmark_repeats: int = 1
+    benchmark_repeats: int = ranged(1, low=1, message="{key}: {value}; the job trains once or more (1 = no extra runs)")
     # Reserved for the user (lightning-hydra-template's idioms): free-form, never read by the framework.
     tags: list = field(default_factory=list)
     paths: dict = field(default_factory=dict)

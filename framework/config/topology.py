@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from framework.distributed import RankEnv
+from framework.config.environment import RankEnv
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """Validate a composed config before any process starts, reporting every problem at once.
 
 Checks, in one pass:
-- keys the framework interprets (root, trainer, init, scheduler settings) against typed schemas:
-  unknown key (with the closest valid key), wrong type, value outside a choice set;
+- keys the framework interprets (root, trainer, init, scheduler settings, a strategy's options)
+  against typed schemas: unknown key (with the closest valid key), wrong type, value outside a
+  choice set or outside its range (the schema field's, config/ranges.py);
+- the component arguments every run depends on (``COMPONENT_RANGES``: batch size, lr, ...);
 - ``???`` values that were never filled in, and interpolations that do not resolve;
 - every ``_target_``: it imports (the original ImportError is shown) and its keys bind
   to the callable's signature (unknown argument with the closest name, missing argument);
-- and the caller's further checks (``framework.preflight`` adds the strategy's topology
+- and the caller's further checks (``framework.job.preflight`` adds the strategy's topology
   against this machine, checkpoints, plug-in contracts and the run directory).
 
 This module imports no torch: it is the bottom of the framework's layers.
@@ -17,7 +19,6 @@ import dataclasses
 import difflib
 import importlib
 import inspect
-import math
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Union
@@ -27,6 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from framework.config.durations import duration_problems
 from framework.config.errors import ConfigError
 from framework.config.param_groups import structure_problems
+from framework.config.ranges import COMPONENT_RANGES, is_number, range_of
 from framework.config.schemas import (ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig,
                                       TrainerConfig)
 
@@ -56,7 +58,6 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     if init.get("weights") and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)
-    _check_trainer_minimums(container.get("trainer") or {}, problems)
     _check_component_values(container, problems)
     _check_components(container, problems)
     for check in checks:
@@ -72,9 +73,6 @@ def _check_root(container: dict, problems: list[str]) -> None:
     user_keys = {k for k in container if k not in ROOT_KEYS and k != "hydra"
                  and not difflib.get_close_matches(k, ROOT_KEYS, n=1, cutoff=TYPO_CUTOFF)}
     check_schema(container, RootConfig, "", problems, ignore={"hydra", *user_keys})
-    repeats = container.get("benchmark_repeats", 1)
-    if isinstance(repeats, int) and repeats < 1:
-        problems.append(f"benchmark_repeats: {repeats}; the job trains once or more (1 = no extra runs)")
 
 
 def _check_components(container: dict, problems: list[str]) -> None:
@@ -135,16 +133,18 @@ def check_schema(node: Any, schema: type, path: str, problems: list[str], ignore
         problems.append(f"{path or '<root>'}: expected a mapping, got {type(node).__name__}")
         return
     hints = typing.get_type_hints(schema)
-    valid = [f.name for f in dataclasses.fields(schema)]
+    fields = {f.name: f for f in dataclasses.fields(schema)}
     for key, value in node.items():
         if key in ignore:
             continue
         if key not in hints:
-            problems.append(unknown_key_message(f"{prefix}{key}", key, valid))
+            problems.append(unknown_key_message(f"{prefix}{key}", key, fields))
             continue
         expected = hints[key]
         if _checkable(value) and not _is_mapping_type(expected) and not type_ok(value, expected):
             problems.append(f"{prefix}{key}: expected {type_name(expected)}, got {_describe(value)}")
+        elif key in fields and range_of(fields[key]) is not None:
+            problems.extend(range_of(fields[key]).problems(f"{prefix}{key}", value))
 
 
 def known_valid_keys(node: dict, schema: type) -> dict:
@@ -211,73 +211,25 @@ def _describe(value: Any) -> str:
 
 
 def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
-    def positive(key: str) -> None:
-        value = trainer.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-            problems.append(f"trainer.{key}: must be >= 1, got {value}")
-
-    for key in ("devices", "num_nodes", "accumulate_grad_batches", "log_every_n_steps", "check_val_every_n_epoch"):
-        positive(key)
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
-                "val_check_interval"):
-        value = trainer.get(key)
-        if isinstance(value, float) and not 0.0 <= value <= 1.0:
-            problems.append(f"trainer.{key}: a float is a fraction in [0, 1], got {value}; use an int for a count")
-        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-            problems.append(f"trainer.{key}: must be >= 0, got {value}")
+    """What no single key's range says (the ranges are the schema's: ``check_schema``)."""
     if trainer.get("val_check_interval") in (0, 0.0):
         problems.append("trainer.val_check_interval: must be > 0; use trainer.limit_val_batches=0 to skip validation")
     max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
     if (max_epochs is None or max_epochs == -1) and (max_steps is None or max_steps == -1) and not trainer.get("fast_dev_run"):
         problems.append("trainer.max_epochs / trainer.max_steps: both unlimited; set one of them")
-    for key in ("gradient_clip_val", "val_check_interval", "overfit_batches", "limit_train_batches",
-                "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
-        value = trainer.get(key)
-        if _is_number(value) and not math.isfinite(value):
-            problems.append(f"trainer.{key}: must be a finite number, got {value}")
-    for key in ("max_epochs", "max_steps"):
-        value = trainer.get(key)
-        if _is_number(value) and value < 1 and value != -1:
-            problems.append(f"trainer.{key}: must be >= 1, or -1 (or null) for no limit; got {value}")
-    for key, low in (("gradient_clip_val", 0), ("num_sanity_val_steps", -1), ("overfit_batches", 0),
-                     ("max_restarts", 0)):
-        value = trainer.get(key)
-        if _is_number(value) and value < low:
-            problems.append(f"trainer.{key}: must be >= {low}, got {value}")
-
-
-def _check_trainer_minimums(trainer: dict, problems: list[str]) -> None:
-    """min_epochs / min_steps (>= 0, not above their maximum), max_time's form, reload's period."""
     for low, high in (("min_epochs", "max_epochs"), ("min_steps", "max_steps")):
         minimum, maximum = trainer.get(low), trainer.get(high)
-        if _is_number(minimum) and minimum < 0:
-            problems.append(f"trainer.{low}: must be >= 0 (or null for none), got {minimum}")
-        elif _is_number(minimum) and _is_number(maximum) and maximum != -1 and minimum > maximum:
+        if is_number(minimum) and is_number(maximum) and maximum != -1 and maximum < minimum and minimum >= 0:
             problems.append(f"trainer.{low}: {minimum} is above trainer.{high}={maximum}")
-    reload = trainer.get("reload_dataloaders_every_n_epochs")
-    if _is_number(reload) and reload < 0:
-        problems.append(f"trainer.reload_dataloaders_every_n_epochs: must be >= 0 (0 = never), got {reload}")
     problems.extend(duration_problems(trainer.get("max_time")))
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _check_component_values(container: dict, problems: list[str]) -> None:
-    """Ranges of the numbers every run depends on (a bad one would only fail after ranks started)."""
-    checks = [("datamodule", "batch_size", "the global batch size"), ("datamodule", "num_workers", None),
-              ("optimizer", "lr", "the learning rate"), ("strategy", "timeout_s", "the process-group timeout")]
-    for group, key, what in checks:
-        value = (container.get(group) or {}).get(key)
-        if not _is_number(value):
-            continue
-        if not math.isfinite(value):
-            problems.append(f"{group}.{key}: must be a finite number, got {value}")
-        elif key == "num_workers" and value < 0:
-            problems.append(f"{group}.{key}: must be >= 0, got {value}")
-        elif key != "num_workers" and value <= 0:
-            problems.append(f"{group}.{key}: {what} must be > 0, got {value}")
+    """The ranges of the component arguments every run depends on (``COMPONENT_RANGES``)."""
+    for group, ranges in COMPONENT_RANGES.items():
+        node = container.get(group) or {}
+        for key, valid in ranges.items():
+            problems.extend(valid.problems(f"{group}.{key}", node.get(key) if isinstance(node, dict) else None))
 
 
 def import_target(path: str) -> Any:

@@ -15,7 +15,9 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from framework.data.batched import GatheringTensorDataset
 
 
-class DataModule:
+class BaseDataModule:
+    """The built-in datamodules' base: subclasses set train_set/val_set/test_set in setup()."""
+
     def __init__(self, batch_size: int, num_workers: int = 0, input_shape: Optional[list] = None,
                  num_classes: Optional[int] = None):
         # input_shape / num_classes describe the data; models read them by interpolation

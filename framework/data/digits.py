@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from framework.data.base import DataModule, split_dataset
+from framework.data.base import BaseDataModule, split_dataset
 from framework.data.batched import GatheringTensorDataset
 
 DIGITS_FILE = Path(__file__).parent / "assets" / "digits.csv.gz"  # source and licence: assets/README.md
@@ -28,7 +28,7 @@ def load_digits(classes: list[int] | None = None, relabel: bool = False) -> Gath
     return GatheringTensorDataset(images, labels)
 
 
-class DigitsDataModule(DataModule):
+class DigitsDataModule(BaseDataModule):
     """Train/val/test split of the digits by a fixed seed (independent of the training seed).
 
     ``classes``: keep only these digits, e.g. [0, 1, 2, 3, 4]; ``relabel``: number them 0..k-1

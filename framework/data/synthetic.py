@@ -5,11 +5,11 @@ import math
 
 import torch
 
-from framework.data.base import DataModule, split_dataset
+from framework.data.base import BaseDataModule, split_dataset
 from framework.data.batched import GatheringTensorDataset
 
 
-class SyntheticDataModule(DataModule):
+class SyntheticDataModule(BaseDataModule):
     """Gaussian clusters: one random centre per class, samples = centre + ``noise`` * N(0, 1).
 
     The same ``seed`` always gives the same data, whatever the training seed or rank.

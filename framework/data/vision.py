@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from framework.data.base import DataModule, split_dataset
+from framework.data.base import BaseDataModule, split_dataset
 
 
-class _TorchvisionDataModule(DataModule):
+class _TorchvisionDataModule(BaseDataModule):
     dataset_name = ""  # torchvision.datasets class, set by subclasses
     expected = ""       # what must exist under data_dir, for the error message
     mean: tuple = ()
@@ -59,7 +59,7 @@ class CIFAR10DataModule(_TorchvisionDataModule):
     mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-class ImageFolderDataModule(DataModule):
+class ImageFolderDataModule(BaseDataModule):
     """``data_dir/train/<class>/*``; ``data_dir/val`` and ``data_dir/test`` if present, else split from train."""
 
     def __init__(self, data_dir: str, batch_size: int = 64, num_workers: int = 0, val_fraction: float = 0.1,

@@ -29,6 +29,7 @@ import torch
 
 from framework.engine.checkpoint_files import (TRAINER_FILE, CheckpointError, is_checkpoint, resolve_ckpt_path,
                                                verify_checkpoint, write_manifest)
+from framework.strategies.collectives import barrier
 
 __all__ = ["CheckpointError", "copy_checkpoint", "is_checkpoint", "load_checkpoint", "load_model_checkpoint",
            "load_model_weights", "resolve_ckpt_path", "save_checkpoint"]
@@ -87,7 +88,7 @@ def save_checkpoint(path: Path, trainer) -> None:
         write_manifest(tmp, step=trainer.global_step, epoch=trainer.current_epoch, strategy=strategy.name,
                        world_size=strategy.world_size)
         _commit(tmp, path)
-    strategy.barrier()
+    barrier()
 
 
 def _write(tmp: Path, trainer) -> None:
@@ -97,7 +98,7 @@ def _write(tmp: Path, trainer) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "rng").mkdir(parents=True)
         (tmp / "buffers").mkdir()
-    strategy.barrier()
+    barrier()
     state, extra = strategy.checkpoint_state(trainer.model, trainer.optimizer)
     state["callbacks"] = trainer.sharded_callback_state()
     with _single_process_ok():
@@ -107,7 +108,7 @@ def _write(tmp: Path, trainer) -> None:
     if strategy.is_global_zero:
         torch.save({**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size},
                    tmp / TRAINER_FILE)
-    strategy.barrier()
+    barrier()
 
 
 def _commit(tmp: Path, path: Path) -> None:
@@ -126,16 +127,16 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def copy_checkpoint(src: Path, path: Path, strategy) -> None:
+def copy_checkpoint(src: Path, path: Path, trainer) -> None:
     """Make ``path`` the checkpoint ``src`` saved at this very step, without writing it again:
     hard links to its files (a save never rewrites a file in place), then the same atomic
     rename as a save (collective)."""
-    if strategy.is_global_zero:
+    if trainer.is_global_zero:
         tmp = path.parent / f".tmp-{path.name}"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(src, tmp, copy_function=_link_or_copy)
         _commit(tmp, path)
-    strategy.barrier()
+    barrier()
 
 
 @contextlib.contextmanager
@@ -208,7 +209,7 @@ def load_model_checkpoint(path: Path, trainer) -> None:
         _dcp().load(state, checkpoint_id=str(path))
     set_model_state_dict(trainer.model, state["model"])
     # the averaged weights it holds (EMA, SWA) come with them, for the callbacks that test on them
-    trainer.load_callback_states(saved.get("callbacks", {}), only=list(state["callbacks"]))
+    trainer.callbacks.load_states(saved.get("callbacks", {}), only=list(state["callbacks"]))
 
 
 def _sharded_callbacks(trainer, saved: dict) -> dict:

@@ -29,10 +29,8 @@ def model_state_bytes(model: torch.nn.Module, optimizer) -> dict:
     params = list(model.parameters())
     p = sum(_local(x).numel() * x.element_size() for x in params)
     g = sum(_local(x.grad).numel() * x.grad.element_size() for x in params if x.grad is not None)
-    # ZeroRedundancyOptimizer keeps this rank's shard in a local optimizer, .optim
-    local = getattr(optimizer, "optim", optimizer)
-    o = 0
-    for state in (local.state.values() if local is not None else ()):
+    o = 0  # (``optimizer``: the strategy's inner_optimizer, which holds this rank's state)
+    for state in (optimizer.state.values() if optimizer is not None else ()):
         for value in state.values():
             if isinstance(value, torch.Tensor) and value.dim() > 0:
                 o += _local(value).numel() * value.element_size()

@@ -1,4 +1,5 @@
-"""The contracts of the plug-ins the engine calls: Callback, Logger, DataModule, Task.
+"""The contracts of the plug-ins the engine calls (Callback, Logger, DataModule, Task), and the
+view of the Trainer that callbacks read (TrainerView).
 
 Nothing is inherited: any object with these methods works (``typing.Protocol``). Validation
 checks every configured ``_target_`` class against its contract before any process starts
@@ -14,9 +15,60 @@ from typing import Any, ContextManager, Optional, Protocol
 import torch
 
 
+class TrainerView(Protocol):
+    """What a callback may read of the Trainer it is given (and the two ways it may stop the run).
+    Everything else on the Trainer is the engine's own. All ranks hold the same values but for
+    the per-rank ones (``rank``, ``current_batch``, ``step_times``)."""
+
+    config: Any  # the TrainerConfig in effect (debugging shortcuts spelled out)
+    state: Any  # LoopState: global_step, current_epoch, batch_in_epoch, epoch_finished, last_val_step
+    model: Optional[torch.nn.Module]  # as the strategy wrapped it (a DDP/FSDP module)
+    optimizer: Optional[torch.optim.Optimizer]  # as the strategy built it
+    scheduler: Any
+    loggers: list  # rank 0's loggers (empty on the other ranks)
+    logged_metrics: dict[str, float]  # the latest value of every metric, reduced over ranks
+    num_training_batches: int  # training batches per epoch (limits applied)
+    step_times: list[float]  # seconds per optimizer step on this rank, data loading included
+    train_samples: int  # samples trained on so far, over all ranks
+    should_stop: bool  # set True to stop after this step (early stopping); every rank agrees
+
+    @property
+    def global_step(self) -> int: ...  # optimizer steps taken
+    @property
+    def current_epoch(self) -> int: ...
+    @property
+    def is_global_zero(self) -> bool: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def unwrapped_model(self) -> Optional[torch.nn.Module]: ...  # the user's model inside the wrapper
+    @property
+    def inner_optimizer(self) -> Any: ...  # the configured optimizer class inside the strategy's
+    @property
+    def global_batch_size(self) -> int: ...  # samples per optimizer step, accumulation included
+    @property
+    def current_batch(self) -> Any: ...  # the training micro-batch just run, on the device
+
+    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        """Record ``metrics`` in ``logged_metrics`` and every logger (call it on every rank)."""
+
+    def request_stop(self) -> None:
+        """Stop every rank after the same step on this rank's decision alone (its clock, say)."""
+
+    def check_finite(self) -> bool:
+        """False once the training loss was NaN or infinite (a collective: every rank calls it)."""
+
+    def planned_steps(self) -> Optional[int]:
+        """The optimizer steps the run trains for at most (None: unlimited)."""
+
+
 class Callback(Protocol):
     """Every hook is optional: the engine calls those a callback defines, in this order. Each
-    receives the engine's ``Trainer`` first. All ranks call every hook (a hook may run a
+    receives the engine's ``Trainer`` first, read through ``TrainerView``. All ranks call every hook (a hook may run a
     collective, such as a checkpoint save); the metrics passed are already reduced over ranks.
 
     Optional state (saved in checkpoints, keyed by the callback's config name, or by its
@@ -109,6 +161,9 @@ class DataModule(Protocol):
     def predict_dataloader(self) -> Optional[torch.utils.data.DataLoader]:
         """Optional (needed with ``predict=true``): the loader to predict on; batches are
         ``(inputs, ...)`` or bare inputs."""
+
+    # With trainer.reload_dataloaders_every_n_epochs, the engine sets a ``trainer`` attribute (a
+    # TrainerView) before it asks for loaders again, so that they may depend on its current_epoch.
 
 
 class Task(Protocol):

@@ -1,4 +1,6 @@
-"""Starting a job's ranks: ``entry`` (how ranks start for a config), ``local`` (the elastic
-agent and spawn on this machine), ``fork_server`` (what forks them, started early), and
-``main_module`` (keeping the user's script out of the ranks). Nothing is imported here, so
-that the light modules stay light (``--help`` never imports torch)."""
+"""Starting a job's ranks and watching them: ``start`` (how ranks start for a config), ``elastic``
+and ``spawn`` (N local ranks), ``fork_server`` (what forks them, started early), ``failures``
+(which rank failed first and why), ``main_module`` (keeping the user's script out of the ranks),
+``process_exit`` (ending a process without the interpreter's teardown). Nothing is imported
+here, so that the light modules stay light (``--help`` never imports torch).
+May import: rank and every layer below it."""

@@ -47,7 +47,7 @@ def use_fork_server() -> None:
     main_module)."""
     import multiprocessing
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "framework.rank"])
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "framework.rank.run"])
 
 
 def start_fork_server(container: dict) -> None:

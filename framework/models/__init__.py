@@ -1,4 +1,5 @@
-"""Built-in models: plain ``nn.Module``s; any other module works through ``_target_``."""
+"""Built-in models: plain ``nn.Module``s; any other module works through ``_target_`` (a component
+layer). May import: config."""
 from framework.models.cnn import CNN
 from framework.models.mlp import MLP
 from framework.models.resnet import resnet18

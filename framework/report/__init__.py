@@ -16,7 +16,8 @@ device counts scales each learning rate against its own baseline). A timing sect
 the sweep's wall time into training, testing, rank start-up and the per-job overhead left.
 
 Modules: ``rows`` (results.json -> rows), ``compare`` (across jobs), ``table`` (report.csv/.md),
-``plots``, ``timing``, ``callback`` (the Hydra callback).
+``plots``, ``timing``, ``callback`` (the Hydra callback). A plug-in layer: may import engine and
+every layer below it.
 """
 from __future__ import annotations
 

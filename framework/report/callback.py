@@ -9,7 +9,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from framework.engine.results import update_json, write_json
+from framework.engine.results import previous_run, update_json, write_json
 from framework.report.rows import SWEEP_FILE, collect, job_dirs
 from framework.report.table import write_report
 
@@ -22,8 +22,6 @@ class SweepReport(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if sweep_dir.is_dir() and not config.get("overwrite"):
-            from framework.preflight import previous_run
-
             taken = [p.name for p in job_dirs(sweep_dir) if previous_run(p)]
             if taken:  # before any job starts: the jobs would overwrite them one by one
                 message = (f"hydra.sweep.dir: '{sweep_dir}' already holds the results of jobs {', '.join(taken)}; "

@@ -2,27 +2,30 @@
 
 A strategy decides how a job's processes are laid out (``make_topology``), wraps a plain
 model (``parallelize``), builds the optimizer over what it wrapped, takes the optimizer
-step, supplies the data sampler and does the collectives the engine asks for. It is the
-only place that knows about parallelism: the engine runs one loop for all of them.
+step, supplies the data sampler and the checkpoint state. It is the only place that knows
+about parallelism: the engine runs one loop for all of them. The collectives are plain
+functions (``framework.strategies.collectives``), the process group too (``process_group``).
 
-Adding a strategy: one module with a subclass (and, if it has options, a schema extending
-``StrategyConfig``), one YAML in ``conf/strategy/``, one line in ``STRATEGIES``.
+A strategy of your own: a subclass of ``Strategy`` (one level: no strategy inherits from
+another; shared behaviour lives in functions and in the mixins of ddp.py and fsdp.py), with
+a schema extending ``StrategyConfig`` if it has options, selected by
+``strategy._target_: my_pkg.MyStrategy``. A built-in one is also a line in ``STRATEGIES``
+(``framework/strategies/registry.py``) and a YAML in ``conf/strategy/``.
 """
 from __future__ import annotations
 
 import contextlib
-import datetime
-import os
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from framework.config.environment import RankEnv
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.data.sampler import ShardedSampler
-from framework.distributed import RankEnv, free_port
+from framework.strategies.collectives import is_distributed
+from framework.strategies.process_group import join_process_group, leave_process_group
 
 
 def device_for(accelerator: str, local_rank: int) -> torch.device:
@@ -31,20 +34,9 @@ def device_for(accelerator: str, local_rank: int) -> torch.device:
     return torch.device(accelerator)
 
 
-def _attempt_store(world_size: int, timeout: datetime.timedelta):
-    """Under an elastic agent (torchrun, our launcher), the agent's store, with keys of this
-    attempt's own: the store outlives a restart, and the failed attempt's rank addresses in it
-    would send the new ranks to dead peers. None elsewhere (init_process_group's own rendezvous)."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return None
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
-                          timeout=timeout)
-    return dist.PrefixStore(f"attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
-
-
 class Strategy:
-    """Single process, single device, plus the collectives every multi-process strategy
-    shares (they are no-ops while no process group exists). Subclasses override what differs."""
+    """Single process, single device: the defaults every strategy starts from. Subclasses
+    override what differs."""
 
     name = ""  # the registry name (strategy.name); every concrete strategy sets it
     schema: type = StrategyConfig
@@ -80,8 +72,9 @@ class Strategy:
 
     @classmethod
     def check(cls, topology: Topology, options: StrategyConfig, accelerator: str) -> list[str]:
-        """Every reason this strategy cannot run ``topology`` on ``accelerator`` here."""
-        if topology.world_size != 1 or topology.devices_per_process != 1:
+        """Every reason this strategy cannot run ``topology`` on ``accelerator`` here (by default:
+        a strategy of one process per device runs any number of them; the others one device)."""
+        if not cls.process_per_device and (topology.world_size != 1 or topology.devices_per_process != 1):
             return [f"strategy={cls.name}: runs one process on one device, but trainer.devices="
                     f"{topology.devices_per_process * topology.processes_per_node} and trainer.num_nodes="
                     f"{topology.num_nodes}; use strategy=ddp (or auto) for several devices"]
@@ -106,31 +99,9 @@ class Strategy:
     def is_global_zero(self) -> bool:
         return self.env.rank == 0
 
-    @property
-    def distributed(self) -> bool:
-        return dist.is_available() and dist.is_initialized()
-
     def setup_environment(self) -> None:
-        """Join the job's process group when it has several processes (nccl on CUDA, gloo on CPU)."""
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if (self.env.world_size > 1 or self.needs_process_group) and not dist.is_initialized():
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            # The timeout turns a hung collective (a rank that died, a mismatched call)
-            # into an error instead of a job that waits forever.
-            timeout = datetime.timedelta(seconds=float(self.options.timeout_s))
-            init_method, store = None, _attempt_store(self.env.world_size, timeout)
-            if self.env.world_size == 1 and "MASTER_ADDR" not in os.environ:
-                init_method = f"tcp://127.0.0.1:{free_port()}"  # a one-process group, in this process
-            try:
-                dist.init_process_group(backend, init_method=init_method, store=store, rank=self.env.rank,
-                                        world_size=self.env.world_size, timeout=timeout)
-            except Exception as err:
-                if "EADDRINUSE" in str(err) or "address already in use" in str(err).lower():
-                    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-                    raise RuntimeError(f"MASTER_PORT: the rendezvous port {where} is already in use; set "
-                                       f"MASTER_PORT (torchrun --master-port) to a free port") from err
-                raise
+        """Join the job's process group (a strategy with a rendezvous of its own, Horovod's, overrides it)."""
+        join_process_group(self.env, self.device, self.options.timeout_s, self.needs_process_group)
 
     def setup(self, model: nn.Module, optimizer_factory: Callable | None) -> tuple[nn.Module, object]:
         """Move and wrap ``model``; build the optimizer over the parameters it will train (None: no optimizer)."""
@@ -174,48 +145,11 @@ class Strategy:
         """Context for micro-batches that must not all-reduce gradients (accumulation)."""
         return contextlib.nullcontext()
 
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """Sum ("sum"), average ("mean") or maximum ("max") of ``tensor`` over all ranks."""
-        if not self.distributed:
-            return tensor
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-        return tensor / dist.get_world_size() if op == "mean" else tensor
-
-    def all_reduce_async(self, tensor: torch.Tensor, op: str = "sum"):
-        """Start an in-place sum or max of ``tensor`` over all ranks; returns the handle to ``wait()``."""
-        return dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, async_op=True)
-
-    def all_gather_object(self, obj) -> list:
-        if not self.distributed:
-            return [obj]
-        out = [None] * dist.get_world_size()
-        dist.all_gather_object(out, obj)
-        return out
-
-    def gather_object(self, obj, dst: int = 0) -> list | None:
-        """``obj`` of every rank, in rank order, on rank ``dst`` (None on the others)."""
-        if not self.distributed:
-            return [obj]
-        out = [None] * dist.get_world_size() if self.rank == dst else None
-        dist.gather_object(obj, out, dst=dst)
-        return out
-
-    def broadcast_object(self, obj, src: int = 0):
-        if not self.distributed:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=src)
-        return box[0]
-
-    def barrier(self) -> None:
-        if self.distributed:
-            dist.barrier()
-
     def full_state_dict(self, model: nn.Module) -> dict:
         """The whole model's weights as plain CPU tensors, on rank 0 (collective: call on every rank)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        if not self.distributed:
+        if not is_distributed():
             return {k: v.detach().cpu() for k, v in self.unwrap(model).state_dict().items()}
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(model, options=options)
@@ -253,6 +187,10 @@ class Strategy:
         for results.json's ``comm``; None where the strategy does not count (torch's wrappers)."""
         return None
 
+    def inner_optimizer(self, optimizer):
+        """The optimizer of the user's class inside what ``build_optimizer`` returned (ZeRO's
+        holds this rank's shard in one): what the LR monitor names and memory counts."""
+        return optimizer
+
     def teardown(self) -> None:
-        if self.distributed:
-            dist.destroy_process_group()
+        leave_process_group()

@@ -57,8 +57,10 @@ def register_comm_hook(ddp: DistributedDataParallel, hook: str, rank: int) -> No
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
 
-class DDPStrategy(Strategy):
-    name = "ddp"
+class DDPWrapping:
+    """What ddp, ddp_spawn and zero share (a mixin beside ``Strategy``, not a base of it): the
+    model wrapped in DistributedDataParallel, one process per device."""
+
     schema = DDPConfig
     needs_process_group = True
     process_per_device = True
@@ -89,3 +91,9 @@ class DDPStrategy(Strategy):
         # DDP skips the gradient all-reduce inside no_sync(); gradients accumulate locally
         # and the next backward outside it reduces the sum.
         return model.no_sync()
+
+
+class DDPStrategy(DDPWrapping, Strategy):
+    """DistributedDataParallel: gradients all-reduced in buckets during backward."""
+
+    name = "ddp"

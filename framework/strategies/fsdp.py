@@ -63,9 +63,10 @@ def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig) -> nn.Module:
     return model
 
 
-class FSDPStrategy(Strategy):
-    name = "fsdp"
-    schema = FSDPConfig
+class FSDPSharding:
+    """What fsdp and hsdp share (a mixin beside ``Strategy``, not a base of it): FSDP2 over the
+    mesh that ``mesh()`` builds, one process per device."""
+
     needs_process_group = True
     process_per_device = True
     lockstep_forward = True
@@ -84,11 +85,6 @@ class FSDPStrategy(Strategy):
     def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology) -> float:
         return (8 + optimizer_bytes) * params / topology.shard
 
-    def mesh(self):
-        from torch.distributed.device_mesh import init_device_mesh
-
-        return init_device_mesh(self.device.type, (self.env.world_size,), mesh_dim_names=("shard",))
-
     def parallelize(self, model: nn.Module) -> nn.Module:
         # The optimizer is then built over the sharded (DTensor) parameters: each rank keeps
         # optimizer state for its shard only.
@@ -102,3 +98,13 @@ class FSDPStrategy(Strategy):
             yield
         finally:
             model.set_requires_gradient_sync(True)
+
+
+class FSDPStrategy(FSDPSharding, Strategy):
+    name = "fsdp"
+    schema = FSDPConfig
+
+    def mesh(self):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(self.device.type, (self.env.world_size,), mesh_dim_names=("shard",))

@@ -27,7 +27,7 @@ from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.adasum import adasum_tree, is_power_of_two
 from framework.strategies.base import Strategy
-from framework.distributed import detect_environment
+from framework.config.environment import detect_environment
 from framework.strategies import horovod_backend
 from framework.strategies.comm import (allgather_bytes, allreduce_bytes, broadcast_model, flat, gradient_allreduce_bytes,
                                        unflatten_into)

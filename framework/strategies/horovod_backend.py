@@ -13,7 +13,7 @@ import os
 import torch
 from torch import nn
 
-from framework.distributed import RankEnv, free_port
+from framework.config.environment import RankEnv, free_port
 
 BUILD_HINT = ("build it with `bash scripts/build_horovod.sh` from the framework's source repository (Horovod 0.28.1 "
               "for CPU/gloo against torch 2.13.0, into .cache/horovod-venv) and run with that venv's horovodrun and "

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from framework.config.topology import Topology
-from framework.strategies.fsdp import FSDPConfig, FSDPStrategy
+from framework.strategies.base import Strategy
+from framework.strategies.fsdp import FSDPConfig, FSDPSharding
 
 
 @dataclass
@@ -15,7 +16,7 @@ class HSDPConfig(FSDPConfig):
     shard: int = -1
 
 
-class HSDPStrategy(FSDPStrategy):
+class HSDPStrategy(FSDPSharding, Strategy):
     name = "hsdp"
     schema = HSDPConfig
 

@@ -12,7 +12,9 @@ import torch
 from torch import nn
 
 from framework.config.topology import Topology
-from framework.strategies.ddp import DDPStrategy
+from framework.strategies.base import Strategy
+from framework.strategies.collectives import broadcast_object
+from framework.strategies.ddp import DDPWrapping
 
 
 def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
@@ -32,7 +34,7 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-class ZeroStrategy(DDPStrategy):
+class ZeroStrategy(DDPWrapping, Strategy):
     name = "zero"
 
     @classmethod
@@ -50,6 +52,9 @@ class ZeroStrategy(DDPStrategy):
     def comm_stats(self) -> dict | None:
         return None  # DDP's all-reduce plus the shards' broadcasts, whose bytes depend on gloo's/nccl's algorithm
 
+    def inner_optimizer(self, optimizer):
+        return optimizer.optim  # this rank's shard, in the user's optimizer class
+
     def _names(self, model: nn.Module, optimizer) -> list[str]:
         """Fully qualified names of the optimizer's parameters, in its (global) order."""
         names = {id(p): n for n, p in self.unwrap(model).named_parameters()}
@@ -65,7 +70,7 @@ class ZeroStrategy(DDPStrategy):
         # any one of them), in the layout of an unsharded optimizer.
         init_optimizer_state(optimizer.optim)
         optimizer.consolidate_state_dict(to=0)
-        full = self.broadcast_object(optimizer.state_dict() if self.is_global_zero else None)
+        full = broadcast_object(optimizer.state_dict() if self.is_global_zero else None)
         names = self._names(model, optimizer)
         state["optim"] = {
             "state": {names[i]: value for i, value in full["state"].items()},

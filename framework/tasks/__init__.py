@@ -1,4 +1,5 @@
-"""Tasks turn (model, batch) into a loss and metrics; point task._target_ at your own."""
+"""Tasks turn (model, batch) into a loss and metrics; point task._target_ at your own (a component
+layer). May import: config."""
 from framework.tasks.classification import ClassificationTask
 
 __all__ = ["ClassificationTask"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from framework.config import ConfigError
 from framework.config.location import HYDRA_CONFIG_PATH, config_dir
-from framework.preflight import preflight
+from framework.job.preflight import preflight
 
 CONF_DIR = config_dir()
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader, TensorDataset, default_collate
 from framework import compose, fit
 from framework.data.batched import GatheredSamples, GatheringTensorDataset, collate_for
 from framework.data.sampler import ShardedSampler
-from tests.helpers import TINY, train_losses
+from tests.helpers.configs import TINY, train_losses
 
 
 def test_a_gathered_batch_is_the_collated_samples_on_every_rank():
@@ -33,6 +33,6 @@ def test_a_users_own_collate_still_sees_samples():
 
 def test_training_losses_are_bit_identical_to_fetching_sample_by_sample(tmp_path):
     fit(compose(TINY + ["logger=csv"]), output_dir=str(tmp_path / "gathered"))
-    fit(compose(TINY + ["logger=csv", "datamodule._target_=tests.helpers.plain_digits"]),
+    fit(compose(TINY + ["logger=csv", "datamodule._target_=tests.helpers.probes.plain_digits"]),
         output_dir=str(tmp_path / "plain"))
     assert train_losses(tmp_path / "gathered") == train_losses(tmp_path / "plain")

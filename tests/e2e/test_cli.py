@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.helpers import TINY
+from tests.helpers.configs import TINY
 
 
 def train(*args: str, cwd=None) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import TINY
+from tests.helpers.configs import TINY
 
 
 def test_sweep_records_every_job_and_ends_with_a_report(tmp_path):
@@ -173,7 +173,7 @@ def test_a_signal_stops_the_sweep_records_the_job_and_still_reports(tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "framework.train", "-m", *TINY, *layout, "seed=1,2,3", "trainer.accelerator=cpu",
              "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null", "logger=csv",
-             "+callbacks.sig._target_=tests.helpers.SignalAt", "+callbacks.sig.step=3", f"+callbacks.sig.rank={int(rank)}",
+             "+callbacks.sig._target_=tests.helpers.probes.SignalAt", "+callbacks.sig.step=3", f"+callbacks.sig.rank={int(rank)}",
              f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=400)
         assert proc.returncode == 128 + 15, (case, proc.stderr[-3000:])
         assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0"], case  # no further job

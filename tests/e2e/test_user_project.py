@@ -55,3 +55,31 @@ def test_own_group_option_next_to_the_frameworks(project):
     proc = _train(project, "model=my_net", "datamodule=sine", "task=regression", "--cfg", "job")
     assert "_target_: my_project.model.TinyRegressor" in proc.stdout
     assert "_target_: torch.optim.Adam" in proc.stdout  # the framework's optimizer group
+
+
+def _losses(run_dir: Path) -> list[float]:
+    with open(run_dir / "metrics.csv") as f:
+        return [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+
+
+def test_own_strategy_by_target_trains_on_two_ranks_with_its_options_checked(project):
+    # the project's local-SGD strategy (2 files: its module and configs/strategy/local_sgd.yaml):
+    # averaging plain-SGD weights after every step is data parallelism, so it matches one device
+    args = ["experiment=sine_regression", "optimizer=sgd", "optimizer.lr=0.05", "logger=csv",
+            "trainer.log_every_n_steps=1", *SHORT]
+    _train(project, *args, "hydra.run.dir=single")
+    _train(project, *args, "strategy=local_sgd", "strategy.sync_every_n_steps=1", "trainer.devices=2",
+           "hydra.run.dir=local")
+    local = json.loads((project / "local" / "results.json").read_text())
+    assert local["status"] == "completed" and local["strategy"] == "local_sgd" and local["world_size"] == 2
+    assert _losses(project / "local") == pytest.approx(_losses(project / "single"), rel=1e-5)
+    assert len(_losses(project / "local")) > 10
+    # its own options are validated before any process starts, like a built-in strategy's
+    refused = subprocess.run([sys.executable, "-m", "framework.train", f"hydra.searchpath=[file://{project / 'configs'}]",
+                              *args, "strategy=local_sgd", "strategy.sync_every_n_steps=0", "+strategy.sync_every=3",
+                              "trainer.devices=2", "hydra.run.dir=refused"],
+                             cwd=project, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2
+    assert "strategy.sync_every_n_steps: must be >= 1, got 0" in refused.stderr
+    assert "strategy.sync_every: unknown key; did you mean 'sync_every_n_steps'?" in refused.stderr
+    assert not (project / "refused" / "results.json").exists()

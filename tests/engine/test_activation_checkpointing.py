@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from framework import compose, fit
 from framework.config.errors import ConfigError
 from framework.plan import activation_bytes
-from tests.helpers import BASE, CNN, train_losses
+from tests.helpers.configs import BASE, CNN, train_losses
 
 CHECKPOINTED = ["trainer.activation_checkpointing=[Sequential]"]
 

@@ -124,7 +124,7 @@ def test_early_stopping_on_nan(tmp_path):
 
 def test_ckpt_path_that_is_not_a_checkpoint_is_a_config_error(tmp_path):
     from framework.config import ConfigError
-    from framework.preflight import preflight
+    from framework.job.preflight import preflight
 
     with pytest.raises(ConfigError) as err:
         preflight(compose(RUN + [f"ckpt_path={tmp_path}"]))

@@ -8,8 +8,8 @@ import torch
 
 from framework import compose, fit
 from framework.config import ConfigError
-from framework.preflight import preflight
-from tests.helpers import TINY
+from framework.job.preflight import preflight
+from tests.helpers.configs import TINY
 
 CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null",
         "callbacks.model_checkpoint.every_n_train_steps=1", "logger=csv"]
@@ -29,9 +29,21 @@ def test_a_diverging_run_stops_and_saves_no_nonfinite_weights(tmp_path):
     saved = strict_json(tmp_path / "results.json")  # NaN metrics are null, not bare NaN tokens
     assert saved["status"] == "diverged" and saved["diverged"]["by_step"] == results["steps"]
     last = tmp_path / "checkpoints" / "last"
-    if last.exists():  # only steps checked finite were saved
-        step = torch.load(last / "trainer.pt", weights_only=False)["loop"]["global_step"]
-        assert step <= saved["diverged"]["after_step"]
+    assert last.exists()  # step 1 was saved (its loss was checked finite); no later step was
+    step = torch.load(last / "trainer.pt", weights_only=False)["loop"]["global_step"]
+    assert step <= saved["diverged"]["after_step"]
+    assert all(torch.isfinite(w).all() for w in _saved_weights(last).values())
+
+
+def _saved_weights(checkpoint) -> dict:
+    """The model tensors of a checkpoint directory, as one state_dict."""
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(str(checkpoint), f"{tmp}/full.pt")
+        return torch.load(f"{tmp}/full.pt", weights_only=False)["model"]
 
 
 @pytest.mark.parametrize("override,message", [

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from framework import fit
-from framework.build import build_trainer
-from tests.helpers import ForwardDtypes
+from framework.rank.build import build_trainer
+from tests.helpers.probes import ForwardDtypes
 
 
 def losses(output_dir) -> list[float]:
@@ -64,7 +64,7 @@ def test_fast_dev_run_writes_no_logger_files_and_no_checkpoints(tiny_cfg, tmp_pa
                                              ("32-true", torch.float32)])
 def test_mixed_precision_computes_in_its_dtype_and_trains(tiny_cfg, tmp_path, precision, dtype):
     results = fit(tiny_cfg(f"trainer.precision={precision}", "trainer.max_epochs=3", "trainer.limit_train_batches=1.0",
-                           "+callbacks.dtypes._target_=tests.helpers.ForwardDtypes"), output_dir=str(tmp_path))
+                           "+callbacks.dtypes._target_=tests.helpers.probes.ForwardDtypes"), output_dir=str(tmp_path))
     assert results["precision"] == precision and results["metrics"]["val/acc"] > 0.8
     # Inside forward, autocast ran every layer in the precision's dtype; the weights stay fp32.
     assert ForwardDtypes.seen and set(ForwardDtypes.seen) == {(torch.float32, dtype)}
@@ -127,7 +127,7 @@ def test_benchmark_repeats_time_the_training_again_and_change_no_result(tiny_cfg
 
 def test_benchmark_repeats_below_one_is_refused(tiny_cfg):
     from framework.config import ConfigError
-    from framework.preflight import preflight
+    from framework.job.preflight import preflight
 
     with pytest.raises(ConfigError, match="benchmark_repeats: 0; the job trains once or more"):
         preflight(tiny_cfg("benchmark_repeats=0"))

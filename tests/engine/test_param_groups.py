@@ -9,8 +9,9 @@ import pytest
 
 from framework import compose, fit
 from framework.config import ConfigError
-from framework.preflight import preflight
-from tests.helpers import TINY, GroupProbe
+from framework.job.preflight import preflight
+from tests.helpers.configs import TINY
+from tests.helpers.probes import GroupProbe
 
 GROUPS = ("optimizer.param_groups=[{params: '*.bias', weight_decay: 0.0, name: no_decay},"
           " {params: 'body.1.*|nothing.*', lr: 0.0001}]")
@@ -18,7 +19,7 @@ GROUPS = ("optimizer.param_groups=[{params: '*.bias', weight_decay: 0.0, name: n
 
 def test_groups_take_parameters_by_pattern_first_match_wins_and_the_lr_monitor_names_them(tmp_path):
     cfg = compose(TINY + ["optimizer=adamw", "optimizer.lr=0.01", "logger=csv", "callbacks=lr_monitor", GROUPS,
-                          "+callbacks.probe._target_=tests.helpers.GroupProbe"])
+                          "+callbacks.probe._target_=tests.helpers.probes.GroupProbe"])
     assert fit(cfg, output_dir=str(tmp_path))["status"] == "completed"
     default, no_decay, second = GroupProbe.seen
     # the default group first, with the optimizer's own settings: the weights not matched

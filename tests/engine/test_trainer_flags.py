@@ -7,8 +7,9 @@ import torch
 
 from framework import compose, fit
 from framework.config import ConfigError
-from framework.preflight import preflight
-from tests.helpers import TINY, CountingDigits, ForwardDtypes, GlobalFlags, train_losses
+from framework.job.preflight import preflight
+from tests.helpers.configs import TINY, train_losses
+from tests.helpers.probes import CountingDigits, ForwardDtypes, GlobalFlags
 
 RUN = TINY + ["callbacks=default", "logger=csv"]
 
@@ -38,7 +39,7 @@ def test_max_time_ends_a_completed_run_after_the_same_step_on_every_rank(devices
 
 
 def test_true_precisions_put_weights_inputs_and_compute_in_the_dtype(tmp_path):
-    probe = ["+callbacks.dtypes._target_=tests.helpers.ForwardDtypes"]
+    probe = ["+callbacks.dtypes._target_=tests.helpers.probes.ForwardDtypes"]
     assert fit(compose(RUN + probe + ["trainer.precision=bf16-true"]), output_dir=str(tmp_path / "bf16"))["status"] \
         == "completed"
     assert set(ForwardDtypes.seen) == {(torch.bfloat16, torch.bfloat16)}
@@ -51,18 +52,18 @@ def test_true_precisions_put_weights_inputs_and_compute_in_the_dtype(tmp_path):
 def test_reload_dataloaders_every_n_epochs_calls_the_datamodule_again(tmp_path):
     CountingDigits.calls = []
     cfg = compose(RUN + ["trainer.max_epochs=5", "trainer.reload_dataloaders_every_n_epochs=2",
-                         "datamodule._target_=tests.helpers.CountingDigits"])
+                         "datamodule._target_=tests.helpers.probes.CountingDigits"])
     assert fit(cfg, output_dir=str(tmp_path))["steps"] == 30
     assert CountingDigits.calls == [0, 2, 4]  # at setup, then at the start of epochs 2 and 4
 
 
 def test_switches_for_checkpointing_model_summary_and_anomaly_detection(tmp_path):
     cfg = compose(RUN + ["trainer.enable_checkpointing=false", "trainer.detect_anomaly=true",
-                         "+callbacks.flags._target_=tests.helpers.GlobalFlags"])
+                         "+callbacks.flags._target_=tests.helpers.probes.GlobalFlags"])
     assert fit(cfg, output_dir=str(tmp_path / "off"))["status"] == "completed"
     assert not (tmp_path / "off" / "checkpoints").exists() and GlobalFlags.seen == [True]
     assert "Model summary:" in (tmp_path / "off" / "train.log").read_text()
-    fit(compose(RUN + ["trainer.enable_model_summary=false", "+callbacks.flags._target_=tests.helpers.GlobalFlags"]),
+    fit(compose(RUN + ["trainer.enable_model_summary=false", "+callbacks.flags._target_=tests.helpers.probes.GlobalFlags"]),
         output_dir=str(tmp_path / "on"))
     assert "Model summary:" not in (tmp_path / "on" / "train.log").read_text() and GlobalFlags.seen == [False]
     assert (tmp_path / "on" / "checkpoints" / "last").exists()

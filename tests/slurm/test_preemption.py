@@ -13,11 +13,11 @@ from pathlib import Path
 import torch
 
 from framework import compose, fit
-from tests.helpers import BASE
+from tests.helpers.configs import BASE
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = [*BASE, "strategy=ddp", "trainer.devices=2", "trainer.max_epochs=8"]
-SLOW = ["+callbacks.slow._target_=tests.helpers.Slow", "+callbacks.slow.seconds=0.3"]
+SLOW = ["+callbacks.slow._target_=tests.helpers.probes.Slow", "+callbacks.slow.seconds=0.3"]
 
 
 def _submit(slurm, tmp_path: Path, overrides: list[str], *sbatch_args: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from framework import compose, fit
-from tests.helpers import BASE, train_losses
+from tests.helpers.configs import BASE, train_losses
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from tests.helpers import TINY
+from tests.helpers.configs import TINY
 
 
 def _sweep(tmp_path, *args: str) -> subprocess.CompletedProcess:

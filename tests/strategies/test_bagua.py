@@ -56,7 +56,7 @@ def test_every_algorithm_learns_as_gradient_allreduce_does(allreduce, algorithm,
 
 def test_out_of_range_options_are_all_reported():
     from framework.config import ConfigError
-    from framework.preflight import preflight
+    from framework.job.preflight import preflight
 
     with pytest.raises(ConfigError) as err:
         preflight(compose([*RUN, "strategy.warmup_steps=-5", "strategy.communication_interval=0"]))

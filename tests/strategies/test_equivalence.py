@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from framework import compose, fit
-from tests.helpers import BASE as _BASE
-from tests.helpers import GROUPS, METRICS, train_losses
+from tests.helpers.configs import BASE as _BASE
+from tests.helpers.configs import GROUPS, METRICS, train_losses
 
 # Parameter groups and epoch metrics take part in every run of this module.
 BASE = [*_BASE, *GROUPS, *METRICS]

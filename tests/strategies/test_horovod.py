@@ -6,9 +6,9 @@ import torch
 
 from framework import compose, fit
 from framework.config import ConfigError
-from framework.preflight import preflight
+from framework.job.preflight import preflight
 from framework.strategies.adasum import adasum_pair, adasum_tree
-from tests.helpers import BASE, train_losses
+from tests.helpers.configs import BASE, train_losses
 
 
 def test_adasum_matches_its_formula_on_hand_checked_vectors():

@@ -18,8 +18,8 @@ import torch
 
 from framework import compose
 from framework.config import ConfigError
-from framework.preflight import preflight
-from tests.helpers import BASE, train_losses
+from framework.job.preflight import preflight
+from tests.helpers.configs import BASE, train_losses
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("FRAMEWORK_HOROVOD_VENV", ROOT / ".cache" / "horovod-venv"))
@@ -82,8 +82,7 @@ def test_horovod_backend_refuses_what_it_cannot_run(venv_bin, tmp_path):
     assert refused.returncode != 0
     assert "2 ranks must be started by horovodrun: horovodrun --gloo -np 2" in refused.stderr
     assert "strategy.op=adasum: Horovod runs Adasum only over MPI" in refused.stderr
-    assert not (tmp_path / "refused" / "results.json").exists() or \
-        json.loads((tmp_path / "refused" / "results.json").read_text())["status"] == "invalid"
+    assert not (tmp_path / "refused" / "results.json").exists()  # refused before any rank started
 
 
 def test_horovod_backend_without_horovod_names_the_build_script(monkeypatch):

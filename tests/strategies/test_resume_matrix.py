@@ -5,8 +5,8 @@ import pytest
 
 from framework import compose, fit
 from framework.engine.signals import Interrupted
-from tests.helpers import BASE as _BASE
-from tests.helpers import GROUPS, train_losses, val_losses
+from tests.helpers.configs import BASE as _BASE
+from tests.helpers.configs import GROUPS, train_losses, val_losses
 
 # Parameter groups take part in every run of this module.
 BASE = [*_BASE, *GROUPS]
@@ -57,7 +57,7 @@ def test_a_ddp_resume_restores_each_ranks_batchnorm_statistics(tmp_path):
            "strategy=ddp", "trainer.devices=2", "trainer.max_epochs=3", "scheduler=none",
            "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null"]
     straight = fit(compose(run), output_dir=str(tmp_path / "straight"))
-    stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=8"]  # mid-epoch 1
+    stop = ["+callbacks.stop._target_=tests.helpers.probes.SignalAt", "+callbacks.stop.step=8"]  # mid-epoch 1
     with pytest.raises(Interrupted):
         fit(compose([*run, *stop]), output_dir=str(tmp_path / "resumed"))
     resumed = fit(compose([*run, "ckpt_path=last"]), output_dir=str(tmp_path / "resumed"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from framework import compose, fit
-from tests.helpers import BASE, train_losses
+from tests.helpers.configs import BASE, train_losses
 
 CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.filename='epoch{epoch}'",
         "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",

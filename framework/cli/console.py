@@ -1,0 +1,82 @@
+"""The console entry of the Hydra apps (framework.train, framework.evaluate): it prepares the
+command line and Hydra, and imports nothing heavy, so that ``--help``, ``--cfg`` and shell
+completion answer without importing torch."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from typing import Callable
+
+from framework.cli import hydra_fast_paths
+from framework.config.overrides import lenient
+from framework.config.environment import detect_environment
+from framework.launch.fork_server import asks_for_several_devices, start_fork_server
+from framework.launch.process_exit import exit_now, finish_program
+
+# Flags with which Hydra answers without running the job.
+_NO_RUN_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
+
+
+def _register_plugins() -> None:
+    """Hydra finds plugins by scanning the ``hydra_plugins`` package, which an editable install
+    (setuptools' import hook) hides from its scan: register ours by hand (harmless when found)."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    try:
+        from hydra_plugins.framework_slurm.slurm_sweep import SlurmSweepLauncher
+    except ImportError:
+        return
+    if issubclass(SlurmSweepLauncher, Launcher):  # hydra-submitit-launcher is installed
+        Plugins.instance().register(SlurmSweepLauncher)
+
+
+def cwd_importable() -> None:
+    """As ``python -m framework.train`` does: the user's modules in the current directory import."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def console_entry(hydra_main: Callable[[], None]) -> None:
+    """Run a ``@hydra.main`` function from a console script: typo'd keys go to our validator,
+    the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
+    directory. The entry point calls ``end_program`` once it has cleaned up."""
+    sys.argv[1:] = lenient(sys.argv[1:])
+    _register_plugins()
+    hydra_fast_paths.install()
+    cwd_importable()
+    env = detect_environment()
+    if env is None and asks_for_several_devices(sys.argv[1:]) and not set(sys.argv[1:]) & _NO_RUN_FLAGS:
+        start_fork_server({})  # it imports torch while Hydra composes and the config is validated
+    scratch = None
+    if env is not None and env.rank != 0:
+        # Every rank runs the entry point. Only rank 0's Hydra run dir is the job's (ranks agree
+        # on it in framework.rank); the others get a scratch dir and log under <job dir>/ranks/<r>/.
+        scratch = tempfile.mkdtemp(prefix=f"framework-rank{env.rank}-")
+        sys.argv += [f"hydra.run.dir={scratch}"]
+    try:
+        hydra_main()
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def end_program() -> None:
+    """The end of a command whose job is done: called by the entry points last, after their own
+    clean-up. A rank of torchrun/srun/horovodrun leaves at once (see ``exit_now``); a command the
+    user started ends as Python would, less the interpreter's teardown (``finish_program``)."""
+    env = detect_environment()
+    if env is not None and env.world_size > 1:
+        exit_now(0)
+    if _is_the_program():
+        finish_program(0)
+
+
+def _is_the_program() -> bool:
+    """Whether this process was started as one of the framework's commands (``framework-train``,
+    ``python -m framework.train``, ...), not by a program that calls its ``main`` and goes on."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return (getattr(main_spec, "name", "") or "").startswith("framework.") or \
+        os.path.basename(sys.argv[0]).startswith("framework-")

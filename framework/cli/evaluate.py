@@ -1,0 +1,56 @@
+"""``framework-evaluate ckpt_path=<run dir>/checkpoints/<name> [group=option ...] [key=value ...]``
+(``python -m framework.evaluate``; ``framework-predict`` is the same app in predict mode)
+
+Tests a checkpoint's weights with the config its run saved (``<run dir>/config.yaml``), as a
+Hydra app: groups and keys override it as in framework.train (``strategy=ddp
+trainer.devices=2``, ``datamodule=...``), ``--cfg job`` prints the result, ``-m`` sweeps.
+Writes to ``<run dir>/eval/<date>_<time>/`` (or ``hydra.run.dir=...``); the run's own files
+are untouched.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from typing import Optional
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from framework.cli.console import console_entry, end_program
+from framework.config import ConfigError
+from framework.job.saved_run_config import EVALUATE_CONFIG, evaluation_config, saved_run_config
+
+_HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
+
+
+@hydra.main(version_base="1.3", config_path=None, config_name=None)
+def _hydra_main(cfg: DictConfig) -> Optional[float]:
+    from framework.cli.hydra_job import hydra_job  # here: it imports torch and the engine, which --help never needs
+
+    return hydra_job(cfg, prepare=lambda c: evaluation_config(c, HydraConfig.get().runtime.output_dir))
+
+
+def main(mode: str = "eval", usage: str = __doc__) -> None:
+    args = sys.argv[1:]
+    ckpt = next((a.split("=", 1)[1] for a in args if a.startswith("ckpt_path=")), None)
+    if ckpt is None:
+        print(usage, file=sys.stderr)
+        if not any(a.split("=")[0] in _HELP_FLAGS for a in args):
+            print(f"ckpt_path: missing; name the checkpoint to {'test' if mode == 'eval' else 'predict with'}, "
+                  "e.g. ckpt_path=outputs/<run>/checkpoints/best", file=sys.stderr)
+            sys.exit(2)
+        from framework.cli.train import main as train_main  # the groups and keys that can be overridden
+
+        return train_main()
+    try:
+        config_dir, rest = saved_run_config(ckpt, [a for a in args if not a.startswith("ckpt_path=")], mode)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        sys.exit(2)
+    sys.argv[1:] = ["--config-dir", config_dir, "--config-name", EVALUATE_CONFIG, *rest]
+    try:
+        console_entry(_hydra_main)
+    finally:
+        shutil.rmtree(config_dir, ignore_errors=True)
+    end_program()

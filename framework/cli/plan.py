@@ -1,0 +1,47 @@
+"""``framework-plan [overrides]`` (``python -m framework.plan``): per-rank memory of each strategy and
+device count, predicted before anything trains (framework/job/plan.py says how)."""
+from __future__ import annotations
+
+import sys
+
+from omegaconf import OmegaConf
+
+from framework.cli.compose import compose
+from framework.cli.console import cwd_importable
+
+
+def main() -> None:
+    from framework.engine.memory import optimizer_state_bytes
+    from framework.job.plan import COMPARED, plan, plan_problems
+    from framework.job.plan import __doc__ as plan_doc
+
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(f"usage: framework-plan [group=option ...] [key=value ...]\n{__doc__}\n{plan_doc}")
+        return
+    cwd_importable()
+    cfg = compose(sys.argv[1:])
+    problems = plan_problems(cfg)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        sys.exit(2)
+    rows = plan(cfg)
+    params = rows[0]["parameters"]
+    k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
+    print(f"{cfg.name}: {params:,} parameters, fp32, {cfg.optimizer._target_} ({k} B/param of state)")
+    print(f"{'strategy':<8} " + " ".join(f"{n:>12} dev" for n in (1, 2, 4, 8)))
+    for strategy in COMPARED:
+        cells = [r["model_state_bytes_per_rank"] for r in rows if r["strategy"] == strategy]
+        print(f"{strategy:<8} " + " ".join(f"{c / 2**20:>12.2f} MiB" for c in cells))
+    acts = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == COMPARED[0]]
+    if any(a is None for a in acts):
+        print("activations: not estimated; the model's input shape is datamodule.input_shape, which this "
+              "datamodule does not set (the built-in ones do)")
+    else:
+        checkpointed = list(cfg.trainer.get("activation_checkpointing") or [])
+        print(f"{'activ.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
+              + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"
+              + (f", checkpointing {checkpointed}" if checkpointed else ""))
+
+
+if __name__ == "__main__":
+    main()

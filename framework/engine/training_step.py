@@ -1,0 +1,53 @@
+"""One optimizer step of training: the micro-batches of an accumulation window forward and
+backward, then the strategy's optimizer step. What the loop does around it (counting, the
+scheduler, logging, the stop vote, callbacks) is the Trainer's."""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from framework.engine.memory import model_state_bytes
+
+
+class TrainingStep:
+    """Forward, backward and step for the ``task`` on the ``strategy``, in ``precision``."""
+
+    def __init__(self, task, strategy, precision, config, on_device: Callable):
+        self.task, self.strategy, self.precision, self.config = task, strategy, precision, config
+        self.on_device = on_device
+        self.current_batch = None  # the micro-batch being run, on the device
+        self.model_state_bytes: Optional[dict] = None  # params + grads + optimizer state on this rank
+        self._null = contextlib.nullcontext()
+
+    def run(self, model, optimizer, batches: Iterator, size: int, micro_batch_done: Callable):
+        """``size`` micro-batches of ``batches``, then one optimizer step. ``micro_batch_done(loss,
+        last)`` runs after each backward. Returns (the summed detached losses, the last
+        micro-batch's metrics, its loss)."""
+        accum, step_loss = self.config.accumulate_grad_batches, None
+        for i in range(size):
+            self.current_batch = batch = self.on_device(next(batches))
+            # Only the last micro-batch of an accumulation window all-reduces gradients.
+            with (self._null if i == size - 1 else self.strategy.no_sync(model)):
+                with self.precision.autocast():
+                    loss, metrics = self.task.step(model, batch, "train")
+                self.precision.backward(loss / accum if accum > 1 else loss)
+            loss = loss.detach()
+            step_loss = loss if step_loss is None else step_loss + loss
+            micro_batch_done(loss, i == size - 1)
+        self.optimizer_step(model, optimizer)
+        return step_loss, metrics, loss
+
+    def optimizer_step(self, model, optimizer) -> None:
+        cfg = self.config
+        self.strategy.optimizer_step(model, optimizer, self.precision, cfg.gradient_clip_val,
+                                     cfg.gradient_clip_algorithm)
+        if self.model_state_bytes is None:  # once, while gradients and optimizer state both exist
+            self.model_state_bytes = model_state_bytes(self.strategy.unwrap(model),
+                                                       self.strategy.inner_optimizer(optimizer))
+        optimizer.zero_grad(set_to_none=True)
+
+    @staticmethod
+    def mean_loss(step_loss: torch.Tensor, size: int) -> torch.Tensor:
+        return step_loss / size if size > 1 else step_loss

@@ -1,0 +1,87 @@
+"""The memory plan of an experiment (``framework-plan``): per-rank model-state memory of each strategy
+and device count, predicted from the parameter count, dtype and optimizer before anything trains.
+
+Model state = parameters + gradients + optimizer state (the ZeRO paper's accounting, fp32
+training: 4 + 4 + K bytes per parameter, K = 8 for Adam/AdamW, 4 for SGD with momentum,
+0 for plain SGD). Per rank with N data-parallel ranks:
+single/dp/ddp/ddp2: (8 + K)·P;  zero (stage 1): 8·P + K·P/N;  fsdp: (8 + K)·P/N;
+hsdp: (8 + K)·P/shard. Activations and communication buffers are not model state.
+
+Activations: the bytes one training forward saves for backward at the per-rank micro-batch
+(datamodule.batch_size / N), measured by running the model on meta tensors (no memory, no
+compute) with ``trainer.activation_checkpointing`` applied as the run applies it, so the
+saving of checkpointing shows (the model's forward only; the task's loss adds little).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
+from framework.engine.memory import optimizer_state_bytes
+from framework.strategies import STRATEGIES
+
+COMPARED = ("ddp", "zero", "fsdp")
+
+
+def meta_model(cfg: DictConfig) -> torch.nn.Module:
+    """The configured model on the meta device (no memory, no init cost)."""
+    with torch.device("meta"):
+        return instantiate(cfg.model, _convert_="all")
+
+
+def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Module] = None) -> Optional[int]:
+    """Bytes one forward of the configured model (``model``: its meta model, when built already)
+    saves for backward at ``batch`` samples (the parameters themselves not counted), or None when
+    ``datamodule.input_shape`` is unknown."""
+    shape = OmegaConf.select(cfg, "datamodule.input_shape", default=None)
+    if not shape or batch < 1:
+        return None
+    model = meta_model(cfg) if model is None else model
+    inputs = torch.randn(batch, *shape, device="meta")
+    apply_activation_checkpointing(model, list(cfg.trainer.get("activation_checkpointing") or []))
+    params = {id(p) for p in model.parameters()}
+    saved = [0]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in params and id(t._base) not in params:  # a weight (or its transpose) is no activation
+            saved[0] += t.numel() * t.element_size()
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(inputs)
+    return saved[0]
+
+
+def plan_problems(cfg: DictConfig) -> list[str]:
+    """What keeps the plan from describing the run: a model that does not build, an
+    activation_checkpointing class that is no submodule's."""
+    try:
+        model = meta_model(cfg)
+    except Exception as err:  # noqa: BLE001 - the plan is a report; say what failed, briefly
+        cause = err.__cause__ or err
+        return [f"model: {cfg.model.get('_target_')} does not build: {type(cause).__name__}: {cause}"]
+    return checkpoint_problems(model, list(cfg.trainer.get("activation_checkpointing") or []))
+
+
+def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
+    """Per-rank model-state and activation bytes of each compared strategy on each device count
+    (one node; the global batch split across the devices)."""
+    model = meta_model(cfg)
+    params = sum(p.numel() for p in model.parameters())
+    k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
+    batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
+    activations = {n: activation_bytes(cfg, batch // n, model) for n in devices}
+    rows = []
+    for name in COMPARED:
+        cls = STRATEGIES[name]
+        for n in devices:
+            topology = cls.make_topology(n, 1, cls.schema(name=name))
+            rows.append({"strategy": name, "devices": n, "parameters": params,
+                         "model_state_bytes_per_rank": cls.predict_model_state_bytes(params, k, topology),
+                         "activation_bytes_per_rank": activations[n]})
+    return rows

@@ -1,0 +1,65 @@
+"""One job = one experiment: validate, save the resolved config, launch the ranks.
+
+Shared by the Hydra entry point (``python -m framework.train``) and the Python API.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Callable, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from framework.config.environment import detect_environment
+from framework.engine.signals import Interrupted
+from framework.launch.start import launch, start_ranks_early
+from framework.job.preflight import preflight
+from framework.job.run_directory import replaces_previous_run
+from framework.strategies import resolved_options
+
+log = logging.getLogger(__name__)
+
+
+def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = None) -> dict:
+    """Validate ``cfg`` (raises ConfigError listing every problem, before anything is written
+    but the log), write ``config.yaml`` to ``cfg.output_dir`` (and, on rank 0, whatever
+    ``after_validation`` writes), train; return the results."""
+    start_ranks_early(cfg)
+    container = preflight(cfg)
+    env = detect_environment()
+    if env is None or env.rank == 0:
+        _remove_previous_run(container)
+    # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
+    # strategy's options in full (its schema's defaults filled in, `auto` resolved).
+    container["strategy"] = resolved_options(container)
+    cfg = OmegaConf.create(container)
+    output_dir = Path(cfg.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if env is None or env.rank == 0:  # SLURM tasks share the job's directory; rank 0 writes
+        OmegaConf.save(cfg, output_dir / "config.yaml")
+        if after_validation is not None:
+            after_validation()
+    log.info("Experiment '%s', output in %s", cfg.name, output_dir)
+    results = launch(cfg)
+    metrics = results.get("metrics", {})
+    shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(metrics.items())
+                      if k.startswith(("val/", "test/")))
+    log.info("Finished '%s' (%s): %s", cfg.name, results.get("status"), shown or "no metrics")
+    written = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in output_dir.iterdir()))
+    log.info("Outputs: %s (%s)", output_dir.resolve(), written)
+    if results.get("status") == "interrupted":
+        raise Interrupted(results["signal_number"], results)
+    return results
+
+
+def _remove_previous_run(container: dict) -> None:
+    """overwrite=true: the previous run's outputs go, so that its TensorBoard events, metrics and
+    checkpoints do not mix into this run's."""
+    replaced = replaces_previous_run(container)
+    for name in replaced:
+        path = Path(container["output_dir"]) / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if replaced:
+        log.warning("overwrite=true: removed the previous run's %s from %s", ", ".join(replaced),
+                    container["output_dir"])

@@ -1,0 +1,37 @@
+"""A launched job that failed or stopped: what rank 0 wrote, and the record of which rank
+failed first and why (results.json, with what survived and how to resume)."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from framework.engine.checkpoint_files import resolve_ckpt_path, saved_step
+from framework.engine.results import job_record, write_results
+
+log = logging.getLogger(__name__)
+
+
+def read_results(container: dict) -> dict:
+    path = Path(container["output_dir"]) / "results.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def job_failed(container: dict, nprocs: int, rank: int, message: str) -> RuntimeError:
+    """Record in results.json which rank failed first and why (with the job's fields, whichever
+    rank wrote what before); return the error to raise."""
+    run_dir = Path(container["output_dir"])
+    written = read_results(container)  # rank 0's record of this run, unless it kept a finished one's
+    if written.get("status") in ("completed", "diverged"):
+        failed = run_dir / "results.failed.json"
+        written = json.loads(failed.read_text()) if failed.exists() else {}
+    results = {**job_record(container, container["strategy"]["name"], nprocs), **written}
+    last = resolve_ckpt_path("last", str(run_dir))
+    step = saved_step(last)
+    if step is not None:  # what survives the failure, and how to go on from it
+        results.update(checkpoint=str(last), checkpoint_step=step)
+        message += f"; {last} holds step {step}: resume with ckpt_path=last"
+    results.update(status="failed", failed_rank=rank, error=message)
+    write_results(run_dir, results)
+    log.error("rank %d failed first: %s", rank, message)  # the verdict, in the job's train.log too
+    return RuntimeError(f"rank {rank} failed: {message}")

@@ -1,0 +1,38 @@
+"""``benchmark_repeats``: the job's training again, for the spread of its throughput.
+
+A timing from one run says little on a shared machine. The extra runs train a fresh model
+from the same seed through the same strategy (the process group stays), with no callbacks,
+loggers, checkpoints or resume, so nothing the job wrote or reports changes but the
+throughput's figures: ``samples_per_s_repeats`` (the job's own run first) and
+``samples_per_s``, their median.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import tempfile
+
+from omegaconf import DictConfig, OmegaConf
+
+from framework.config.environment import RankEnv
+from framework.rank.build import apply_configured_init, build_trainer
+from framework.engine.results import throughput
+from framework.strategies.base import Strategy
+
+log = logging.getLogger(__name__)
+
+
+def repeat_timing(cfg: DictConfig, env: RankEnv, strategy: Strategy, first: dict) -> dict:
+    """``first`` (the job's throughput) with ``cfg.benchmark_repeats - 1`` more runs' samples/s."""
+    rates = [first.get("samples_per_s")]
+    with tempfile.TemporaryDirectory(prefix="framework-repeat-") as scratch:
+        quiet = OmegaConf.merge(cfg, {"callbacks": None, "logger": None, "ckpt_path": None, "output_dir": scratch})
+        for repeat in range(1, cfg.benchmark_repeats):
+            trainer, parts = build_trainer(quiet, env, strategy)
+            apply_configured_init(quiet, parts.model)
+            trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler)
+            rates.append(throughput(trainer.step_times, trainer.train_samples)["samples_per_s"])
+            log.info("benchmark repeat %d/%d: %.4g samples/s", repeat + 1, cfg.benchmark_repeats, rates[-1])
+    measured = [r for r in rates if r]
+    return {**first, "samples_per_s_repeats": rates,
+            "samples_per_s": statistics.median(measured) if measured else first.get("samples_per_s")}

@@ -1,0 +1,27 @@
+"""A rank's log: rank 0 appends to the job's train.log (and prints), rank r writes
+``ranks/<r>/train.log``."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+def configure_rank_logging(output_dir: str, rank: int) -> None:
+    """Replace this (launched) process's root handlers with the rank's log file (and, on rank 0,
+    the console)."""
+    path = Path(output_dir) / "train.log" if rank == 0 else Path(output_dir) / "ranks" / str(rank) / "train.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    formatter = logging.Formatter(FORMAT.replace("[%(name)s]", f"[rank {rank}][%(name)s]"))
+    handlers: list[logging.Handler] = [logging.FileHandler(path)]
+    if rank == 0:
+        handlers.append(logging.StreamHandler(sys.stdout))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)

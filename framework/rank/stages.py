@@ -1,0 +1,90 @@
+"""The stages of one rank's job, in order: transfer-learning init, fit (or resume), export the
+final weights, test, predict. Each runs when the config asks for it; the Trainer runs the loops."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
+from framework.engine.predictions import write_predictions
+from framework.engine.trainer import Trainer
+from framework.rank.build import Components, apply_configured_init
+from framework.rank.tested_weights import record, test_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
+    """Every stage ``cfg`` asks for; returns what results.json says of them (with the seconds
+    fit and test took: the sweep report subtracts them from the sweep's wall time)."""
+    out: dict = {}
+    init = apply_configured_init(cfg, parts.model)
+    if init is not None:
+        out["init"] = init
+    ckpt = resume_point(cfg)
+    t0 = time.perf_counter()
+    if cfg.train:
+        trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
+    t1 = time.perf_counter()
+    if cfg.get("export_weights") and trainer.model is not None:
+        export_weights(cfg, trainer)
+    t2 = time.perf_counter()
+    if cfg.test and not trainer.interrupted:
+        out.update(test(cfg, trainer, parts, ckpt))
+    if cfg.get("predict") and not trainer.interrupted:
+        out["predictions"] = predict(cfg, trainer, parts, ckpt)
+    out.update(fit_time_s=t1 - t0, test_time_s=time.perf_counter() - t2)
+    return out
+
+
+def export_weights(cfg: DictConfig, trainer: Trainer) -> None:
+    """The final weights as one full ``model.pt`` (before a test on best/last loads others).
+    Collective: every rank takes part in gathering sharded weights; rank 0 writes."""
+    weights = trainer.strategy.full_state_dict(trainer.model)
+    if trainer.is_global_zero:
+        torch.save(weights, Path(cfg.output_dir) / "model.pt")
+
+
+def test(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | None) -> dict:
+    """After training: the weights ``test_ckpt`` names. Evaluation only: the checkpoint's weights
+    (or the model as built)."""
+    if not cfg.train:
+        trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
+        return {}
+    which, path = test_checkpoint(OmegaConf.to_container(cfg, resolve=True))
+    trainer.test(parts.datamodule, ckpt_path=path)
+    return {"test_ckpt": record(which, path)}
+
+
+def predict(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | None) -> dict | None:
+    """The predict loop on the weights just tested or trained (with neither: the checkpoint's,
+    or the model as built); rank 0 writes them to predictions.<predict_format>."""
+    fresh = trainer.model is None
+    predictions = trainer.predict(parts.datamodule, model=parts.model if fresh else None,
+                                  ckpt_path=ckpt if fresh else None)
+    if predictions is None:  # the other ranks, or nothing to predict
+        return None
+    path = write_predictions(predictions, Path(cfg.output_dir), cfg.predict_format)
+    samples = len(predictions if isinstance(predictions, torch.Tensor) else next(iter(predictions.values())))
+    log.info("Wrote the predictions of %d samples to %s", samples, path)
+    return {"path": str(path), "samples": samples}
+
+
+def resume_point(cfg: DictConfig) -> Path | None:
+    """The checkpoint to resume from: ``ckpt_path``; after an elastic restart, this run's own
+    ``last`` (the failed attempt's progress) when it has one."""
+    ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    own = resolve_ckpt_path("last", str(cfg.output_dir))
+    if restart and is_checkpoint(own):
+        log.warning("Restart %d: resuming from %s", restart, own)
+        return own
+    if ckpt is not None and not ckpt.exists():  # ckpt_path=last before any was written (a requeued job)
+        log.warning("ckpt_path=last: no checkpoint in %s yet; starting from the beginning", ckpt.parent)
+        return None
+    return ckpt

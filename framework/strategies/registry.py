@@ -1,0 +1,137 @@
+"""Strategies by name (the built-in ones) or by ``strategy._target_`` (a user's ``Strategy``
+subclass): the registry, the check that runs before any process starts, and the factory."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from framework.config.environment import RankEnv, detect_environment, resolve_accelerator
+from framework.config.schemas import StrategyConfig
+from framework.config.topology import Topology, accelerator_problems, batch_problems, launch_problems
+from framework.config.validate import check_schema, import_target, known_valid_keys
+from framework.strategies.bagua import BaguaStrategy
+from framework.strategies.base import Strategy
+from framework.strategies.ddp import DDPStrategy
+from framework.strategies.ddp2 import DDP2Strategy
+from framework.strategies.ddp_spawn import DDPSpawnStrategy
+from framework.strategies.dp import DataParallelStrategy
+from framework.strategies.fsdp import FSDPStrategy
+from framework.strategies.horovod import HorovodStrategy
+from framework.strategies.hsdp import HSDPStrategy
+from framework.strategies.single import SingleDeviceStrategy
+from framework.strategies.zero import ZeroStrategy
+
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
+    SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDP2Strategy, ZeroStrategy,
+    FSDPStrategy, HSDPStrategy, HorovodStrategy, BaguaStrategy)}
+
+
+def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
+    """The class for ``strategy.name``; ``auto`` picks single for one process, else ddp."""
+    if name == "auto":
+        name = "single" if devices * num_nodes == 1 else "ddp"
+    return STRATEGIES[name]
+
+
+def selected_class(options: dict, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
+    """The class ``strategy._target_`` names, else the built-in one of ``strategy.name``."""
+    if options.get("_target_"):
+        return import_target(str(options["_target_"]))
+    return strategy_class(options.get("name", "auto"), devices, num_nodes)
+
+
+def _options(options: dict, cls: type[Strategy]) -> dict:
+    """The schema's keys of ``options``: its ``_target_`` out, its name the class's own."""
+    return {**{k: v for k, v in options.items() if k != "_target_"}, "name": cls.name or cls.__name__}
+
+
+def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
+    """The strategy class, its typed options and the job's topology, from a resolved, valid config."""
+    trainer = container["trainer"]
+    options = dict(container.get("strategy") or {})
+    cls = selected_class(options, trainer["devices"], trainer["num_nodes"])
+    typed = cls.schema(**_options(options, cls))
+    return cls, typed, cls.make_topology(trainer["devices"], trainer["num_nodes"], typed)
+
+
+def resolved_options(container: dict) -> dict:
+    """The strategy node the ranks get: every option with its schema's default filled in, ``auto``
+    resolved, and a user's ``_target_`` kept (the ranks import it again)."""
+    options = asdict(resolve(container)[1])
+    target = (container.get("strategy") or {}).get("_target_")
+    return {"_target_": target, **options} if target else options
+
+
+def _user_class_problems(options: dict) -> tuple[type[Strategy] | None, list[str]]:
+    """The class of ``strategy._target_``, or why it cannot be one."""
+    target = options["_target_"]
+    try:
+        cls = import_target(str(target))
+    except Exception as err:  # noqa: BLE001 - the import's own message says why
+        return None, [f"strategy._target_: cannot import '{target}': {type(err).__name__}: {err}"]
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        return None, [f"strategy._target_: {target} is not a Strategy (a strategy of your own subclasses "
+                      "framework.strategies.Strategy, with its options in a schema extending StrategyConfig)"]
+    return cls, []
+
+
+def _selection_problems(options: dict, devices, nodes) -> tuple[type[Strategy] | None, type, list[str]]:
+    """(the class, its schema, problems) of the strategy ``options`` select."""
+    if options.get("_target_"):
+        cls, problems = _user_class_problems(options)
+        return cls, cls.schema if cls else StrategyConfig, problems
+    name = options.get("name", "auto")
+    if name not in STRATEGIES and name != "auto":
+        valid = ", ".join(sorted([*STRATEGIES, "auto"]))
+        return None, StrategyConfig, [f"strategy.name: unknown strategy {name!r} (valid: {valid}; or your own "
+                                      "Strategy subclass with strategy._target_)"]
+    cls = strategy_class(name, devices, nodes) if isinstance(devices, int) and isinstance(nodes, int) else None
+    return cls, cls.schema if cls and name != "auto" else StrategyConfig, []
+
+
+def check_strategy(container: dict) -> list[str]:
+    """Strategy class and options, accelerator, topology against the launcher, batch divisibility."""
+    options = container.get("strategy") or {}
+    trainer = container.get("trainer") or {}
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    cls, schema, problems = _selection_problems(options, devices, nodes)
+    if problems:  # an unknown name, a target that is no Strategy: nothing to check the options against
+        return problems
+    check_schema(_options(options, cls) if cls else options, schema, "strategy", problems)
+    if cls is None or not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1 or nodes < 1:
+        return problems  # bad devices / num_nodes are reported by the trainer schema
+    # The remaining checks go on with the options that are valid (the others are reported above).
+    options = {**known_valid_keys(_options(options, cls), schema), **({"_target_": options["_target_"]}
+                                                                      if options.get("_target_") else {})}
+    return problems + _layout_problems(container, cls, options, devices, nodes)
+
+
+def _layout_problems(container: dict, cls: type[Strategy], options: dict, devices: int, nodes: int) -> list[str]:
+    """The accelerator, the strategy's own checks of its topology, the launcher, the batch."""
+    trainer = container["trainer"]
+    accelerator = trainer.get("accelerator", "auto")
+    resolved = resolve_accelerator(accelerator) if isinstance(accelerator, str) else "cpu"
+    missing = accelerator_problems(resolved, devices)
+    if missing:
+        return missing
+    try:
+        _, typed, topology = resolve({**container, "strategy": options,
+                                      "trainer": {**trainer, "devices": devices, "num_nodes": nodes}})
+    except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
+        return [str(err)]
+    problems = cls.check(topology, typed, resolved)
+    launched = detect_environment()
+    problems += launch_problems(topology, cls.name, launched, cls.launcher == "spawn")
+    if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
+        problems.append(f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
+                        "strategy.backend=horovod runs under it; start the others with torchrun, srun or python")
+    return problems + batch_problems(topology, (container.get("datamodule") or {}).get("batch_size"))
+
+
+def build_strategy(container: dict, env: RankEnv) -> Strategy:
+    """The strategy of a resolved, validated config, for the rank ``env``."""
+    cls, options, topology = resolve(container)
+    trainer = container["trainer"]
+    return cls(options, resolve_accelerator(trainer["accelerator"]), topology, env,
+               trainer.get("accumulate_grad_batches", 1))
+
+

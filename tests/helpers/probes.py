@@ -1,0 +1,190 @@
+"""Probe plug-ins that record what the engine did, named by ``_target_: tests.helpers.probes.X``
+in the tests' configs (callbacks, loggers, datamodules, a model)."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from framework.data.digits import DigitsDataModule
+
+
+class ForwardDtypes:
+    """A callback: records (weight dtype, output dtype) of every Linear/Conv2d forward in training,
+    in the class-level list ``seen`` (the run is in this process)."""
+
+    seen: list = []
+
+    def on_fit_start(self, trainer) -> None:
+        ForwardDtypes.seen = []
+
+        def record(module, inputs, output):
+            if module.training:
+                ForwardDtypes.seen.append((module.weight.dtype, output.dtype))
+
+        for module in trainer.model.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)):
+                module.register_forward_hook(record)
+
+
+class CompileProbe(torch.nn.Module):
+    """An MLP that counts the forwards that ran as compiled code: ``torch.compiler.is_compiling()``
+    is a constant True in a compiled frame and False in eager Python."""
+
+    compiled_calls = 0
+
+    def __init__(self, input_shape: list, num_classes: int):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(torch.tensor(input_shape).prod()), 32),
+                                       torch.nn.ReLU(), torch.nn.Linear(32, num_classes))
+
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            CompileProbe.compiled_calls += 1
+        return self.net(x)
+
+
+class ParamGroups:
+    """A callback: the optimizer's (param count, lr) per group at every epoch end, in ``seen``."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_epoch_end(self, trainer) -> None:
+        self.seen.append([(len(g["params"]), g["lr"]) for g in trainer.optimizer.param_groups])
+
+
+class GroupProbe:
+    """A callback: each group's (name, parameter names, weight decay, lr) at fit start."""
+
+    seen: list = []
+
+    def on_fit_start(self, trainer) -> None:
+        names = {id(p): n for n, p in trainer.strategy.unwrap(trainer.model).named_parameters()}
+        GroupProbe.seen = [(g.get("name"), sorted(names[id(p)] for p in g["params"]), g["weight_decay"], g["lr"])
+                           for g in trainer.optimizer.param_groups]
+
+
+class EnvProbe:
+    """A callback: writes the FRAMEWORK_PROBE variable each rank sees to out_dir/rank<r>."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir = out_dir
+
+    def on_fit_start(self, trainer) -> None:
+        os.makedirs(self.out_dir, exist_ok=True)
+        with open(os.path.join(self.out_dir, f"rank{trainer.strategy.rank}"), "w") as f:
+            f.write(os.environ.get("FRAMEWORK_PROBE", "<unset>"))
+
+
+class TypoCallback:
+    """A user callback with a misspelled hook: it would never run."""
+
+    def on_train_epoch_ends(self, trainer) -> None:
+        pass
+
+
+class NoFinalizeLogger:
+    """A user logger missing finalize()."""
+
+    def log_metrics(self, metrics, step) -> None:
+        pass
+
+    def log_hparams(self, params, metrics) -> None:
+        pass
+
+
+class FailingFinalizeLogger(NoFinalizeLogger):
+    """A user logger whose finalize() raises."""
+
+    def finalize(self, status: str) -> None:
+        raise OSError(f"finalize failed (status {status})")
+
+
+class SignalAt:
+    """A callback: sends ``signal`` to its own process after optimizer step ``step`` (on ``rank``
+    only, in the first attempt of an elastically restarted job)."""
+
+    def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0):
+        self.step, self.signal, self.rank = step, signal, rank
+
+    def on_train_step_end(self, trainer, loss) -> None:
+        import signal as signals
+
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if trainer.global_step == self.step and trainer.strategy.rank == self.rank and first_attempt:
+            os.kill(os.getpid(), getattr(signals, self.signal))
+
+
+class Slow:
+    """A callback: sleeps ``seconds`` after every optimizer step, so that a test can signal a run
+    from outside while it trains (it changes no number of the run)."""
+
+    def __init__(self, seconds: float = 0.2):
+        self.seconds = seconds
+
+    def on_train_step_end(self, trainer, loss) -> None:
+        import time
+
+        time.sleep(self.seconds)
+
+
+def plain_digits(**kwargs):
+    """DigitsDataModule whose splits are torch's own Subset(TensorDataset): samples fetched one by
+    one and collated, as before batched fetching (a reference to compare with, bit for bit)."""
+    from torch.utils.data import Subset, TensorDataset
+
+    from framework.data import DigitsDataModule
+
+    module = DigitsDataModule(**kwargs)
+    setup = module.setup
+
+    def plain_setup(stage: str) -> None:
+        setup(stage)
+        for name in ("train_set", "val_set", "test_set"):
+            gathered = getattr(module, name)
+            if isinstance(gathered, TensorDataset):  # not yet replaced (setup runs once per stage)
+                setattr(module, name, Subset(TensorDataset(*gathered.tensors), range(len(gathered))))
+
+    module.setup = plain_setup
+    return module
+
+
+class CountingDigits(DigitsDataModule):
+    """A datamodule: the digits one, recording at each train_dataloader() call the epoch its
+    ``trainer`` (set under reload_dataloaders_every_n_epochs) was at, in ``calls``."""
+
+    calls: list = []
+
+    def train_dataloader(self):
+        trainer = getattr(self, "trainer", None)
+        CountingDigits.calls.append(trainer.current_epoch if trainer is not None else None)
+        return super().train_dataloader()
+
+
+class GlobalFlags:
+    """A callback: torch's anomaly detection flag during fit, in ``seen``."""
+
+    seen: list = []
+
+    def on_fit_start(self, trainer) -> None:
+        GlobalFlags.seen = [torch.is_anomaly_enabled()]
+
+
+class NoPredictDigits:
+    """A datamodule of the bare contract (setup, train/val/test loaders): no predict_dataloader."""
+
+    def __init__(self, batch_size: int = 32):
+        self.inner = DigitsDataModule(batch_size=batch_size)
+
+    def setup(self, stage: str) -> None:
+        self.inner.setup(stage)
+
+    def train_dataloader(self):
+        return self.inner.train_dataloader()
+
+    def val_dataloader(self):
+        return self.inner.val_dataloader()
+
+    def test_dataloader(self):
+        return self.inner.test_dataloader()

@@ -1,0 +1,39 @@
+"""The sweep report from job directories written by hand (no training): speed-ups against the
+1-device job, their noise flag, loss_rel_diff step by step, failures named by rank."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from framework.report import collect, write_report
+
+
+def _job(sweep, num, strategy, devices, samples_per_s, losses, status="completed", **extra):
+    job = sweep / str(num)
+    job.mkdir(parents=True)
+    overrides = [f"strategy={strategy}", f"trainer.devices={devices}"]
+    results = {"status": status, "strategy": strategy, "devices": devices, "world_size": devices,
+               "throughput": {"samples_per_s": samples_per_s}, "metrics": {"val/loss": losses[-1]},
+               "job": {"num": num, "overrides": overrides}, **extra}
+    (job / "results.json").write_text(json.dumps(results))
+    rows = ["step,train/loss"] + [f"{step},{loss}" for step, loss in enumerate(losses, 1)]
+    (job / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_rows_compare_each_job_with_its_one_device_baseline(tmp_path):
+    _job(tmp_path, 0, "single", 1, 1000.0, [2.0, 1.0, 0.5])
+    _job(tmp_path, 1, "ddp", 2, 1800.0, [2.0, 1.0, 0.5005])
+    _job(tmp_path, 2, "fsdp", 2, 5000.0, [2.0, 1.1, 0.5])  # faster than 2 ranks can be: noise
+    _job(tmp_path, 3, "zero", 2, None, [2.0], status="failed", failed_rank=1, error="killed by SIGKILL")
+    rows = {r["strategy"]: r for r in collect(tmp_path)}
+    assert rows["ddp"]["speedup"] == pytest.approx(1.8) and rows["ddp"]["efficiency"] == pytest.approx(0.9)
+    assert rows["ddp"]["loss_rel_diff"] == pytest.approx(0.001)
+    assert rows["fsdp"]["loss_rel_diff"] == pytest.approx(0.1)
+    assert "noise: a 5.00x speed-up on 2 ranks" in rows["fsdp"]["notes"]
+    assert "notes" not in rows["ddp"] or "noise" not in rows["ddp"]["notes"]
+    assert rows["zero"]["reason"] == "rank 1: killed by SIGKILL" and "speedup" not in rows["zero"]
+    write_report(tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert "ddp" in report and "rank 1: killed by SIGKILL" in report
+    assert (tmp_path / "report.csv").exists() and (tmp_path / "throughput.png").exists()
