@@ -5,6 +5,7 @@
 # 2. precision and strategies: bf16-mixed, 16-mixed (GradScaler), dp, ddp2, fsdp grad_op,
 #    fsdp bf16 params, fsdp cpu_offload, torch.compile; samples/s, MFU, peak memory;
 #    an FSDP checkpoint evaluated from disk; a device count above the GPUs is rejected;
+# 2b. the transformer under tensor parallelism (tp, fsdp_tp with 2+ GPUs), tokens/s;
 # 3. benchmarks/overhead.py on the GPU (engine vs hand-written loop).
 # Prints one line per run and a table; every run's files are under out_dir/runs.
 # SMOKE=1 ACCEL=cpu runs the same plumbing on a CPU machine (tiny sizes, ~15 min on 2 cores: bf16/fp16
@@ -87,6 +88,30 @@ run compile_bf16 0 "${P[@]}" strategy=single trainer.precision=bf16-mixed traine
 run_cuda too_many_devices 2 "${P[@]}" strategy=ddp trainer.devices=$(( $($PY -c "import torch; print(torch.cuda.device_count())") + 1 ))
 [ -f "$RUNS/too_many_devices.log" ] &&  # absent when skipped
   grep -h "trainer.accelerator\|trainer.devices" "$RUNS/too_many_devices.log" | head -3
+
+# 2b. The transformer (model=gpt on datamodule=text) under tensor parallelism over NCCL: tp over every
+# GPU (1 GPU: the DTensor path with one rank), fsdp_tp in groups of 2 (needs 2 GPUs), tokens/s.
+NGPU=$($PY -c "import torch; print(max(1, torch.cuda.device_count()))")
+GPT=(model=gpt datamodule=text task=language_modeling optimizer=adamw trainer.accelerator=$ACCEL trainer.max_epochs=1
+     trainer.enable_progress_bar=false logger=csv seed=7 callbacks=none trainer.num_sanity_val_steps=0
+     trainer.max_steps=$STEPS trainer.log_every_n_steps=10 trainer.limit_val_batches=4 trainer.limit_test_batches=4)
+run_gpt() {  # run_gpt NAME OVERRIDES...
+  local name=$1; shift
+  local t0=$SECONDS
+  if timeout 300 $PY -m framework.train "${GPT[@]}" "$@" hydra.run.dir="$RUNS/$name" > "$RUNS/$name.log" 2>&1; then
+    echo "ok   $name ($((SECONDS - t0)) s): $($PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['throughput'].get('tokens_per_s') or 0), 'tokens/s, val/loss', round(r['metrics'].get('val/loss', 0), 4))" "$RUNS/$name/results.json")"
+  else
+    echo "FAIL $name"; tail -15 "$RUNS/$name.log"; status=1
+  fi
+}
+run_gpt gpt_single_bf16 strategy=single trainer.precision=bf16-mixed
+run_gpt gpt_tp strategy=tp trainer.devices=$NGPU
+run_gpt gpt_tp_bf16 strategy=tp trainer.devices=$NGPU trainer.precision=bf16-mixed
+if [ "$NGPU" -ge 2 ] && [ "$ACCEL" != cpu ]; then
+  run_gpt gpt_fsdp_tp strategy=fsdp_tp trainer.devices=$NGPU strategy.tensor_parallel=2 trainer.precision=bf16-mixed
+else
+  echo "SKIP gpt_fsdp_tp: needs 2 GPUs ($NGPU here)"
+fi
 
 # The FSDP checkpoint, loaded back and tested by framework.evaluate.
 t0=$SECONDS

@@ -21,7 +21,8 @@ def median_step_time(model, optimizer, loader, steps: int, device=None, metrics=
         if device is not None:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         logits = model(x)
-        loss = F.cross_entropy(logits, y)
+        # a language model's [batch, seq, vocab] logits: one token per row
+        loss = F.cross_entropy(logits.flatten(0, -2), y.flatten()) if logits.dim() > 2 else F.cross_entropy(logits, y)
         if metrics:
             (logits.argmax(dim=-1) == y).float().mean()  # the accuracy: the engine computes it too
             for metric in metrics:

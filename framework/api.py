@@ -2,8 +2,10 @@
 ``evaluate`` and ``predict`` a saved checkpoint; ``build_trainer`` to drive the engine yourself."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -15,7 +17,7 @@ from framework.cli.compose import compose
 from framework.config import ConfigError
 from framework.job.naming import set_job_fields
 from framework.job.run import run_job
-from framework.launch.main_module import GUARD_MESSAGE, reimported_by_a_rank
+from framework.launch.main_module import GUARD_MESSAGE, interactive_main, reimported_by_a_rank
 
 __all__ = ["build_trainer", "compose", "evaluate", "fit", "predict"]
 
@@ -23,12 +25,16 @@ __all__ = ["build_trainer", "compose", "evaluate", "fit", "predict"]
 _API_SPELLING = {"(hydra.run.dir=...)": "(fit(cfg, output_dir=...))", "set overwrite=true": "pass overwrite=True"}
 
 
-def fit(cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = False) -> dict:
+def fit(cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = False,
+        verbose: Optional[bool] = None) -> dict:
     """Validate and run ``cfg``; returns the contents of results.json.
 
     ``output_dir`` defaults to ``outputs/api/<date>/<time>``; a directory that holds a run
     already is refused unless ``overwrite=True`` (or the run resumes it, ``ckpt_path=last``).
     Raises ConfigError before anything is written (but train.log) when the config is invalid.
+    ``verbose``: rank 0's log lines on the console too (None: not in a notebook, where the
+    progress and the results are what a cell shows; train.log has them all). When it returns
+    or raises, this process's environment, signal handlers, logging and threads are as before.
     """
     caller = sys._getframe(1).f_globals
     if reimported_by_a_rank(caller):
@@ -42,7 +48,8 @@ def fit(cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = Fal
     if overwrite:
         with open_dict(cfg):
             cfg.overwrite = True
-    with _log_to(Path(output_dir) / "train.log"):
+    with _process_kept(), _log_to(Path(output_dir) / "train.log"):
+        _for_this_process(verbose)
         try:
             return run_job(cfg)
         except ConfigError as err:
@@ -83,6 +90,46 @@ def build_trainer(cfg: DictConfig, *args, **kwargs):
     from framework.rank.build import build_trainer as build
 
     return build(cfg, *args, **kwargs)
+
+
+def in_notebook() -> bool:
+    """A Jupyter kernel runs this process (its __main__ is the notebook, no script file)."""
+    return "ipykernel" in sys.modules and interactive_main()
+
+
+def _for_this_process(verbose: Optional[bool]) -> None:
+    """What the ranks read from the environment: whether rank 0 logs to the console, and which
+    process may show a notebook's progress widget."""
+    from framework.callbacks.progress import NOTEBOOK_PID
+    from framework.rank.logs import CONSOLE_LOG
+
+    notebook = in_notebook()
+    os.environ[CONSOLE_LOG] = "1" if (verbose if verbose is not None else not notebook) else "0"
+    if notebook:
+        os.environ[NOTEBOOK_PID] = str(os.getpid())
+
+
+@contextlib.contextmanager
+def _process_kept():
+    """This process as it was before a fit: its environment (seeding sets PYTHONHASHSEED, the
+    ranks' settings travel in it), its signal handlers and torch's thread count."""
+    import signal
+    import threading
+
+    import torch
+
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    names = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1")
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {getattr(signal, n): signal.getsignal(getattr(signal, n)) for n in names} if main else {}
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        torch.set_num_threads(threads)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def _in_api_words(problem: str) -> str:

@@ -2,11 +2,13 @@
 what happened: exit code, seconds from the blow to the exit, the status and step in
 results.json, the step of checkpoints/last, and the processes of the job still alive 15 s later.
 
-    python scripts/failure_drill.py [--only NAME ...]
+    python scripts/failure_drill.py [--only NAME ...]     (from the repository root)
 
 Each scenario starts ``python -m framework.train`` (a small MLP on the bundled digits, long
 enough to be killed while it trains) in a temporary directory, waits until it has trained a
-few steps, then delivers the blow from outside, as a user or a cluster would.
+few steps (or once it tests, after training), then delivers the blow from outside, as a user or
+a cluster would, and judges each outcome against the README's table: good, acceptable (right,
+but slower than 5 s), bad; the counts close the table.
 """
 from __future__ import annotations
 
@@ -67,13 +69,18 @@ def rank_pid(pids: set[int], run_dir: Path, rank: int, launcher: int) -> int:
     raise RuntimeError(f"no process of rank {rank}")
 
 
-def scenario(name: str, extra: list[str], blow) -> dict:
-    """Run one job, strike it with ``blow(proc, pids, run_dir)`` after a few steps, report what happened."""
+def scenario(name: str, extra: list[str], blow, wait_for: str | None = None) -> dict:
+    """Run one job, strike it with ``blow(proc, pids, run_dir)`` after a few steps (or once the file
+    ``wait_for`` appears in its run directory), report what happened."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"drill-{name}-"))
-    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *RUN, *extra, f"hydra.run.dir={run_dir}"],
+    short = ["trainer.max_epochs=2"] if wait_for else []  # reach the test stage
+    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *RUN, *short, *extra, f"hydra.run.dir={run_dir}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     metrics, deadline = run_dir / "metrics.csv", time.time() + 180
-    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 4):
+    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 4) \
+            and not wait_for:
+        time.sleep(0.1)
+    while wait_for and time.time() < deadline and not (run_dir / wait_for).exists():
         time.sleep(0.1)
     pids = tree(proc.pid)
     struck = time.time()
@@ -96,30 +103,64 @@ def send(sig):
     return lambda proc, pids, run_dir: proc.send_signal(sig)
 
 
+def group(sig):
+    return lambda proc, pids, run_dir: os.killpg(proc.pid, sig)
+
+
+def kill_rank(rank: int):
+    return lambda proc, pids, run_dir: os.kill(rank_pid(pids, run_dir, rank, proc.pid), signal.SIGKILL)
+
+
+# A stop after the final save: the (slow) test runs when the blow comes.
+TESTING = ["+callbacks.slow._target_=tests.helpers.probes.SlowTest", "+callbacks.slow.marker=${output_dir}/testing"]
+STOPPED = {"status": "interrupted", "last_is_step": True}
+AFTER = {"status": "interrupted", "last_is_step": False}
+FAILED = {"exit": 1, "status": "failed", "last_is_step": False}
+
+# name: (overrides, the blow, what the README's "When things fail" table promises)
 SCENARIOS = {
-    "sigterm-single": ([], send(signal.SIGTERM)),
-    "sigint-single": ([], send(signal.SIGINT)),
-    "sigusr1-single": (["trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1)),
-    "sigterm-ddp": (DDP, send(signal.SIGTERM)),
-    "sigint-ddp": (DDP, send(signal.SIGINT)),
-    "ctrl-c-group-ddp": (DDP, lambda proc, pids, run_dir: os.killpg(proc.pid, signal.SIGINT)),
-    "scancel-group-ddp": (DDP, lambda proc, pids, run_dir: os.killpg(proc.pid, signal.SIGTERM)),
-    "sigusr1-ddp": ([*DDP, "trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1)),
-    "sigkill-rank1-ddp": (DDP, lambda proc, pids, run_dir: os.kill(rank_pid(pids, run_dir, 1, proc.pid), signal.SIGKILL)),
-    "sigkill-rank0-ddp": (DDP, lambda proc, pids, run_dir: os.kill(rank_pid(pids, run_dir, 0, proc.pid), signal.SIGKILL)),
-    "sigkill-launcher-ddp": (DDP, send(signal.SIGKILL)),
+    "sigterm-single": ([], send(signal.SIGTERM), {**STOPPED, "exit": 143}),
+    "sigint-single": ([], send(signal.SIGINT), {**STOPPED, "exit": 130}),
+    "sigusr1-single": (["trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1), {**STOPPED, "exit": 138}),
+    "sigterm-ddp": (DDP, send(signal.SIGTERM), {**STOPPED, "exit": 143}),
+    "sigint-ddp": (DDP, send(signal.SIGINT), {**STOPPED, "exit": 130}),
+    "ctrl-c-group-ddp": (DDP, group(signal.SIGINT), {**STOPPED, "exit": 130}),
+    "scancel-group-ddp": (DDP, group(signal.SIGTERM), {**STOPPED, "exit": 143}),
+    "sigusr1-ddp": ([*DDP, "trainer.stop_on_sigusr1=true"], send(signal.SIGUSR1), {**STOPPED, "exit": 138}),
+    "sigkill-rank1-ddp": (DDP, kill_rank(1), {**FAILED, "blamed": 1}),
+    "sigkill-rank0-ddp": (DDP, kill_rank(0), {**FAILED, "blamed": 0}),
+    "sigkill-launcher-ddp": (DDP, send(signal.SIGKILL), {"exit": -9, "status": "interrupted", "last_is_step": True}),
+    "sigterm-during-test-single": (TESTING, send(signal.SIGTERM), {**AFTER, "exit": 143}),
+    "sigterm-during-test-ddp": ([*DDP, *TESTING], send(signal.SIGTERM), {**AFTER, "exit": 143}),
+    "scancel-during-test-ddp": ([*DDP, *TESTING], group(signal.SIGTERM), {**AFTER, "exit": 143}),
 }
+FAST_S, SLOW_S = 5.0, 35.0  # a blow is answered within FAST_S (good) or at least within SLOW_S (acceptable)
+
+
+def verdict(row: dict, expect: dict) -> str:
+    """good: what the README promises, within FAST_S; acceptable: the same, slower; bad: anything else."""
+    right = (row["exit"] == expect["exit"] and row["status"] == expect["status"] and row["left"] == 0
+             and (not expect["last_is_step"] or row["last"] == row["step"])
+             and expect.get("blamed", row["blamed"]) == row["blamed"])
+    if not right or row["exit_s"] > SLOW_S:
+        return "bad"
+    return "good" if row["exit_s"] <= FAST_S or expect["status"] == "failed" else "acceptable"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", default=list(SCENARIOS), choices=list(SCENARIOS))
     args = parser.parse_args()
-    columns = ["scenario", "exit", "exit_s", "status", "step", "last", "blamed", "error", "left"]
+    columns = ["scenario", "exit", "exit_s", "status", "step", "last", "blamed", "error", "left", "verdict"]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
+    counts = {"good": 0, "acceptable": 0, "bad": 0}
     for name in args.only:
-        row = scenario(name, *SCENARIOS[name])
+        extra, blow, expect = SCENARIOS[name]
+        row = scenario(name, extra, blow, wait_for="testing" if TESTING[0] in extra else None)
+        row["verdict"] = verdict(row, expect)
+        counts[row["verdict"]] += 1
         print("| " + " | ".join(str(row[c]) for c in columns) + " |", flush=True)
+    print(f"\n{len(args.only)} scenarios: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
 
 
 if __name__ == "__main__":

@@ -4,14 +4,47 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shutil
+import string
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
+from framework.config.ranges import Range, check_arguments
 from framework.engine.checkpoint import copy_checkpoint, save_checkpoint
 from framework.engine.checkpoint_files import remove_leftovers
 
 log = logging.getLogger(__name__)
+
+
+# A checkpoint's name is a file name inside ``dirpath``: these are the framework's own there.
+RESERVED_NAMES = ("last", "best")
+
+
+def filename_problems(filename, monitor: Optional[str] = None) -> list[str]:
+    """``filename`` must name a directory inside ``dirpath`` (no separator, no ``..``, not hidden, not
+    ``last``/``best``) and format only ``epoch``, ``step`` and metric names (``val/loss`` as ``val_loss``)."""
+    if not isinstance(filename, str) or not filename:
+        return [f"filename: expected a name template like 'epoch{{epoch}}-step{{step}}', got {filename!r}"]
+    problems = []
+    if "/" in filename or "\\" in filename or os.sep in filename or filename.startswith(".") \
+            or filename in RESERVED_NAMES:
+        problems.append(f"filename: {filename!r} is not a plain file name; a checkpoint is named inside dirpath (no "
+                        f"'/', no '..', not hidden, not {' or '.join(RESERVED_NAMES)}): change dirpath to move them")
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(filename) if name is not None]
+    except ValueError as err:
+        return problems + [f"filename: {filename!r} is not a valid template: {err}"]
+    for name in fields:
+        if not _METRIC_FIELD.match(name) and name not in ("epoch", "step"):
+            known = sorted({"epoch", "step", "val_loss", "train_loss", *([monitor.replace("/", "_")] if monitor else [])})
+            problems.append(f"filename: {{{name}}} is not a field of a checkpoint's name; fields: {', '.join(known)} "
+                            f"and any other logged metric, '/' read as '_' (val/acc -> {{val_acc}})")
+    return problems
+
+
+# A logged metric as a name field: its namespace (train/, val/, test/, lr-..., throughput/, device/), '/' as '_'.
+_METRIC_FIELD = re.compile(r"^(train|val|test|throughput|device)_[A-Za-z0-9_]+$|^lr-[A-Za-z0-9_\-]+$")
 
 
 class _Fields(dict):
@@ -29,11 +62,20 @@ class ModelCheckpoint:
     are already reduced, so every rank makes the same decision.
     """
 
+    argument_ranges = {"save_top_k": Range(low=-1, note=" (-1: keep every checkpoint, 0: none)"),
+                       "every_n_epochs": Range(low=0, note=" (or null)"),
+                       "every_n_train_steps": Range(low=0, note=" (or null)")}
+
     def __init__(self, dirpath: str, filename: str = "epoch{epoch}-step{step}", monitor: Optional[str] = None,
-                 mode: str = "min", save_top_k: int = 1, save_last: bool = True,
+                 mode: Literal["min", "max"] = "min", save_top_k: int = 1, save_last: bool = True,
                  every_n_epochs: Optional[int] = None, every_n_train_steps: Optional[int] = None):
         if mode not in ("min", "max"):
             raise ValueError(f"callbacks.model_checkpoint.mode: {mode!r} is not one of 'min', 'max'")
+        check_arguments(ModelCheckpoint, {"save_top_k": save_top_k, "every_n_epochs": every_n_epochs,
+                                          "every_n_train_steps": every_n_train_steps}, "callbacks.model_checkpoint")
+        problems = filename_problems(filename, monitor)
+        if problems:
+            raise ValueError("; ".join(f"callbacks.model_checkpoint.{p}" for p in problems))
         self.dirpath = Path(dirpath)
         self.filename, self.monitor, self.mode = filename, monitor, mode
         self.save_top_k, self.save_last = save_top_k, save_last
@@ -43,6 +85,11 @@ class ModelCheckpoint:
         self.best_model_path: Optional[str] = None
         self._last_saved_step = -1
         self._warned = False
+
+    @classmethod
+    def check_config(cls, filename: str = "epoch{epoch}-step{step}", monitor: Optional[str] = None, **_) -> list[str]:
+        """The file name template, checked before any process starts (keys relative to this node)."""
+        return filename_problems(filename, monitor)
 
     # ---- events
     def on_fit_start(self, trainer) -> None:
@@ -63,8 +110,10 @@ class ModelCheckpoint:
             self._save(trainer)
 
     def on_train_epoch_end(self, trainer) -> None:
+        # an epoch cut short (a stop signal, max_steps) is not one to rank: its metrics are the last
+        # validation's or none; `last` holds its state (on_fit_end, or the interruption's own save)
         n = self.every_n_epochs
-        if n and (trainer.current_epoch + 1) % n == 0:
+        if n and trainer.state.epoch_finished and (trainer.current_epoch + 1) % n == 0:
             self._save(trainer)
 
     def on_fit_end(self, trainer) -> None:
@@ -78,7 +127,9 @@ class ModelCheckpoint:
         return {"best_k": self.best_k, "best_model_path": self.best_model_path}
 
     def load_state_dict(self, state: dict) -> None:
-        self.best_k, self.best_model_path = dict(state["best_k"]), state["best_model_path"]
+        # only names inside dirpath: a checkpoint's state never makes this callback delete elsewhere
+        self.best_k = {name: score for name, score in dict(state["best_k"]).items() if not filename_problems(name)}
+        self.best_model_path = state["best_model_path"]
 
     # ---- internals
     def _score(self, trainer) -> Optional[float]:

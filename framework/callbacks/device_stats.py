@@ -9,6 +9,7 @@ from typing import Optional
 
 import torch
 
+from framework.config.ranges import Range, check_arguments
 from framework.strategies.collectives import all_reduce
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -37,9 +38,10 @@ class DeviceStats:
     CPU time of rank 0's process per wall second since the last log (``device/cpu_util``: 1.0 =
     one core busy). All ranks take part (one small all-reduce per log)."""
 
+    argument_ranges = {"every_n_steps": Range(low=1)}
+
     def __init__(self, every_n_steps: int = 50):
-        if every_n_steps < 1:
-            raise ValueError(f"callbacks.device_stats.every_n_steps: must be >= 1, got {every_n_steps}")
+        check_arguments(DeviceStats, {"every_n_steps": every_n_steps}, "callbacks.device_stats")
         self.every_n_steps = every_n_steps
         self._last: Optional[tuple[float, float]] = None  # (wall, cpu seconds) of the last log
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Optional
+from typing import Literal, Optional
+
+from framework.config.ranges import Range
 
 log = logging.getLogger(__name__)
 
@@ -13,7 +15,10 @@ class EarlyStopping:
     ``train/`` metric). Metrics are reduced across ranks before callbacks see them, and the
     engine reduces ``should_stop`` too, so every rank stops at the same step."""
 
-    def __init__(self, monitor: str = "val/loss", mode: str = "min", patience: int = 3, min_delta: float = 0.0,
+    argument_ranges = {"patience": Range(low=0)}
+
+    def __init__(self, monitor: str = "val/loss", mode: Literal["min", "max"] = "min", patience: int = 3,
+                 min_delta: float = 0.0,
                  check_finite: bool = True, stopping_threshold: Optional[float] = None,
                  divergence_threshold: Optional[float] = None):
         if mode not in ("min", "max"):

@@ -7,6 +7,7 @@ import torch
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 from framework.callbacks.weight_average import AveragedWeights, AveragingCallback
+from framework.config.ranges import Range, check_arguments
 
 log = logging.getLogger(__name__)
 
@@ -19,12 +20,10 @@ class EMA(AveragingCallback):
     for an exact resume; the average under ``callbacks.<name>``, sharded like the model), and
     testing a checkpoint (test_ckpt, framework.evaluate) uses its average. On every strategy."""
 
+    argument_ranges = {"decay": Range(low=0, high=1), "every_n_steps": Range(low=1), "start_step": Range(low=0)}
+
     def __init__(self, decay: float = 0.999, every_n_steps: int = 1, start_step: int = 0, validate: bool = True):
-        if not 0.0 <= decay <= 1.0:
-            raise ValueError(f"callbacks.ema.decay: {decay} is not in [0, 1]")
-        if every_n_steps < 1 or start_step < 0:
-            raise ValueError(f"callbacks.ema: every_n_steps ({every_n_steps}) must be >= 1 and start_step "
-                             f"({start_step}) >= 0")
+        check_arguments(EMA, {"decay": decay, "every_n_steps": every_n_steps, "start_step": start_step}, "callbacks.ema")
         self.decay, self.every_n_steps, self.start_step, self.validate = decay, every_n_steps, start_step, validate
         self.average = AveragedWeights(get_ema_multi_avg_fn(decay))
 

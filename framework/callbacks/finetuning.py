@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 
+from framework.config.ranges import Range
+
 log = logging.getLogger(__name__)
 
 _LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
@@ -11,6 +13,8 @@ _LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 class BackboneFinetuning:
     """Freeze the submodule ``backbone`` until epoch ``unfreeze_at_epoch``; from then on it
     trains as its own optimizer param group with lr = (the first group's lr) x ``lr_factor``."""
+
+    argument_ranges = {"unfreeze_at_epoch": Range(low=0), "lr_factor": Range(low=0, strict=True)}
 
     def __init__(self, backbone: str = "features", unfreeze_at_epoch: int = 5, lr_factor: float = 0.1):
         self.backbone, self.unfreeze_at_epoch, self.lr_factor = backbone, unfreeze_at_epoch, lr_factor

@@ -1,13 +1,15 @@
 """LearningRateMonitor: the optimizer's learning rate(s) to the loggers."""
 from __future__ import annotations
 
+from typing import Literal
+
 
 class LearningRateMonitor:
     """Logs ``lr-<Optimizer>`` for the first param group and ``lr-<Optimizer>/<name>`` for the others
     (a group's ``name``, as ``optimizer.param_groups`` sets it, or ``pg<i>``; a named first group too)
     every ``log_every_n_steps`` optimizer steps (``logging_interval: step``) or at each epoch end (``epoch``)."""
 
-    def __init__(self, logging_interval: str = "step"):
+    def __init__(self, logging_interval: Literal["step", "epoch"] = "step"):
         if logging_interval not in ("step", "epoch"):
             raise ValueError(f"callbacks.lr_monitor.logging_interval: {logging_interval!r} is not 'step' or 'epoch'")
         self.logging_interval = logging_interval

@@ -43,7 +43,7 @@ class ModelSummary:
         model = trainer.unwrapped_model
         rows = summary_rows(model, self.max_depth)
         trainable, frozen = _count(model.parameters())
-        width = max([len(r[0]) for r in rows] + [4])
+        width = max([len(r[0]) for r in rows] + [len("total")])
         lines = [f"  {'name':<{width}}  {'type':<20} {'trainable':>12} {'frozen':>12}"]
         lines += [f"  {n:<{width}}  {t:<20} {a:>12,} {f:>12,}" for n, t, a, f in rows]
         lines.append(f"  {'total':<{width}}  {type(model).__name__:<20} {trainable:>12,} {frozen:>12,}"

@@ -1,17 +1,42 @@
 """Progress on the console (rank 0 only): a tqdm bar with the training loss and samples/s
-on a terminal; one plain line per epoch when stderr is a file or a pipe (CI, SLURM logs),
-where a bar's carriage returns would pile up into one unreadable line."""
+on a terminal, a notebook's widget bar in the notebook's own process (when ipywidgets is
+installed); one plain line per epoch elsewhere: when stderr is a file or a pipe (CI, SLURM logs),
+where a bar's carriage returns would pile up into one unreadable line, or a notebook's ranks.
+
+The loss shown is the training loss as logged (``train/loss``: the mean over every rank's share
+of the batch, at the latest log step), the same quantity on every strategy."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
-from tqdm.auto import tqdm
+from tqdm.std import tqdm
+
+from framework.config.ranges import Range
+
+# Set by framework.api.fit in a notebook kernel: the pid of the process that can show widgets.
+NOTEBOOK_PID = "FRAMEWORK_NOTEBOOK_PID"
+
+
+def notebook_bar():
+    """tqdm's notebook bar when this is the notebook's process and ipywidgets is there, else None."""
+    if os.environ.get(NOTEBOOK_PID) != str(os.getpid()):
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        return None  # (tqdm's notebook bar would only warn "IProgress not found")
+    from tqdm.notebook import tqdm as widget_tqdm
+
+    return widget_tqdm
 
 
 class ProgressBar:
-    """Refreshes its loss figure every ``refresh_every_n_steps`` optimizer steps, the only
-    time it reads the loss from the device. ``plain``: null = a bar only on a terminal."""
+    """Refreshes its figures every ``refresh_every_n_steps`` optimizer steps. ``plain``: null = a bar
+    on a terminal or in a notebook's own process, plain lines elsewhere."""
+
+    argument_ranges = {"refresh_every_n_steps": Range(low=1)}
 
     def __init__(self, refresh_every_n_steps: int = 10, plain: bool | None = None):
         self.refresh_every_n_steps = refresh_every_n_steps
@@ -20,16 +45,18 @@ class ProgressBar:
         self._postfix: dict[str, str] = {}
         self._redirect = None
         self._epoch_start, self._batches = 0.0, 0
-        self._last_loss = None
+        self._bar_class = tqdm
 
     def on_fit_start(self, trainer) -> None:
+        self._bar_class = notebook_bar() if self.plain is None else None
         if self.plain is None:
-            self.plain = not sys.stderr.isatty()
+            self.plain = not sys.stderr.isatty() and self._bar_class is None
+        self._bar_class = self._bar_class or tqdm
         if trainer.is_global_zero and not self.plain:
             # Log lines (checkpoints saved, ...) print above the bar instead of through it.
             from tqdm.contrib.logging import logging_redirect_tqdm
 
-            self._redirect = logging_redirect_tqdm(tqdm_class=tqdm)
+            self._redirect = logging_redirect_tqdm(tqdm_class=self._bar_class)
             self._redirect.__enter__()
 
     def on_fit_end(self, trainer) -> None:
@@ -40,7 +67,7 @@ class ProgressBar:
     def on_train_epoch_start(self, trainer) -> None:
         self._epoch_start, self._batches = time.perf_counter(), 0
         if not self.plain:
-            self.bar = tqdm(total=trainer.num_training_batches, desc=f"Epoch {trainer.current_epoch}",
+            self.bar = self._bar_class(total=trainer.num_training_batches, desc=f"Epoch {trainer.current_epoch}",
                             unit="batch", disable=not trainer.is_global_zero, file=sys.stderr,
                             dynamic_ncols=True, leave=True)
 
@@ -50,20 +77,18 @@ class ProgressBar:
             self.bar.update(1)
 
     def on_train_step_end(self, trainer, loss) -> None:
-        self._last_loss = loss  # a reference; read (a device sync) once per epoch in plain mode
         if not trainer.is_global_zero or trainer.global_step % self.refresh_every_n_steps:
             return
         recent = trainer.step_times[-self.refresh_every_n_steps:]
-        self._postfix[self._loss_name(trainer)] = f"{loss.item():.4f}"
+        self._show_loss(trainer)
         self._postfix["samples/s"] = f"{trainer.global_batch_size * len(recent) / max(sum(recent), 1e-9):.0f}"
         if self.bar is not None:
             self.bar.set_postfix(self._postfix, refresh=False)
 
-    @staticmethod
-    def _loss_name(trainer) -> str:
-        # The step's loss as rank 0 computed it on its share of the batch (reading every rank's
-        # would be a collective per refresh); metrics.csv's train/loss is the global mean.
-        return "loss" if trainer.world_size == 1 else "rank 0 loss"
+    def _show_loss(self, trainer) -> None:
+        # train/loss as logged: the mean over every rank's share (no device read, no collective here)
+        if "train/loss" in trainer.logged_metrics:
+            self._postfix["loss"] = f"{trainer.logged_metrics['train/loss']:.4f}"
 
     def on_validation_end(self, trainer, metrics: dict) -> None:
         # The task's own validation metrics, whatever they are called.
@@ -73,11 +98,12 @@ class ProgressBar:
 
     def on_train_epoch_end(self, trainer) -> None:
         if self.plain and trainer.is_global_zero:
-            if self._last_loss is not None:
-                self._postfix[self._loss_name(trainer)] = f"{self._last_loss.item():.4f}"
+            self._show_loss(trainer)
             figures = "".join(f", {name} {value}" for name, value in self._postfix.items())
-            print(f"Epoch {trainer.current_epoch}: {self._batches}/{trainer.num_training_batches} batches, "
-                  f"{time.perf_counter() - self._epoch_start:.1f} s{figures}", file=sys.stderr, flush=True)
+            # one write, line and newline together (a notebook's forked rank would send them as two outputs)
+            sys.stderr.write(f"Epoch {trainer.current_epoch}: {self._batches}/{trainer.num_training_batches} batches, "
+                             f"{time.perf_counter() - self._epoch_start:.1f} s{figures}\n")
+            sys.stderr.flush()
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -19,10 +19,16 @@ class SWA(AveragingCallback):
     uses that checkpoint's average. Validation during training sees the trained weights. The
     learning-rate schedule is the run's own (choose a constant or cyclic one for SWA)."""
 
+    @classmethod
+    def check_config(cls, swa_epoch_start: Union[int, float] = 0.8, **_) -> list[str]:
+        bad = isinstance(swa_epoch_start, float) and not 0.0 <= swa_epoch_start <= 1.0 or \
+            isinstance(swa_epoch_start, (int, float)) and swa_epoch_start < 0
+        return [f"swa_epoch_start: {swa_epoch_start} is not an epoch >= 0 or a fraction in [0, 1]"] if bad else []
+
     def __init__(self, swa_epoch_start: Union[int, float] = 0.8):
-        if isinstance(swa_epoch_start, float) and not 0.0 <= swa_epoch_start <= 1.0 or swa_epoch_start < 0:
-            raise ValueError(f"callbacks.swa.swa_epoch_start: {swa_epoch_start} is not an epoch >= 0 or a "
-                             "fraction in [0, 1]")
+        problems = self.check_config(swa_epoch_start)
+        if problems:
+            raise ValueError(f"callbacks.swa.{problems[0]}")
         self.swa_epoch_start = swa_epoch_start
         self.average = AveragedWeights(get_swa_multi_avg_fn())
         self.applied = False  # the model holds the average (after fit)

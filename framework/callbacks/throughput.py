@@ -6,6 +6,8 @@ from typing import Optional
 
 import torch
 
+from framework.config.ranges import Range
+
 # Dense bf16 peak FLOP/s per device, by name fragment (vendor data sheets).
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}
 
@@ -15,6 +17,8 @@ class Throughput:
     ``throughput/mfu`` = achieved FLOP/s per device / ``peak_flops`` where a peak is known
     (null: from the CUDA device's name). FLOPs per sample are counted once on the first batch with torch's
     FlopCounterMode (forward x 3 for forward + backward)."""
+
+    argument_ranges = {"log_every_n_steps": Range(low=1), "peak_flops": Range(low=0, strict=True)}
 
     def __init__(self, log_every_n_steps: int = 50, peak_flops: Optional[float] = None):
         self.log_every_n_steps, self.peak_flops = log_every_n_steps, peak_flops

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from framework.config.durations import parse_duration
 
@@ -17,7 +17,7 @@ class Timer:
     step`` checks after every optimizer step (every rank stops after the same step), ``epoch``
     at epoch ends. ``trainer.max_time`` adds one; ``trainer.min_epochs`` / ``min_steps`` win."""
 
-    def __init__(self, duration: Any = None, interval: str = "step"):
+    def __init__(self, duration: Any = None, interval: Literal["step", "epoch"] = "step"):
         if interval not in ("step", "epoch"):
             raise ValueError(f"callbacks.timer.interval: {interval!r} is not 'step' or 'epoch'")
         self.duration: Optional[float] = None if duration is None else (

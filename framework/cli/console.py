@@ -39,11 +39,37 @@ def cwd_importable() -> None:
         sys.path.insert(0, os.getcwd())
 
 
+# The Hydra plugins an option needs, and the extra of this package that installs them.
+_PLUGINS = {"hydra/sweeper=optuna": "hydra_plugins.hydra_optuna_sweeper",
+            "hparams_search=digits_optuna": "hydra_plugins.hydra_optuna_sweeper",
+            "hydra/launcher=joblib": "hydra_plugins.hydra_joblib_launcher",
+            "hydra/launcher=slurm": "hydra_plugins.hydra_submitit_launcher",
+            "hydra/launcher=slurm_local": "hydra_plugins.hydra_submitit_launcher"}
+
+
+def missing_plugins(args: list[str]) -> list[str]:
+    """The options on the command line whose Hydra plugin is not installed, with what to install
+    (Hydra itself only says it "could not find" the option)."""
+    import importlib.util
+
+    missing = []
+    for arg in args:
+        module = _PLUGINS.get(arg.lstrip("+~"))
+        if module and importlib.util.find_spec(module) is None:
+            missing.append(f"{arg}: needs {module.split('.')[1].replace('_', '-')}, which is not installed; "
+                           "pip install 'framework[sweep]' (or the package itself)")
+    return missing
+
+
 def console_entry(hydra_main: Callable[[], None]) -> None:
     """Run a ``@hydra.main`` function from a console script: typo'd keys go to our validator,
     the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
     directory. The entry point calls ``end_program`` once it has cleaned up."""
     sys.argv[1:] = lenient(sys.argv[1:])
+    missing = missing_plugins(sys.argv[1:])
+    if missing:
+        print("\n".join(missing), file=sys.stderr)
+        exit_now(2)
     _register_plugins()
     hydra_fast_paths.install()
     cwd_importable()

@@ -2,7 +2,9 @@
 Hydra calls for each run or sweep job, and what it records in the run directory."""
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,12 +15,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
-from framework.config.environment import detect_environment
+from framework.config.environment import PARALLEL_JOBS, available_cores, detect_environment
 from framework.engine.results import update_json, write_json
+from framework.engine.run_directory import DirectoryBusy
 from framework.engine.signals import Interrupted
 from framework.job.naming import set_job_fields
 from framework.job.run import run_job
-from framework.report import finish_sweep
+from framework.launch.failures import JobFailed
+from framework.report import SWEEP_FILE, finish_sweep
 
 log = logging.getLogger("framework")
 
@@ -30,12 +34,20 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
     set_job_fields(cfg, runtime.output_dir, runtime.choices, hydra_cfg.overrides.task)
     cfg = prepare(cfg) if prepare else cfg
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
-    started = time.time()
+    if sweeping:
+        os.environ[PARALLEL_JOBS] = str(parallel_jobs(hydra_cfg))
+    started, busy = time.time(), False
     try:
         results = run_job(cfg, after_validation=lambda: write_hydra_dir(cfg, hydra_cfg, runtime.output_dir))
+    except DirectoryBusy as err:  # another run writes there: nothing of this job goes into that directory
+        busy = True
+        report_once(err)
+        if not sweeping:
+            sys.exit(2)
+        record_refused(hydra_cfg, runtime.output_dir)
+        return None
     except ConfigError as err:
-        log.error("%s", err)
-        print(err, file=sys.stderr)
+        report_once(err)
         if not sweeping:
             sys.exit(2)
         # In a sweep an invalid combination is a result, not the end of the sweep.
@@ -47,6 +59,11 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
             record_job(runtime.output_dir, hydra_cfg, started)
             finish_sweep(Path(hydra_cfg.sweep.dir))
         sys.exit(128 + err.signum)
+    except JobFailed as err:
+        if not sweeping:  # the rank logged its traceback and the launch its verdict: no launcher frames
+            sys.exit(1)
+        log.error("job %s failed: %s", runtime.output_dir, err)
+        return None
     except Exception:
         if not sweeping:
             raise
@@ -55,8 +72,36 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
         log.exception("job %s failed", runtime.output_dir)
         return None
     finally:
-        record_job(runtime.output_dir, hydra_cfg, started)
+        if not busy:
+            record_job(runtime.output_dir, hydra_cfg, started)
     return results.get("metrics", {}).get(cfg.get("optimized_metric") or "val/loss")
+
+
+def parallel_jobs(hydra_cfg) -> int:
+    """The jobs that run at once: joblib's ``n_jobs`` (-1: one per core), else one at a time."""
+    n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs") if "joblib" in str(
+        OmegaConf.select(hydra_cfg, "launcher._target_") or "") else None
+    if not isinstance(n_jobs, int) or n_jobs == 0:
+        return 1
+    return n_jobs if n_jobs > 0 else max(1, available_cores() + 1 + n_jobs)  # joblib: -1 all cores, -2 all but one
+
+
+def record_refused(hydra_cfg, output_dir: str) -> None:
+    """A sweep job refused because another run writes its directory: the sweep's own record
+    lists it, and the sweep exits non-zero (framework.report.SweepReport)."""
+    path = Path(hydra_cfg.sweep.dir) / SWEEP_FILE
+    refused = json.loads(path.read_text()).get("refused_jobs", []) if path.exists() else []
+    update_json(path, refused_jobs=[*refused, Path(output_dir).name])
+
+
+def report_once(err: Exception) -> None:
+    """The error on the console once (stderr, as it is) and in train.log: Hydra's console handler
+    would print the log line beside it."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (err,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+    print(err, file=sys.stderr)
 
 
 def write_hydra_dir(cfg: DictConfig, hydra_cfg: DictConfig, output_dir: str) -> None:

@@ -29,9 +29,10 @@ def main() -> None:
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
     print(f"{cfg.name}: {params:,} parameters, fp32, {cfg.optimizer._target_} ({k} B/param of state)")
     print(f"{'strategy':<8} " + " ".join(f"{n:>12} dev" for n in (1, 2, 4, 8)))
-    for strategy in COMPARED:
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
         cells = [r["model_state_bytes_per_rank"] for r in rows if r["strategy"] == strategy]
-        print(f"{strategy:<8} " + " ".join(f"{c / 2**20:>12.2f} MiB" for c in cells))
+        print(f"{strategy:<8} " + " ".join(f"{c / 2**20:>12.2f} MiB" if c is not None else f"{'-':>16}"
+                                            for c in cells))
     acts = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == COMPARED[0]]
     if any(a is None for a in acts):
         print("activations: not estimated; the model's input shape is datamodule.input_shape, which this "
@@ -41,6 +42,10 @@ def main() -> None:
         print(f"{'activ.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
               + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"
               + (f", checkpointing {checkpointed}" if checkpointed else ""))
+        split = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == "tp"]
+        if split:
+            print(f"{'tp act.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in split)
+                  + "   estimated: sequence parallelism splits them across the group")
 
 
 if __name__ == "__main__":

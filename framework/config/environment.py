@@ -31,6 +31,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# How many jobs of a sweep run at once on this machine (hydra/launcher=joblib's n_jobs), set by
+# the job for its ranks: they share the cores with the jobs beside them.
+PARALLEL_JOBS = "FRAMEWORK_PARALLEL_JOBS"
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; all of the machine's elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def resolve_accelerator(name: str) -> str:
     """``auto`` -> cuda if available, else mps, else cpu; other names unchanged."""
     if name != "auto":

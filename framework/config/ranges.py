@@ -27,10 +27,23 @@ class Range:
     what: str = ""
     note: str = ""
     message: str = ""
+    high: Optional[float] = None  # excluded when ``high_strict``
+    high_strict: bool = False
+    length: Optional[int] = None  # a list of exactly this many numbers, each in the range
+    each: bool = False  # a list of any length, each entry in the range
 
     def problems(self, key: str, value: Any) -> list[str]:
+        if self.length is not None:
+            return self._sequence_problems(key, value)
+        if self.each:
+            bad = [v for v in value if is_number(v) and Range(self.low, self.strict).problems(key, v)] \
+                if isinstance(value, (list, tuple)) else []
+            return [f"{key}: every entry must be {'>' if self.strict else '>='} {self.low}, got {list(value)}"] \
+                if bad else []
         if not is_number(value):
             return []
+        if self.high is not None:
+            return [] if self._within(value) else [f"{key}: must be in {self._interval()}, got {value}"]
         if not math.isfinite(value):
             return [f"{key}: must be a finite number, got {value}"]
         if self.fraction:
@@ -49,6 +62,36 @@ class Range:
         return [f"{key}: {subject} {'>' if self.strict else '>='} {self.low}{self.note}, got {value}"]
 
 
+    def _within(self, value) -> bool:
+        above = self.low is None or value > self.low or (value == self.low and not self.strict)
+        below = self.high is None or value < self.high or (value == self.high and not self.high_strict)
+        return math.isfinite(value) and above and below
+
+    def _interval(self) -> str:
+        return f"{'(' if self.strict else '['}{self.low}, {self.high}{')' if self.high_strict else ']'}"
+
+    def _sequence_problems(self, key: str, value: Any) -> list[str]:
+        if value is None:
+            return []
+        good = isinstance(value, (list, tuple)) and len(value) == self.length and \
+            all(is_number(v) and self._within(v) for v in value)
+        return [] if good else [f"{key}: expected {self.length} numbers in {self._interval()}, got {value!r}"]
+
+
+def argument_problems(cls, values: dict, prefix: str) -> list[str]:
+    """What the class's declared ``argument_ranges`` say of ``values`` (its constructor's keys)."""
+    ranges = getattr(cls, "argument_ranges", None) or {}
+    return [p for key, valid in ranges.items() if key in values for p in valid.problems(f"{prefix}{key}", values[key])]
+
+
+def check_arguments(cls, values: dict, key: str) -> None:
+    """Raise ValueError when ``values`` are outside the class's ``argument_ranges`` (for a class
+    built in Python, which no config validation saw)."""
+    problems = argument_problems(cls, values, f"{key}.")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 def ranged(default: Any = None, *, default_factory=None, **bounds) -> Any:
     """A dataclass field with its ``Range`` (``bounds``: Range's arguments) in its metadata."""
     metadata = {"range": Range(**bounds)}
@@ -63,8 +106,17 @@ def range_of(schema_field) -> Optional[Range]:
 
 # Arguments of the components a run is built from (whatever class is configured) that the
 # framework relies on: a bad one would only fail after the ranks started.
+# The same names mean the same in every torch optimizer and scheduler, so they are checked
+# whichever class is configured; a class of its own declares ``argument_ranges``.
+UNIT = Range(low=0, high=1, high_strict=True)  # [0, 1)
 COMPONENT_RANGES: dict[str, dict[str, Range]] = {
     "datamodule": {"batch_size": Range(low=0, strict=True, what="the global batch size"),
                    "num_workers": Range(low=0)},
-    "optimizer": {"lr": Range(low=0, strict=True, what="the learning rate")},
+    "model": {"dropout": UNIT},
+    "optimizer": {"lr": Range(low=0, strict=True, what="the learning rate"), "weight_decay": Range(low=0),
+                  "momentum": Range(low=0), "eps": Range(low=0, strict=True),
+                  "betas": Range(low=0, high=1, high_strict=True, length=2)},
+    "scheduler": {"step_size": Range(low=1), "T_max": Range(low=1), "total_steps": Range(low=1),
+                  "gamma": Range(low=0, strict=True), "max_lr": Range(low=0, strict=True),
+                  "pct_start": Range(low=0, high=1, strict=True, high_strict=True)},
 }

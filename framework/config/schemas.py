@@ -24,6 +24,11 @@ class TrainerConfig:
     accelerator: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     # Number of devices (processes for multi-process strategies) per node.
     devices: int = ranged(1, low=1)
+    # On CPU, more processes per node than cores are refused; true runs them anyway (slowly).
+    oversubscribe: bool = False
+    # torch's CPU threads per process; null: OMP_NUM_THREADS when set, else the cores this process
+    # may use divided by the processes of this node (results.json records it).
+    num_threads: Optional[int] = ranged(None, low=1)
     num_nodes: int = ranged(1, low=1)
     # *-mixed: autocast, weights in fp32; *-true: weights, inputs and compute in that dtype.
     precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"] = "32-true"
@@ -45,7 +50,7 @@ class TrainerConfig:
     limit_test_batches: Union[int, float] = ranged(1.0, fraction=True)
     limit_predict_batches: Union[int, float] = ranged(1.0, fraction=True)
     # true or N: run N (1 for true) batches of train/val/test, no loggers, no checkpoints.
-    fast_dev_run: Union[bool, int] = False
+    fast_dev_run: Union[bool, int] = ranged(False, low=0)
     accumulate_grad_batches: int = ranged(1, low=1)
     gradient_clip_val: Optional[float] = ranged(None, low=0)
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"
@@ -128,11 +133,16 @@ class RootConfig:
     # monitors a metric, else final (framework/test_weights.py).
     test_ckpt: Optional[Literal["best", "last", "final"]] = None
     export_weights: bool = False
+    # model.pt (torch.save, read back as data) or model.safetensors (a format that holds only tensors).
+    export_format: Literal["pt", "safetensors"] = "pt"
     # After fit/test: the predict loop over predict_dataloader(), written to predictions.<format>.
     predict: bool = False
-    predict_format: Literal["pt", "csv"] = "pt"
+    predict_format: Literal["pt", "csv", "jsonl"] = "pt"
     # Resume: a checkpoint directory, or last / best (this run's checkpoints/).
     ckpt_path: Optional[str] = None
+    # Checkpoints (ckpt_path, init.weights) are read as data: a file that would run code when
+    # loaded is refused. true: load it anyway (an old or foreign checkpoint from someone you trust).
+    trust_checkpoint: bool = False
     init: dict = field(default_factory=dict)
     # Where a run writes; filled in by the entry point (Hydra's run dir).
     output_dir: Optional[str] = None

@@ -15,13 +15,17 @@ from framework.config.environment import RankEnv
 @dataclass(frozen=True)
 class Topology:
     """``num_nodes`` x ``processes_per_node`` processes, each driving ``devices_per_process``
-    devices (DataParallel and ddp2 drive several from one process). Every process is one
-    data-parallel rank; hsdp arranges them as ``replicate`` groups of ``shard`` ranks."""
+    devices (DataParallel and ddp2 drive several from one process). The processes form a mesh
+    (data-parallel replicate, data-parallel shard, tensor-parallel), the tensor-parallel factor
+    innermost: ranks r and r+1 of a ``tensor_parallel``-way group hold parts of one model and see
+    the same batch, so the data-parallel size excludes that factor. hsdp arranges the
+    data-parallel ranks as ``replicate`` groups of ``shard`` ranks."""
 
     num_nodes: int = 1
     processes_per_node: int = 1
     devices_per_process: int = 1
     replicate: int = 1
+    tensor_parallel: int = 1
 
     @property
     def world_size(self) -> int:
@@ -30,12 +34,21 @@ class Topology:
     @property
     def data_parallel_size(self) -> int:
         """How many ways the global batch is split across processes."""
-        return self.world_size
+        return self.world_size // self.tensor_parallel
 
     @property
     def shard(self) -> int:
-        """Ranks that shard one replica (hsdp; the whole world otherwise)."""
-        return self.world_size // self.replicate
+        """Data-parallel ranks that shard one replica (hsdp; all of them otherwise)."""
+        return self.data_parallel_size // self.replicate
+
+    def data_parallel_rank(self, rank: int) -> int:
+        """Which share of the batch the process ``rank`` trains on (its tensor-parallel group's)."""
+        return rank // self.tensor_parallel
+
+    def describe(self) -> str:
+        """Every factor, for messages: 'replicate(1) x shard(2) x tensor_parallel(2) = 4 ranks'."""
+        return (f"replicate({self.replicate}) x shard({self.shard}) x tensor_parallel({self.tensor_parallel}) = "
+                f"{self.world_size} rank(s)")
 
 
 def launch_problems(topology: Topology, strategy: str, launched: RankEnv | None, spawns: bool) -> list[str]:
@@ -61,8 +74,9 @@ def batch_problems(topology: Topology, batch_size) -> list[str]:
     dp = topology.data_parallel_size
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size % dp == 0:
         return []
+    tp = f" / tensor_parallel({topology.tensor_parallel})" if topology.tensor_parallel > 1 else ""
     return [f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
-            f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}); "
+            f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}{tp}); "
             f"use a multiple of {dp}"]
 
 

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from framework.config.durations import duration_problems
 from framework.config.errors import ConfigError
 from framework.config.param_groups import structure_problems
-from framework.config.ranges import COMPONENT_RANGES, is_number, range_of
+from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
 from framework.config.schemas import (ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig,
                                       TrainerConfig)
 
@@ -55,7 +55,7 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
     init = container.get("init") or {}
     check_schema(init, InitConfig, "init", problems)
-    if init.get("weights") and not Path(str(init["weights"])).exists():
+    if init.get("weights") and init["weights"] != "???" and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)
     _check_component_values(container, problems)
@@ -134,14 +134,16 @@ def check_schema(node: Any, schema: type, path: str, problems: list[str], ignore
         return
     hints = typing.get_type_hints(schema)
     fields = {f.name: f for f in dataclasses.fields(schema)}
-    for key, value in node.items():
+    # in the schema's order (where each key is declared), then the keys it does not know
+    ordered = [k for k in fields if k in node] + [k for k in node if k not in fields]
+    for key, value in ((k, node[k]) for k in ordered):
         if key in ignore:
             continue
         if key not in hints:
             problems.append(unknown_key_message(f"{prefix}{key}", key, fields))
             continue
         expected = hints[key]
-        if _checkable(value) and not _is_mapping_type(expected) and not type_ok(value, expected):
+        if (_checkable(value) or value is None) and not _is_mapping_type(expected) and not type_ok(value, expected):
             problems.append(f"{prefix}{key}: expected {type_name(expected)}, got {_describe(value)}")
         elif key in fields and range_of(fields[key]) is not None:
             problems.extend(range_of(fields[key]).problems(f"{prefix}{key}", value))
@@ -202,12 +204,12 @@ def type_name(tp: Any) -> str:
 
 
 def _checkable(value: Any) -> bool:
-    # None is checked by the schema's Optional; '???' is already reported as missing.
+    # '???' is already reported as missing; None where the schema's Optional allows it.
     return value is not None and value != "???"
 
 
 def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
+    return "null" if value is None else f"{type(value).__name__} {value!r}"
 
 
 def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
@@ -294,9 +296,12 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
         if param.default is inspect.Parameter.empty and name not in node:
             problems.append(f"{path}.{name}: missing required argument of {target}")
     # A class may check its own values against the machine (e.g. a data directory exists).
+    problems.extend(argument_problems(obj, node, f"{path}."))
+    # (its messages name their key: in full, or relative to this node's, which is then prefixed)
     check_config = getattr(obj, "check_config", None)
     if callable(check_config):
-        problems.extend(check_config(**{k: v for k, v in node.items() if k not in _HYDRA_KEYS}))
+        found = check_config(**{k: v for k, v in node.items() if k not in _HYDRA_KEYS})
+        problems.extend(m if m.startswith(f"{path}.") or m.startswith(f"{path}:") else f"{path}.{m}" for m in found)
 
 
 def optimizer_settings(node: dict) -> list[str] | None:

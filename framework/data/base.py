@@ -63,6 +63,26 @@ class BaseDataModule:
                              f"({num_classes} classes) of {source}")
 
 
+def split_problems(samples: int, val_fraction, test_fraction) -> list[str]:
+    """Fractions in [0, 1) that leave every split asked for (and training) at least one of
+    ``samples`` samples; messages keyed relative to the datamodule's node."""
+    problems = [f"{key}: must be in [0, 1), got {value}" for key, value in
+                (("val_fraction", val_fraction), ("test_fraction", test_fraction))
+                if isinstance(value, (int, float)) and not 0 <= value < 1]
+    if problems or not all(isinstance(v, (int, float)) for v in (val_fraction, test_fraction)):
+        return problems
+    sizes = {"val": int(round(samples * val_fraction)), "test": int(round(samples * test_fraction))}
+    train = samples - sizes["val"] - sizes["test"]
+    if train < 1:
+        problems.append(f"val_fraction + test_fraction: {val_fraction} + {test_fraction} leave no training sample of "
+                        f"{samples}; their sum must stay below 1")
+    for split, fraction in (("val", val_fraction), ("test", test_fraction)):
+        if fraction > 0 and sizes[split] < 1:
+            problems.append(f"{split}_fraction: {fraction} of {samples} samples is no sample; use at least "
+                            f"{1 / samples:.2g}, or 0 for no {split} split")
+    return problems
+
+
 def split_indices(n: int, fractions: list[float], seed: int) -> list[list[int]]:
     """Split range(n) by a seeded permutation into len(fractions)+1 parts (the rest last)."""
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()

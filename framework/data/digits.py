@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from framework.data.base import BaseDataModule, split_dataset
+from framework.data.base import BaseDataModule, split_dataset, split_problems
 from framework.data.batched import GatheringTensorDataset
 
 DIGITS_FILE = Path(__file__).parent / "assets" / "digits.csv.gz"  # source and licence: assets/README.md
@@ -43,9 +43,21 @@ class DigitsDataModule(BaseDataModule):
         self.classes = list(classes) if classes is not None else None
         self.relabel = relabel
 
+    # Samples per digit 0-9 in the bundled file (so that the splits are checked without reading it).
+    CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
+
+    @classmethod
+    def check_config(cls, val_fraction: float = 0.1, test_fraction: float = 0.2, classes=None, **_) -> list[str]:
+        chosen = classes if isinstance(classes, (list, tuple)) else range(10)
+        samples = sum(cls.CLASS_COUNTS[c] for c in chosen if isinstance(c, int) and 0 <= c < 10)
+        return split_problems(samples, val_fraction, test_fraction)
+
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return
+        problems = self.check_config(self.val_fraction, self.test_fraction, self.classes)
+        if problems:
+            raise ValueError("; ".join(f"datamodule.{p}" for p in problems))
         dataset = load_digits(self.classes, self.relabel)
         self._check_shape([1, 8, 8], len(self.classes) if self.relabel else 10, "the digits data")
         self.val_set, self.test_set, self.train_set = split_dataset(

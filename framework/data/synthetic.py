@@ -5,7 +5,8 @@ import math
 
 import torch
 
-from framework.data.base import BaseDataModule, split_dataset
+from framework.config.ranges import Range
+from framework.data.base import BaseDataModule, split_dataset, split_problems
 from framework.data.batched import GatheringTensorDataset
 
 
@@ -22,9 +23,20 @@ class SyntheticDataModule(BaseDataModule):
         self.num_samples, self.noise, self.seed = num_samples, noise, seed
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
 
+    argument_ranges = {"num_samples": Range(low=1), "noise": Range(low=0)}
+
+    @classmethod
+    def check_config(cls, num_samples: int = 2048, val_fraction: float = 0.1, test_fraction: float = 0.1,
+                     **_) -> list[str]:
+        return split_problems(num_samples, val_fraction, test_fraction) if isinstance(num_samples, int) \
+            and num_samples >= 1 else []
+
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return
+        problems = self.check_config(self.num_samples, self.val_fraction, self.test_fraction)
+        if problems:
+            raise ValueError("; ".join(f"datamodule.{p}" for p in problems))
         g = torch.Generator().manual_seed(self.seed)
         dim = math.prod(self.input_shape)
         centres = torch.randn(self.num_classes, dim, generator=g)

@@ -48,11 +48,12 @@ def _checkpointed_class(cls: type) -> type:
     return _CHECKPOINTED[cls]
 
 
-def checkpoint_problems(model: torch.nn.Module, requested: Sequence[str]) -> list[str]:
-    """Each requested class name must be the class of some submodule (not the root: the loss
-    would be recomputed whole, saving nothing)."""
+def checkpoint_problems(model: torch.nn.Module, requested: Sequence[str],
+                        key: str = "trainer.activation_checkpointing") -> list[str]:
+    """Each requested class name (at config ``key``) must be the class of some submodule (not the
+    root: checkpointing it would recompute the loss whole, saving nothing)."""
     present = {type(m).__name__ for name, m in model.named_modules() if name}
-    return [f"trainer.activation_checkpointing: no submodule of {type(model).__name__} is a '{name}'; its "
+    return [f"{key}: no submodule of {type(model).__name__} is a '{name}'; its "
             f"classes: {', '.join(sorted(present))}" for name in requested if name not in present]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import random
 import shutil
@@ -27,8 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from framework.engine.checkpoint_files import (TRAINER_FILE, CheckpointError, is_checkpoint, resolve_ckpt_path,
-                                               verify_checkpoint, write_manifest)
+from framework.engine.checkpoint_files import (MANIFEST, TRAINER_FILE, CheckpointError, is_checkpoint,
+                                               resolve_ckpt_path, verify_checkpoint, write_manifest)
+from framework.engine.safe_load import (UntrustedCheckpoint, dcp_planner, dcp_reader, load_file,
+                                        read_dcp_metadata)
 from framework.strategies.collectives import barrier
 
 __all__ = ["CheckpointError", "copy_checkpoint", "is_checkpoint", "load_checkpoint", "load_model_checkpoint",
@@ -51,7 +54,12 @@ def _dcp():
 
 
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state as tensors and plain values (numpy's keys as a tensor): data that loads
+    with ``weights_only``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": {"name": name, "keys": torch.from_numpy(keys.copy()), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -59,7 +67,12 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    saved = state["numpy"]
+    if isinstance(saved, dict):
+        np.random.set_state((saved["name"], saved["keys"].numpy(), saved["pos"], saved["has_gauss"],
+                             saved["cached_gaussian"]))
+    else:  # a checkpoint of an earlier version: numpy's own tuple
+        np.random.set_state(saved)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -140,20 +153,56 @@ def copy_checkpoint(src: Path, path: Path, trainer) -> None:
 
 
 @contextlib.contextmanager
-def _reading(path: Path):
-    """Name the checkpoint, and what is wrong with it, when reading it fails."""
+def _reading(path: Path, expected: dict | None = None):
+    """Name the checkpoint, and what is wrong with it, when reading it fails (``expected``: the
+    state it is loaded into, whose keys and shapes are compared with the checkpoint's)."""
     problems = verify_checkpoint(path, contents=True)
     if problems:
         raise CheckpointError("; ".join(problems))
     try:
         yield
     except BaseException as err:
-        if not _io_failure(err):
+        if not _io_failure(err) or isinstance(err, UntrustedCheckpoint):
             raise
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint '{path}' is whole (its files match their sizes and checksums) but "
-                              f"cannot be loaded into this run ({type(err).__name__}: {first}); was it saved "
-                              f"with another model or optimizer?") from err
+        checked = "sizes and checksums" if "crc32" in json.loads((path / MANIFEST).read_text()) else \
+            "sizes; its manifest has no checksums, so changed contents would not show"
+        raise CheckpointError(f"checkpoint '{path}' is whole (its files match their {checked}) but cannot be "
+                              f"loaded into this run ({type(err).__name__}: {first}); was it saved with another "
+                              f"model or optimizer?{_differences(path, expected)}") from err
+
+
+def _shapes(state, prefix: str = "") -> dict[str, tuple]:
+    """{DCP's flattened key: shape} of the tensors in a nested state dict."""
+    out: dict[str, tuple] = {}
+    for key, value in (state.items() if isinstance(state, dict) else ()):
+        name = f"{prefix}{key}"
+        if isinstance(value, torch.Tensor):
+            out[name] = tuple(value.shape)
+        elif isinstance(value, dict):
+            out.update(_shapes(value, f"{name}."))
+    return out
+
+
+def _differences(path: Path, expected: dict | None) -> str:
+    """The keys this run expects that the checkpoint lacks, and those whose shapes differ."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if not expected:
+        return ""
+    try:
+        saved = {k: tuple(m.size) for k, m in read_dcp_metadata(path).state_dict_metadata.items()
+                 if isinstance(m, TensorStorageMetadata)}
+    except Exception:  # noqa: BLE001 - the comparison is a hint; the error above stands
+        return ""
+    wanted = _shapes(expected)
+    missing = sorted(k for k in wanted if k not in saved)
+    shapes = sorted(f"{k} (saved {list(saved[k])}, here {list(wanted[k])})" for k in wanted
+                    if k in saved and saved[k] != wanted[k])
+    parts = ([f"not in the checkpoint: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")] if missing
+             else []) + ([f"other shapes: {', '.join(shapes[:5])}" + (" ..." if len(shapes) > 5 else "")] if shapes
+                         else [])
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _io_failure(err: BaseException) -> bool:
@@ -162,15 +211,16 @@ def _io_failure(err: BaseException) -> bool:
     return not isinstance(err, (KeyboardInterrupt, SystemExit))
 
 
-def load_checkpoint(path: Path, trainer) -> None:
-    """Restore a checkpoint saved by ``save_checkpoint`` (possibly with another world size)."""
+def load_checkpoint(path: Path, trainer, trust: bool = False) -> None:
+    """Restore a checkpoint saved by ``save_checkpoint`` (possibly with another world size), as
+    data unless ``trust`` (engine/safe_load.py)."""
     strategy = trainer.strategy
     path = Path(path)
     state, _ = strategy.checkpoint_state(trainer.model, trainer.optimizer)
-    with _reading(path), _single_process_ok():
-        saved = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=False)
+    with _reading(path, state), _single_process_ok():
+        saved = load_file(path / TRAINER_FILE, trust)
         state["callbacks"] = _sharded_callbacks(trainer, saved)
-        _dcp().load(state, checkpoint_id=str(path))
+        _dcp().load(state, storage_reader=dcp_reader(path, trust), planner=dcp_planner(trust))
     strategy.load_checkpoint_state(trainer.model, trainer.optimizer, state, saved.get("strategy_extra"))
     trainer.load_state_dict(saved)
     # RNG: this rank's own states when the world size is unchanged, else rank 0's.
@@ -178,11 +228,11 @@ def load_checkpoint(path: Path, trainer) -> None:
     rng_file = path / "rng" / f"{strategy.rank}.pt"
     if not same_world or not rng_file.exists():
         rng_file = path / "rng" / "0.pt"
-    set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
+    set_rng_state(load_file(rng_file, trust))
     # Buffers: this rank's own when the world size is unchanged (else what DCP restored).
     buffers_file = path / "buffers" / f"{strategy.rank}.pt"
     if same_world and buffers_file.exists():
-        _restore_buffers(trainer, torch.load(buffers_file, map_location="cpu", weights_only=True))
+        _restore_buffers(trainer, load_file(buffers_file, trust))
 
 
 def _buffers(trainer) -> dict:
@@ -197,16 +247,16 @@ def _restore_buffers(trainer, saved: dict) -> None:
                 buffer.copy_(saved[name])
 
 
-def load_model_checkpoint(path: Path, trainer) -> None:
+def load_model_checkpoint(path: Path, trainer, trust: bool = False) -> None:
     """Load only the model weights of a checkpoint into ``trainer.model`` (set up by any strategy,
     any world size): for evaluation."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     state = {"model": get_model_state_dict(trainer.model)}
-    with _reading(Path(path)), _single_process_ok():
-        saved = torch.load(Path(path) / TRAINER_FILE, map_location="cpu", weights_only=False)
+    with _reading(Path(path), state), _single_process_ok():
+        saved = load_file(Path(path) / TRAINER_FILE, trust)
         state["callbacks"] = _sharded_callbacks(trainer, saved)
-        _dcp().load(state, checkpoint_id=str(path))
+        _dcp().load(state, storage_reader=dcp_reader(Path(path), trust), planner=dcp_planner(trust))
     set_model_state_dict(trainer.model, state["model"])
     # the averaged weights it holds (EMA, SWA) come with them, for the callbacks that test on them
     trainer.callbacks.load_states(saved.get("callbacks", {}), only=list(state["callbacks"]))
@@ -219,21 +269,20 @@ def _sharded_callbacks(trainer, saved: dict) -> dict:
     return {key: tensors for key, tensors in trainer.sharded_callback_state().items() if key in held}
 
 
-def load_model_weights(path: Path, model: torch.nn.Module, strict: bool = True) -> dict:
-    """Load only the model weights of a checkpoint directory (or a ``model.pt`` state_dict file)
-    into a plain, unwrapped ``model``. Returns {'loaded': [...], 'missing': [...], 'unexpected': [...],
-    'mismatched': [...]}; with ``strict=False`` only names with matching shapes are loaded."""
+def load_model_weights(path: Path, model: torch.nn.Module, strict: bool = True, trust: bool = False) -> dict:
+    """Load only the model weights of a checkpoint directory (or a ``model.pt`` / ``.safetensors`` file)
+    into a plain, unwrapped ``model``, as data unless ``trust``. Returns {'loaded': [...],
+    'missing': [...], 'unexpected': [...], 'mismatched': [...]}; with ``strict=False`` only names
+    with matching shapes are loaded."""
     path = Path(path)
     if path.is_dir():
-        import tempfile
+        saved = _checkpoint_model_tensors(path, trust)
+    elif path.suffix == ".safetensors":
+        from safetensors.torch import load_file as load_safetensors
 
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-        with tempfile.TemporaryDirectory() as tmp:  # never write into someone's checkpoint folder
-            dcp_to_torch_save(str(path), f"{tmp}/full.pt")
-            saved = torch.load(f"{tmp}/full.pt", map_location="cpu", weights_only=False)["model"]
+        saved = load_safetensors(str(path))
     else:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        saved = load_file(path, trust)
     own = model.state_dict()
     matching = {k: v for k, v in saved.items() if k in own and own[k].shape == v.shape}
     report = {"loaded": sorted(matching), "missing": sorted(set(own) - set(saved)),
@@ -244,3 +293,18 @@ def load_model_weights(path: Path, model: torch.nn.Module, strict: bool = True) 
                            f"unexpected {report['unexpected']}, shape mismatch {report['mismatched']}")
     model.load_state_dict(matching, strict=False)
     return report
+
+
+def _checkpoint_model_tensors(path: Path, trust: bool) -> dict[str, torch.Tensor]:
+    """Every model tensor of a checkpoint directory, whole, on the CPU (from its metadata: names,
+    shapes and dtypes, then read into tensors of those; never written anywhere)."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    metadata = read_dcp_metadata(path, trust)
+    tensors = {key[len("model."):]: torch.empty(meta.size, dtype=meta.properties.dtype)
+               for key, meta in metadata.state_dict_metadata.items()
+               if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)}
+    state = {"model": tensors}
+    with _single_process_ok():  # each rank reads the whole tensors itself: no collective
+        _dcp().load(state, storage_reader=dcp_reader(path, trust), planner=dcp_planner(trust), no_dist=True)
+    return state["model"]

@@ -29,11 +29,12 @@ def is_checkpoint(path: Path) -> bool:
     return (path / ".metadata").is_file() and (path / TRAINER_FILE).is_file()
 
 
-def resolve_ckpt_path(value: str, output_dir: str) -> Path:
-    """``last`` / ``best`` -> <output_dir>/checkpoints/<value>; anything else is a path. A save
-    interrupted between its two renames left the previous checkpoint as ``.old-<name>``: it is
-    used when ``<name>`` itself is missing."""
-    path = Path(output_dir) / "checkpoints" / value if value in ("last", "best") else Path(value)
+def resolve_ckpt_path(value: str, output_dir: str, directory: str | None = None) -> Path:
+    """``last`` / ``best`` -> <directory, default output_dir/checkpoints>/<value>; anything else is a
+    path. A save interrupted between its two renames left the previous checkpoint as
+    ``.old-<name>``: it is used when ``<name>`` itself is missing."""
+    home = Path(directory) if directory else Path(output_dir) / "checkpoints"
+    path = home / value if value in ("last", "best") else Path(value)
     previous = path.parent / f".old-{path.name}"
     if not path.exists() and is_checkpoint(previous):
         return previous

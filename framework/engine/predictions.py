@@ -8,12 +8,13 @@ the ranks' outputs (rank r's j-th sample at position r + j*W) restores its order
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 
-FORMATS = ("pt", "csv")
+FORMATS = ("pt", "csv", "jsonl")
 
 
 def concat_outputs(outputs: Sequence[Any]) -> Any:
@@ -45,21 +46,33 @@ def interleave(parts: Sequence[Any]) -> Any:
     return out
 
 
-def write_predictions(predictions: Any, directory: Path, fmt: str) -> Path:
+def write_predictions(predictions: Any, directory: Path, fmt: str, records=None) -> Path:
     """``predictions.<fmt>`` in ``directory``: ``pt`` holds the tensor (or mapping) as returned;
-    ``csv`` one row per sample: ``index``, then one column per output value (``<name>_<i>``)."""
+    ``csv`` one row per sample: ``index``, then one column per output value (``<name>_<i>``);
+    ``jsonl`` one JSON object per sample: ``records(predictions)`` when the datamodule has them
+    (a text's prompt and continuation), else ``index`` and the outputs as lists."""
     path = directory / f"predictions.{fmt}"
     if fmt == "pt":
         torch.save(predictions, path)
+        return path
+    if fmt == "jsonl":
+        rows = records(predictions) if records is not None else _rows(predictions)
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
         return path
     columns = predictions if isinstance(predictions, Mapping) else {"output": predictions}
     flat = {name: t.reshape(len(t), -1) for name, t in columns.items()}
     header = ["index"] + [name if t.shape[1] == 1 else f"{name}_{i}" for name, t in flat.items()
                           for i in range(t.shape[1])]
     values = [t.tolist() for t in flat.values()]  # integer outputs stay integers
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="") as f:  # (csv)
         writer = csv.writer(f)
         writer.writerow(header)
         for i in range(len(values[0]) if values else 0):
             writer.writerow([i, *(v for column in values for v in column[i])])
     return path
+
+
+def _rows(predictions: Any) -> list[dict]:
+    columns = predictions if isinstance(predictions, Mapping) else {"output": predictions}
+    length = len(next(iter(columns.values())))
+    return [{"index": i, **{name: t[i].tolist() for name, t in columns.items()}} for i in range(length)]

@@ -195,8 +195,9 @@ def contract_problems(obj: Any, group: str, key: str) -> list[str]:
     if protocol is None or not inspect.isclass(obj):
         return []
     required = [n for n in vars(protocol) if not n.startswith("_") and callable(vars(protocol)[n])]
+    needed = [n for n in required if n not in _OPTIONAL.get(protocol, ())]
     problems = [f"{key}._target_: {obj.__qualname__} has no method {name}() (a {protocol.__name__} needs: "
-                f"{', '.join(required)})" for name in required
+                f"{', '.join(needed)})" for name in required
                 if name not in _OPTIONAL.get(protocol, ()) and not callable(getattr(obj, name, None))]
     if protocol is Callback:
         problems += _callback_problems(obj, key)

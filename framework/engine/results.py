@@ -91,20 +91,3 @@ def update_json(path: Path, **fields) -> None:
     """Add ``fields`` to the JSON object in ``path`` (atomically); nothing when it does not exist."""
     if path.exists():
         write_json(path, {**json.loads(path.read_text()), **fields})
-
-
-def previous_run(directory: Path) -> list[str]:
-    """What a finished or interrupted run left in ``directory`` that a new run would replace."""
-    found = ["results.json"] if (directory / "results.json").exists() else []
-    checkpoints = directory / "checkpoints"
-    # `.old-<name>`: a checkpoint whose replacement was interrupted; it still counts
-    if checkpoints.is_dir() and any(not p.name.startswith(".") or p.name.startswith(".old-")
-                                    for p in checkpoints.iterdir()):
-        found.append("checkpoints/")
-    return found
-
-
-# What a run writes into its directory besides train.log (which Hydra has opened already):
-# overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one.
-RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "predictions.pt", "predictions.csv",
-               "profile.txt", "tb", "wandb", "checkpoints", "ranks", "profiler", ".hydra")

@@ -7,6 +7,7 @@ process of the job's group, and the launcher and its fork server pass on signals
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -36,15 +37,43 @@ def stop_signals(usr1: Optional[bool]) -> list[int]:
     return chosen
 
 
+class StopNow(BaseException):
+    """A stop signal while nothing is left to checkpoint (test, predict after training): the rank
+    leaves the stage at once. A BaseException, as KeyboardInterrupt: no ``except Exception`` keeps it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+# The first stop signal this process received, whichever StopSignals took it (None: none).
+RECEIVED: Optional[int] = None
+
+
 class StopSignals:
-    """Records the first stop signal; one after the window kills at once."""
+    """Records the first stop signal; one after the window kills at once. ``stop_at_once``: the
+    first signal raises StopNow where the process is (set while a stage runs that has no step
+    boundary to stop at and nothing to save)."""
 
     def __init__(self, signums: list[int]):
         self.signums = signums
         self.received: Optional[int] = None
+        self.stop_at_once = False
+        self.after_training = False  # a stage with no step boundary ran (at_once): training is over
         self._at = 0.0
         self._previous: dict[int, object] = {}
         self.forward_to: list[int] = []  # processes that get the first signal too (a launcher's ranks)
+
+    @contextlib.contextmanager
+    def at_once(self):
+        """Within the block, a stop signal (or one received before it) raises StopNow."""
+        if self.received is not None:
+            raise StopNow(self.received)
+        self.stop_at_once = self.after_training = True
+        try:
+            yield
+        finally:
+            self.stop_at_once = False
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():  # handlers live in the main thread only
@@ -58,15 +87,21 @@ class StopSignals:
         self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:
+        global RECEIVED
         if self.received is None:
             self.received, self._at = signum, time.monotonic()
-            log.warning("Received %s: stopping at the next step, saving checkpoints/last (send it again to "
-                        "stop at once)", signal.Signals(signum).name)
+            RECEIVED = RECEIVED or signum
             for pid in self.forward_to:
                 try:
                     os.kill(pid, signum)
                 except ProcessLookupError:
                     pass
+            if self.stop_at_once:
+                log.warning("Received %s: stopping now (training is over; what it saved stays)",
+                            signal.Signals(signum).name)
+                raise StopNow(signum)
+            log.warning("Received %s: stopping at the next step, saving checkpoints/last (send it again to "
+                        "stop at once)", signal.Signals(signum).name)
             return
         if time.monotonic() - self._at < DUPLICATE_WINDOW_S:
             return  # the same stop, delivered again (process group, launcher, fork server)

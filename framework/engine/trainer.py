@@ -51,12 +51,15 @@ def effective_config(config: TrainerConfig) -> TrainerConfig:
 class Trainer:
     """Runs fit, validate, test and predict on this rank. What callbacks may read and set is the
     ``TrainerView`` protocol (engine/protocols.py); ``signals``: a StopSignals whose first signal
-    stops the run at a step boundary, with a ``last`` checkpoint (None: signals are not watched)."""
+    stops the run at a step boundary, with a ``last`` checkpoint (None: signals are not watched);
+    ``trust_checkpoint``: load checkpoints whose files are more than data (engine/safe_load.py)."""
 
     def __init__(self, config: TrainerConfig, strategy: Strategy, task, loggers=(),
-                 callbacks: Mapping[str, object] | Sequence[object] = (), seed: int = 0, signals=None):
+                 callbacks: Mapping[str, object] | Sequence[object] = (), seed: int = 0, signals=None,
+                 trust_checkpoint: bool = False):
         self.config = config = effective_config(config)
         self.strategy, self.task, self.seed = strategy, task, seed
+        self.trust_checkpoint = trust_checkpoint  # load checkpoints that are more than data (safe_load.py)
         self.precision = Precision(config.precision, strategy.device)
         self.loggers = list(loggers) if strategy.is_global_zero and not config.fast_dev_run else []
         self.callbacks = CallbackList(callbacks)
@@ -215,14 +218,14 @@ class Trainer:
         if ckpt_path is not None:
             from framework.engine.checkpoint import load_model_checkpoint
 
-            load_model_checkpoint(ckpt_path, self)
+            load_model_checkpoint(ckpt_path, self, self.trust_checkpoint)
             log.info("%s with the weights of %s", {"test": "Testing", "predict": "Predicting"}.get(stage, "Validating"),
                      ckpt_path)
 
     def _resume(self, ckpt_path) -> None:
         from framework.engine.checkpoint import load_checkpoint
 
-        load_checkpoint(ckpt_path, self)
+        load_checkpoint(ckpt_path, self, self.trust_checkpoint)
         log.info("Resumed from %s at epoch %d, step %d", ckpt_path, self.current_epoch, self.global_step)
         for logger in self.loggers:
             if callable(getattr(logger, "resume", None)):

@@ -21,7 +21,7 @@ def _submodule(model: nn.Module, name: str, key: str) -> nn.Module:
 
 
 def apply_init(model: nn.Module, weights: str | None, strict: bool = False, reset: list = (),
-               freeze: list = ()) -> dict:
+               freeze: list = (), trust: bool = False) -> dict:
     """Load ``weights`` (a checkpoint directory or a state_dict file) into the plain ``model``
     before any strategy wraps it; tensors of the ``reset`` submodules keep their fresh
     initialisation (a new classifier head); ``freeze`` submodules stop training.
@@ -34,7 +34,7 @@ def apply_init(model: nn.Module, weights: str | None, strict: bool = False, rese
         # Everything a reset submodule holds stays fresh: parameters and buffers (BatchNorm statistics).
         fresh = {name: {k: v.detach().clone() for k, v in _submodule(model, name, "init.reset").state_dict().items()}
                  for name in reset}
-        report = load_model_weights(Path(weights), model, strict=strict and not reset)
+        report = load_model_weights(Path(weights), model, strict=strict and not reset, trust=trust)
         for name, state in fresh.items():
             _submodule(model, name, "init.reset").load_state_dict(state)
         reset_names = {f"{name}.{k}" for name, state in fresh.items() for k in state}

@@ -32,4 +32,4 @@ def default_name(choices: Mapping, overrides: Iterable[str] = ()) -> str:
     experiment = choices.get("experiment")
     if experiment and ("experiment" in keys or not keys & {"model", "datamodule"}):
         return str(experiment)
-    return f"{choices.get('model')}_{choices.get('datamodule')}"
+    return f"{choices.get('model')}_{choices.get('datamodule')}".replace("/", "-")

@@ -25,6 +25,8 @@ from framework.engine.memory import optimizer_state_bytes
 from framework.strategies import STRATEGIES
 
 COMPARED = ("ddp", "zero", "fsdp")
+# With a model that has a tensor-parallel plan: tp over every device, fsdp_tp with groups of 2.
+TENSOR_PARALLEL = {"tp": {}, "fsdp_tp": {"tensor_parallel": 2}}
 
 
 def meta_model(cfg: DictConfig) -> torch.nn.Module:
@@ -38,10 +40,13 @@ def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Modul
     saves for backward at ``batch`` samples (the parameters themselves not counted), or None when
     ``datamodule.input_shape`` is unknown."""
     shape = OmegaConf.select(cfg, "datamodule.input_shape", default=None)
-    if not shape or batch < 1:
+    seq_len = OmegaConf.select(cfg, "datamodule.seq_len", default=None)
+    if not (shape or seq_len) or batch < 1:
         return None
     model = meta_model(cfg) if model is None else model
-    inputs = torch.randn(batch, *shape, device="meta")
+    # token ids for a language model (datamodule.seq_len), else float inputs of datamodule.input_shape
+    inputs = torch.zeros(batch, seq_len, dtype=torch.long, device="meta") if seq_len else \
+        torch.randn(batch, *shape, device="meta")
     apply_activation_checkpointing(model, list(cfg.trainer.get("activation_checkpointing") or []))
     params = {id(p) for p in model.parameters()}
     saved = [0]
@@ -70,18 +75,33 @@ def plan_problems(cfg: DictConfig) -> list[str]:
 
 def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     """Per-rank model-state and activation bytes of each compared strategy on each device count
-    (one node; the global batch split across the devices)."""
+    (one node; the global batch split across the data-parallel ranks). Tensor parallelism with
+    sequence parallelism splits every activation across its group: estimated as the data-parallel
+    rank's activations / tensor_parallel. A layout a device count cannot make has None."""
     model = meta_model(cfg)
     params = sum(p.numel() for p in model.parameters())
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
     batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
-    activations = {n: activation_bytes(cfg, batch // n, model) for n in devices}
+    layouts = {name: {} for name in COMPARED}
+    if callable(getattr(model, "parallelize_plan", None)):
+        layouts.update(TENSOR_PARALLEL)
+    activations: dict[int, Optional[int]] = {}
     rows = []
-    for name in COMPARED:
+    for name, extra in layouts.items():
         cls = STRATEGIES[name]
+        options = cls.schema(name=name, **extra)
         for n in devices:
-            topology = cls.make_topology(n, 1, cls.schema(name=name))
+            try:
+                topology = cls.make_topology(n, 1, options)
+            except ValueError:
+                rows.append({"strategy": name, "devices": n, "parameters": params, "model_state_bytes_per_rank": None,
+                             "activation_bytes_per_rank": None})
+                continue
+            dp = topology.data_parallel_size
+            if dp not in activations:
+                activations[dp] = activation_bytes(cfg, batch // dp, model)
+            acts = activations[dp] if activations[dp] is None else activations[dp] / topology.tensor_parallel
             rows.append({"strategy": name, "devices": n, "parameters": params,
-                         "model_state_bytes_per_rank": cls.predict_model_state_bytes(params, k, topology),
-                         "activation_bytes_per_rank": activations[n]})
+                         "model_state_bytes_per_rank": cls.predict_model_state_bytes(params, k, topology, model, options),
+                         "activation_bytes_per_rank": acts})
     return rows

@@ -7,14 +7,18 @@ loggers, datamodule and task, the checkpoint to resume, and the run directory.
 """
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 from omegaconf import DictConfig
 
 from framework.config import validate
 from framework.config.param_groups import match_problems, structure_problems
 from framework.config.validate import check_target, import_target
-from framework.engine.checkpoint_files import check_ckpt_path
+from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, resolve_ckpt_path
+from framework.engine.safe_load import scan_checkpoint
 from framework.engine.protocols import contract_problems
-from framework.job.run_directory import check_output_dir
+from framework.job.overwrite import check_output_dir
 from framework.rank.tested_weights import test_ckpt_problems
 from framework.strategies import check_strategy
 
@@ -22,10 +26,11 @@ from framework.strategies import check_strategy
 def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
-    return validate(cfg, checks=[check_strategy, check_contracts, check_predict, check_model_names,
+    return validate(cfg, checks=[check_strategy, check_strategy_on_model, check_rank_start, check_contracts, check_predict,
+                                 check_model_names,
                                  check_task_metrics, test_ckpt_problems,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
-                                 check_output_dir])
+                                 check_init_weights, check_checkpoint_data, check_output_dir])
 
 
 def check_contracts(container: dict) -> list[str]:
@@ -63,26 +68,25 @@ def check_predict(container: dict) -> list[str]:
 
 def check_model_names(container: dict) -> list[str]:
     """What names the model's parameters and submodule classes: ``optimizer.param_groups`` (each
-    entry must take some parameter) and ``trainer.activation_checkpointing`` (each class must be
-    one of a submodule). The model is built on the meta device (no memory, no weights read)."""
+    entry must take some parameter), ``trainer.activation_checkpointing`` and
+    ``strategy.wrap_classes`` (each class must be one of a submodule). The model is built on the
+    meta device (no memory, no weights read)."""
     specs = (container.get("optimizer") or {}).get("param_groups")
     specs = None if not specs or structure_problems(specs, None) else specs
     checkpointed = (container.get("trainer") or {}).get("activation_checkpointing")
     checkpointed = checkpointed if isinstance(checkpointed, list) and checkpointed else None
-    if not (specs or checkpointed) or not isinstance(container.get("model"), dict):
+    wrapped = (container.get("strategy") or {}).get("wrap_classes")
+    wrapped = wrapped if isinstance(wrapped, list) and wrapped else None
+    if not (specs or checkpointed or wrapped) or not isinstance(container.get("model"), dict):
         return []
-    import torch  # here: only a run that names parameters or classes pays for it before its ranks start
-    from hydra.utils import instantiate
-
     from framework.engine.activation_checkpointing import checkpoint_problems
 
-    try:
-        with torch.device("meta"):
-            model = instantiate(container["model"], _convert_="all")
-    except Exception:  # noqa: BLE001 - the model's own errors surface when the ranks build it
+    model = _meta_model(container)  # only a run that names parameters or classes pays for it before its ranks start
+    if model is None:
         return []
     problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
-    return problems + (checkpoint_problems(model, [str(c) for c in checkpointed]) if checkpointed else [])
+    problems += checkpoint_problems(model, [str(c) for c in checkpointed]) if checkpointed else []
+    return problems + (checkpoint_problems(model, [str(c) for c in wrapped], "strategy.wrap_classes") if wrapped else [])
 
 
 def check_task_metrics(container: dict) -> list[str]:
@@ -132,3 +136,104 @@ def _misspelled_arguments(node: dict, key: str) -> list[str]:
         if given not in names and not given.startswith("_") and close:
             out.append(f"{key}.{given}: not an argument of {node['_target_']}; did you mean {close[0]}?")
     return out
+
+
+def check_init_weights(container: dict) -> list[str]:
+    """``init.weights`` is a checkpoint directory or a file torch.save wrote (a model.pt)."""
+    weights = (container.get("init") or {}).get("weights")
+    path = Path(str(weights)) if weights else None
+    if path is None or not path.exists():
+        return []  # (a missing path is reported by the config checks)
+    if path.is_dir():
+        return [] if is_checkpoint(path) else [
+            f"init.weights: '{path}' is a directory but not a checkpoint (one holds .metadata, trainer.pt and "
+            "manifest.json); pass a checkpoint directory or a model.pt"]
+    if path.suffix == ".safetensors":
+        return _safetensors_problems(path)
+    if not zipfile.is_zipfile(path):
+        return [f"init.weights: '{path}' is not a checkpoint: a checkpoint directory, a state_dict file written "
+                "by torch.save (model.pt) or a .safetensors file is"]
+    return []
+
+
+def _safetensors_problems(path: Path) -> list[str]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt"):
+            return []
+    except Exception as err:  # noqa: BLE001 - the library's message says what is wrong with the file
+        return [f"init.weights: '{path}' is not a readable .safetensors file: {err}"]
+
+
+def check_checkpoint_data(container: dict) -> list[str]:
+    """The checkpoint to resume or evaluate and the initial weights load as data (engine/safe_load.py),
+    unless ``trust_checkpoint`` says to load them anyway."""
+    if container.get("trust_checkpoint"):
+        return []
+    found = []
+    ckpt, output_dir = container.get("ckpt_path"), str(container.get("output_dir") or ".")
+    if ckpt and not check_ckpt_path(ckpt, output_dir):  # (one not whole is named by that check)
+        path = resolve_ckpt_path(str(ckpt), output_dir)
+        found += [f"ckpt_path: {p}" for p in (scan_checkpoint(path) if path.exists() else [])]
+    weights = (container.get("init") or {}).get("weights")
+    if weights and Path(str(weights)).exists() and not check_init_weights(container) \
+            and Path(str(weights)).suffix != ".safetensors":  # (tensors only: nothing to scan)
+        found += [f"init.weights: {p}" for p in scan_checkpoint(Path(str(weights)))]
+    return found
+
+
+def check_strategy_on_model(container: dict) -> list[str]:
+    """What the strategy says of the model itself (a tensor-parallel plan and the sizes it splits),
+    on the model built on the meta device; only for a strategy that checks models."""
+    from framework.strategies import Strategy, resolve
+
+    try:
+        cls, options, topology = resolve(container)
+    except Exception:  # noqa: BLE001 - an invalid strategy or layout is reported by check_strategy
+        return []
+    if cls.model_problems.__func__ is Strategy.model_problems.__func__ or not isinstance(container.get("model"), dict):
+        return []
+    model = _meta_model(container)
+    return cls.model_problems(model, options, topology, container) if model is not None else []
+
+
+def _meta_model(container: dict):
+    """The configured model on the meta device (no memory, no weights), or None when it does not build
+    (its own errors surface when the ranks build it)."""
+    import torch
+    from hydra.utils import instantiate
+
+    try:
+        with torch.device("meta"):
+            return instantiate(container["model"], _convert_="all")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def check_rank_start(container: dict) -> list[str]:
+    """Local ranks that can start from here: classes defined in a notebook reach forked ranks only,
+    and a fork cannot use CUDA once this process initialised it."""
+    import torch
+
+    from framework.config.environment import detect_environment
+    from framework.launch.main_module import forks_ranks, interactive_main, needs_main
+    from framework.strategies import resolve
+
+    try:
+        cls, _, topology = resolve(container)
+    except Exception:  # noqa: BLE001 - an invalid strategy or layout is reported by check_strategy
+        return []
+    if topology.processes_per_node < 2 or detect_environment() is not None:
+        return []
+    name = f"strategy={cls.name}"
+    if cls.launcher == "spawn" and needs_main(container) and interactive_main():
+        return [f"{name}: starts fresh interpreters, which cannot see the classes defined in this notebook or "
+                "session (_target_: __main__...); use strategy=ddp_notebook (or ddp, fsdp, ...: they fork their "
+                "ranks from this process here), or move those classes into a module file"]
+    if forks_ranks(container, cls.launcher) and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return [f"{name}: its ranks are forks of this process, which has initialised CUDA already (a CUDA "
+                "tensor or call before fit), and a forked process cannot use CUDA; restart the kernel and call "
+                "fit before anything touches CUDA, or move the classes of _target_: __main__... into a module "
+                "file and use strategy=ddp"]
+    return []

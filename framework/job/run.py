@@ -4,6 +4,7 @@ Shared by the Hydra entry point (``python -m framework.train``) and the Python A
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 from pathlib import Path
@@ -12,10 +13,11 @@ from typing import Callable, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import detect_environment
+from framework.engine.run_directory import DirectoryLock
 from framework.engine.signals import Interrupted
 from framework.launch.start import launch, start_ranks_early
 from framework.job.preflight import preflight
-from framework.job.run_directory import replaces_previous_run
+from framework.job.overwrite import replaces_previous_run
 from framework.strategies import resolved_options
 
 log = logging.getLogger(__name__)
@@ -23,34 +25,42 @@ log = logging.getLogger(__name__)
 
 def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = None) -> dict:
     """Validate ``cfg`` (raises ConfigError listing every problem, before anything is written
-    but the log), write ``config.yaml`` to ``cfg.output_dir`` (and, on rank 0, whatever
+    but the log), take the run directory (one writer at a time: a run already writing there is
+    refused), write ``config.yaml`` to ``cfg.output_dir`` (and, on rank 0, whatever
     ``after_validation`` writes), train; return the results."""
     start_ranks_early(cfg)
-    container = preflight(cfg)
     env = detect_environment()
-    if env is None or env.rank == 0:
-        _remove_previous_run(container)
-    # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
-    # strategy's options in full (its schema's defaults filled in, `auto` resolved).
-    container["strategy"] = resolved_options(container)
-    cfg = OmegaConf.create(container)
-    output_dir = Path(cfg.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if env is None or env.rank == 0:  # SLURM tasks share the job's directory; rank 0 writes
-        OmegaConf.save(cfg, output_dir / "config.yaml")
-        if after_validation is not None:
-            after_validation()
-    log.info("Experiment '%s', output in %s", cfg.name, output_dir)
-    results = launch(cfg)
+    owner = env is None or env.rank == 0  # SLURM tasks share the job's directory; rank 0 writes
+    # Taken first: a run already writing there is named at once, before anything is checked or written.
+    with DirectoryLock(Path(cfg.output_dir)) if owner else contextlib.nullcontext():
+        container = preflight(cfg)
+        if owner:
+            _remove_previous_run(container)
+        # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
+        # strategy's options in full (its schema's defaults filled in, `auto` resolved).
+        container["strategy"] = resolved_options(container)
+        cfg = OmegaConf.create(container)
+        output_dir = Path(cfg.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        if owner:
+            OmegaConf.save(cfg, output_dir / "config.yaml")
+            if after_validation is not None:
+                after_validation()
+        log.info("Experiment '%s', output in %s", cfg.name, output_dir)
+        results = launch(cfg)
+    _log_outcome(cfg, results, output_dir)
+    if results.get("status") == "interrupted":
+        raise Interrupted(results["signal_number"], results)
+    return results
+
+
+def _log_outcome(cfg: DictConfig, results: dict, output_dir: Path) -> None:
     metrics = results.get("metrics", {})
     shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(metrics.items())
                       if k.startswith(("val/", "test/")))
     log.info("Finished '%s' (%s): %s", cfg.name, results.get("status"), shown or "no metrics")
     written = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in output_dir.iterdir()))
     log.info("Outputs: %s (%s)", output_dir.resolve(), written)
-    if results.get("status") == "interrupted":
-        raise Interrupted(results["signal_number"], results)
-    return results
 
 
 def _remove_previous_run(container: dict) -> None:

@@ -5,6 +5,7 @@ Ranks get the resolved config as a plain dict: they never re-parse argv or re-ru
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -12,9 +13,12 @@ import threading
 import uuid
 
 from framework.config.environment import detect_environment
+from framework.engine import signals
 from framework.engine.signals import Interrupted, stop_signals
+from framework.launch.agent_leftovers import RENDEZVOUS_BACKEND, agent_leftovers_taken_back
 from framework.launch.failures import job_failed, read_results
 from framework.launch.fork_server import environment_changes, standard_start_method, use_fork_server
+from framework.launch.loopback_stores import stores_listening_on
 from framework.launch.main_module import STARTUP_HINT, needs_main, ranks_without_main
 from framework.launch.process_exit import exit_now
 from framework.rank.run import run_launched
@@ -31,50 +35,74 @@ def _elastic_entry(container: dict, env_changes: dict) -> dict:
         else:
             os.environ[name] = value
     results = record(run_launched)(container, detect_environment())
-    if results.get("status") == "interrupted":
+    if results.get("status") == "interrupted" or signals.RECEIVED:
         # The agent may be shutting the job down: it would wait out its grace period (30 s) for
         # a return value it no longer collects. Leave now; results.json has everything.
-        exit_now(128 + results["signal_number"])
+        exit_now(128 + results["signal_number"] if results.get("status") == "interrupted" else 0)
     return results
 
 
-def launch_elastic(container: dict, nprocs: int) -> dict:
-    """N ranks under torch's elastic agent on this machine; returns rank 0's results."""
+def launch_elastic(container: dict, nprocs: int, fork: bool = False) -> dict:
+    """N ranks under torch's elastic agent on this machine; returns rank 0's results. ``fork``: the
+    ranks are forks of this very process (a notebook's classes come along), not of the fork server."""
     standard_start_method()
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    use_fork_server()
-    # Port 0: the agent's rendezvous store binds a free port itself (no pick-then-bind race),
-    # and the ranks share that store.
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
-                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",
-                          max_restarts=int(container["trainer"].get("max_restarts") or 0),
-                          monitor_interval=0.1, start_method="forkserver")
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
 
+    if not fork:
+        use_fork_server()
     usr1 = signal.SIGUSR1 in stop_signals(container["trainer"].get("stop_on_sigusr1")) \
         and threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGUSR1, _stop_agent) if usr1 else None
     try:
-        with ranks_without_main(container):
-            returns = elastic_launch(config, _elastic_entry)(container, environment_changes())
+        with agent_leftovers_taken_back(), ranks_without_main(container) if not fork else contextlib.nullcontext(), \
+                stores_listening_on("127.0.0.1"), _without_the_agents_failure_dump():
+            if usr1:
+                signal.signal(signal.SIGUSR1, _stop_agent)
+            returns = elastic_launch(_launch_config(container, nprocs, fork), _elastic_entry)(
+                container, environment_changes())
     except SignalException as err:
         # The agent got the signal and passed it to the ranks, which stopped at one step, saved
         # `last` and results.json; it waited for them (or killed them after its grace period).
-        raise Interrupted(int(err.sigval), read_results(container)) from None
+        # A signal that came once the work was done (results written, completed) stops nothing.
+        results = read_results(container)
+        if results.get("status") in ("completed", "diverged"):
+            return results
+        raise Interrupted(int(err.sigval), results) from None
     except ChildFailedError as err:
         results = read_results(container)
-        if results.get("status") == "interrupted":  # a signal to the ranks themselves, not to this process
+        killed = any(f.exitcode < 0 for f in err.failures.values())  # a rank died of a signal it did not handle
+        if results.get("status") == "interrupted" and not killed:  # a signal to the ranks, not to this process
             raise Interrupted(results["signal_number"], results) from None
         rank, message = _root_failure(err.failures)
         if needs_main(container) and message.startswith(_STARTED_BADLY):
             message += f"; {STARTUP_HINT}"
         raise job_failed(container, nprocs, rank, message) from None
-    finally:
-        if usr1:
-            signal.signal(signal.SIGUSR1, previous)
     return returns[0]
+
+
+def _launch_config(container: dict, nprocs: int, fork: bool):
+    from torch.distributed.launcher.api import LaunchConfig
+
+    # Port 0: the agent's rendezvous store binds a free port itself (no pick-then-bind race),
+    # and the ranks share that store.
+    return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
+                        rdzv_backend=RENDEZVOUS_BACKEND, rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
+                        max_restarts=int(container["trainer"].get("max_restarts") or 0),
+                        monitor_interval=0.1, start_method="fork" if fork else "forkserver")
+
+
+@contextlib.contextmanager
+def _without_the_agents_failure_dump():
+    """A failed rank logs its own traceback, and the launch names it once (launch/failures.py);
+    torch's agent would add ~90 lines of its own frames around the same traceback."""
+    agent_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    level = agent_log.level
+    agent_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        agent_log.setLevel(level)
 
 
 def _stop_agent(signum: int, frame) -> None:

@@ -17,7 +17,12 @@ def read_results(container: dict) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def job_failed(container: dict, nprocs: int, rank: int, message: str) -> RuntimeError:
+class JobFailed(RuntimeError):
+    """A rank failed; results.json and the log say which and why (the command line prints this
+    message, not a traceback through the launcher: the rank's own traceback is in its log)."""
+
+
+def job_failed(container: dict, nprocs: int, rank: int, message: str) -> JobFailed:
     """Record in results.json which rank failed first and why (with the job's fields, whichever
     rank wrote what before); return the error to raise."""
     run_dir = Path(container["output_dir"])
@@ -34,4 +39,4 @@ def job_failed(container: dict, nprocs: int, rank: int, message: str) -> Runtime
     results.update(status="failed", failed_rank=rank, error=message)
     write_results(run_dir, results)
     log.error("rank %d failed first: %s", rank, message)  # the verdict, in the job's train.log too
-    return RuntimeError(f"rank {rank} failed: {message}")
+    return JobFailed(f"rank {rank} failed: {message}")

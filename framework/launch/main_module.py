@@ -37,6 +37,18 @@ def ranks_without_main(container: dict):
         main.__dict__.update(saved)
 
 
+def interactive_main() -> bool:
+    """Is ``__main__`` a notebook kernel or an interactive session (no script file to import)?"""
+    main = sys.modules.get("__main__")
+    return main is not None and not getattr(main, "__file__", None)
+
+
+def forks_ranks(container: dict, launcher: str) -> bool:
+    """Do the local ranks of ``container`` start as forks of this process: a fork strategy, or
+    classes defined in an interactive ``__main__`` that no other start could import."""
+    return launcher == "fork" or (launcher == "elastic" and needs_main(container) and interactive_main())
+
+
 def needs_main(container: dict) -> bool:
     """Does the config name a class or function defined in the user's script?"""
     return "__main__." in json.dumps(container, default=str)

@@ -7,6 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import RankEnv, detect_environment
 from framework.engine.signals import watch_parent
+from framework.launch.main_module import forks_ranks
 from framework.rank.run import run
 from framework.strategies import STRATEGIES, resolve, selected_class
 
@@ -27,7 +28,7 @@ def launch(cfg: DictConfig) -> dict:
         return launch_spawn(container, topology.processes_per_node)
     from framework.launch.elastic import launch_elastic
 
-    return launch_elastic(container, topology.processes_per_node)
+    return launch_elastic(container, topology.processes_per_node, fork=forks_ranks(container, cls.launcher))
 
 
 def start_ranks_early(cfg: DictConfig) -> None:
@@ -47,6 +48,8 @@ def start_ranks_early(cfg: DictConfig) -> None:
         return
     if cls is None or getattr(cls, "launcher", None) != "elastic" or not getattr(cls, "process_per_device", False):
         return
+    if forks_ranks(OmegaConf.to_container(cfg, resolve=False), cls.launcher):
+        return  # the ranks will be forks of this process: no server to start
     from framework.launch.fork_server import start_fork_server
 
     start_fork_server(OmegaConf.to_container(cfg, resolve=False))

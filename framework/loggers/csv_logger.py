@@ -32,7 +32,10 @@ class CSVLogger:
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if step in self._rows and step not in self._pending:
             self._rewrite = True  # a step already in the file changed
-        self._rows.setdefault(step, {}).update(metrics)
+        row = self._rows.setdefault(step, {})
+        # the epoch a step was trained in: a test logged at the same step after fit (the epoch
+        # counter past the last one by then) does not relabel it
+        row.update({k: v for k, v in metrics.items() if not (k == "epoch" and "epoch" in row)})
         self._names.update(k for k in metrics if k != "epoch")
         self._pending.add(step)
         self._write(before=step)
@@ -41,12 +44,17 @@ class CSVLogger:
         pass  # the resolved config is saved beside it as config.yaml
 
     def resume(self, step: int) -> None:
-        """The run continues from ``step``: rows logged after it belong to the lost future."""
+        """The run continues from ``step``: rows logged after it belong to the lost future, and a
+        test that ended the earlier run (``test/*``) is not part of the continued one."""
         dropped = [s for s in self._rows if s > step]
         for s in dropped:
             del self._rows[s]
             self._pending.discard(s)
-        if dropped:
+        tested = [row for row in self._rows.values() if any(k.startswith("test/") for k in row)]
+        for row in tested:
+            for key in [k for k in row if k.startswith("test/")]:
+                del row[key]
+        if dropped or tested:
             self._rewrite = True
             self._write(before=step + 1)
 

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 from torch import nn
 
+from framework.config.ranges import Range
+
 
 class CNN(nn.Module):
     """Conv-BN-ReLU blocks (2x2 max-pool after each but the last), global average pool, MLP head."""
+
+    argument_ranges = {"channels": Range(low=1, each=True), "hidden_size": Range(low=1), "num_classes": Range(low=1)}
 
     def __init__(self, input_shape: list, num_classes: int, channels: list = (32, 64),
                  hidden_size: int = 128, dropout: float = 0.1):

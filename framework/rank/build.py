@@ -3,10 +3,12 @@ loggers, callbacks, and the Trainer that runs them. Logs what it builds, so a ru
 explains itself."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -15,7 +17,7 @@ from framework.callbacks.profiler import PROFILERS
 from framework.config.durations import parse_duration
 from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import SchedulerConfig, TrainerConfig
-from framework.config.validate import FRAMEWORK_KEYS
+from framework.config.validate import FRAMEWORK_KEYS, import_target
 from framework.config.environment import RankEnv
 from framework.engine.trainer import Trainer
 from framework.engine.transfer_learning import apply_init
@@ -103,10 +105,15 @@ def build_callbacks(cfg: DictConfig) -> dict:
     return callbacks
 
 
-def build_components(cfg: DictConfig, is_global_zero: bool) -> Components:
-    """Instantiate every component of ``cfg``; loggers exist on rank 0 only."""
+def build_components(cfg: DictConfig, is_global_zero: bool, on_meta: bool = False) -> Components:
+    """Instantiate every component of ``cfg``; loggers exist on rank 0 only. ``on_meta``: the model
+    on the meta device, when it can initialise itself later (``init_weights``) and no initial
+    weights are loaded into it whole (``init.weights``)."""
     datamodule = _make(cfg.datamodule, "datamodule")
-    model = _make(cfg.model, "model")
+    target = import_target(str(cfg.model._target_))
+    on_meta = on_meta and callable(getattr(target, "init_weights", None)) and not (cfg.get("init") or {}).get("weights")
+    with torch.device("meta") if on_meta else contextlib.nullcontext():
+        model = _make(cfg.model, "model on the meta device" if on_meta else "model")
     task = _make(cfg.task, "task")
     optimizer_factory = build_optimizer_factory(cfg.optimizer)
     scheduler = build_scheduler(cfg.get("scheduler"))
@@ -127,8 +134,9 @@ def build_trainer(cfg: DictConfig, env: RankEnv = RankEnv(), strategy: Optional[
     seed = seed_everything(cfg.get("seed"))  # before any model is built: it draws the initial weights
     set_deterministic(trainer_cfg.deterministic)
     set_debug_flags(trainer_cfg.detect_anomaly, trainer_cfg.benchmark)
-    parts = build_components(cfg, strategy.is_global_zero)
-    trainer = Trainer(trainer_cfg, strategy, parts.task, parts.loggers, parts.callbacks, seed=seed, signals=signals)
+    parts = build_components(cfg, strategy.is_global_zero, strategy.builds_on_meta)
+    trainer = Trainer(trainer_cfg, strategy, parts.task, parts.loggers, parts.callbacks, seed=seed, signals=signals,
+                      trust_checkpoint=bool(cfg.get("trust_checkpoint")))
     return trainer, parts
 
 
@@ -139,4 +147,4 @@ def apply_configured_init(cfg: DictConfig, model) -> dict | None:
     if not (init.get("weights") or init.get("freeze")):
         return None
     return apply_init(model, init.get("weights"), init.get("strict", False), list(init.get("reset") or []),
-                      list(init.get("freeze") or []))
+                      list(init.get("freeze") or []), trust=bool(cfg.get("trust_checkpoint")))

@@ -39,6 +39,18 @@ def record_interruption(cfg: DictConfig, trainer: Trainer) -> dict:
     return out
 
 
+def stopped_after_training(cfg: DictConfig, trainer: Trainer, signum: int) -> dict:
+    """A stop signal after training ended (during the test, predict or the export): the stage was
+    left at once; what training saved (``last``) stays, and nothing more is saved."""
+    name = signal.Signals(signum).name
+    last = Path(cfg.output_dir) / "checkpoints" / "last"
+    if trainer.is_global_zero:
+        log.warning("Interrupted by %s after training (step %d), in the test or predict stage; %s", name,
+                    trainer.global_step, f"{last} holds the trained state" if last.exists() else "nothing was saved")
+    return {"status": "interrupted", "signal": name, "signal_number": signum, "steps": trainer.global_step,
+            "after_training": True, "checkpoint": str(last) if last.exists() else None}
+
+
 def requeue() -> bool:
     """``scontrol requeue $SLURM_JOB_ID`` (FRAMEWORK_REQUEUE_COMMAND replaces it, e.g. in tests)."""
     job = os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID"))

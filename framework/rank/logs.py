@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+# "0": rank 0 logs to its file only (framework.api.fit in a notebook, unless verbose=True).
+CONSOLE_LOG = "FRAMEWORK_CONSOLE_LOG"
 
 
 def configure_rank_logging(output_dir: str, rank: int) -> None:
@@ -19,7 +22,7 @@ def configure_rank_logging(output_dir: str, rank: int) -> None:
         root.removeHandler(handler)
     formatter = logging.Formatter(FORMAT.replace("[%(name)s]", f"[rank {rank}][%(name)s]"))
     handlers: list[logging.Handler] = [logging.FileHandler(path)]
-    if rank == 0:
+    if rank == 0 and os.environ.get(CONSOLE_LOG, "1") != "0":
         handlers.append(logging.StreamHandler(sys.stdout))
     for handler in handlers:
         handler.setFormatter(formatter)

@@ -23,6 +23,14 @@ def flatten(node: dict, prefix: str = "") -> dict:
     return flat
 
 
+def _tokens(figures: dict, cfg: DictConfig) -> dict:
+    """A language model's throughput in tokens too: samples (windows) x ``datamodule.seq_len``."""
+    seq_len = OmegaConf.select(cfg, "datamodule.seq_len", default=None)
+    if isinstance(seq_len, int) and figures.get("samples_per_s"):
+        figures["tokens_per_s"] = figures["samples_per_s"] * seq_len
+    return figures
+
+
 def job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
     """What results.json says of the job whatever its outcome."""
     container = OmegaConf.to_container(cfg, resolve=True)
@@ -39,7 +47,7 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     if model is not None:
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         predicted = type(strategy).predict_model_state_bytes(trainable, optimizer_state_bytes(cfg.optimizer),
-                                                             strategy.topology)
+                                                             strategy.topology, strategy.unwrap(model), strategy.options)
     final = {k: v for k, v in trainer.logged_metrics.items() if "/" in k}
     hparams = flatten({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "output_dir"})
     for logger in trainer.loggers:
@@ -50,7 +58,7 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
         "status": "diverged" if trainer.diverged else "completed", "diverged": trainer.diverged,
         "global_batch_size": trainer.global_batch_size, "epochs": trainer.state.epochs_run,
         "steps": trainer.global_step, "metrics": dict(trainer.logged_metrics),
-        "throughput": throughput(trainer.step_times, trainer.train_samples),
+        "throughput": _tokens(throughput(trainer.step_times, trainer.train_samples), cfg),
         "memory": {"peak_bytes_per_rank": peaks,
                    "model_state_bytes_per_rank": [s["total"] if s else None for s in states],
                    "predicted_model_state_bytes": predicted,

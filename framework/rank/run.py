@@ -15,13 +15,14 @@ import traceback
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from framework.config.environment import RankEnv
+from framework.config.environment import PARALLEL_JOBS, RankEnv, available_cores
 from framework.config.relocate import relocate
-from framework.engine.signals import StopSignals, stop_signals, watch_parent
+from framework.engine import signals
+from framework.engine.signals import StopNow, StopSignals, stop_signals, watch_parent
 from framework.rank.benchmark_repeats import repeat_timing
 from framework.rank.build import build_trainer
 from framework.rank.cleanup import cleanup, lost_peer
-from framework.rank.interruption import record_interruption
+from framework.rank.interruption import record_interruption, stopped_after_training
 from framework.rank.logs import configure_rank_logging
 from framework.rank.results import collect, job_fields
 from framework.rank.stages import run_stages
@@ -36,25 +37,36 @@ def run_launched(container: dict, env: RankEnv) -> dict:
     share of the CPU threads, then the rank's job."""
     configure_rank_logging(container["output_dir"], env.rank)
     watch_parent()
-    if "OMP_NUM_THREADS" not in os.environ:
-        # N ranks on one CPU must not each start a thread per core (torchrun sets OMP_NUM_THREADS=1).
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
     return run(OmegaConf.create(container), env)
+
+
+def cpu_threads(cfg: DictConfig, env: RankEnv) -> int:
+    """torch's threads for this rank: ``trainer.num_threads``, else OMP_NUM_THREADS (torchrun sets
+    1), else this process's cores shared by the node's ranks and by the sweep's jobs that run
+    beside this one: N ranks on one CPU must not each start a thread per core."""
+    if cfg.trainer.get("num_threads"):
+        return int(cfg.trainer.num_threads)
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    jobs = int(os.environ.get(PARALLEL_JOBS) or 1)
+    return max(1, available_cores() // (env.local_world_size * max(1, jobs)))
 
 
 def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     """Train and/or test the experiment ``cfg`` (resolved, validated) on this rank; return its results."""
     start = time.perf_counter()
+    threads = cpu_threads(cfg, env)
+    torch.set_num_threads(threads)
     strategy = build_strategy(OmegaConf.to_container(cfg, resolve=True), env)
     strategy.setup_environment()
     cfg = _join_job_directory(cfg, strategy)
-    results = job_fields(cfg, strategy)
-    parts, error = None, None
+    results = {**job_fields(cfg, strategy), "threads": threads}
+    trainer, parts, error, stops = None, None, None, StopSignals(stop_signals(cfg.trainer.get("stop_on_sigusr1")))
     try:
-        with StopSignals(stop_signals(cfg.trainer.get("stop_on_sigusr1"))) as signals:
-            trainer, parts = build_trainer(cfg, env, strategy, signals)
+        with stops:
+            trainer, parts = build_trainer(cfg, env, strategy, stops)
             results["seed"] = trainer.seed
-            results.update(run_stages(cfg, trainer, parts))
+            results.update(run_stages(cfg, trainer, parts, stops))
             results.update(collect(cfg, trainer))
             if cfg.get("benchmark_repeats", 1) > 1 and cfg.train and not trainer.interrupted:
                 results["throughput"] = repeat_timing(OmegaConf.merge(cfg, {"seed": trainer.seed}), env, strategy,
@@ -62,11 +74,18 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
             if trainer.interrupted:  # still under the handlers: a duplicate signal must not kill the save
                 results.update(record_interruption(cfg, trainer))
         return results
+    except StopNow as stop:
+        results.update(stopped_after_training(cfg, trainer, stop.signum))
+        return results
     except BaseException as err:
+        if stops.after_training and signals.RECEIVED and lost_peer(err):
+            # a peer left its stage on the same stop signal while this rank waited for it
+            results.update(stopped_after_training(cfg, trainer, signals.RECEIVED))
+            return results
         error = err
         results.update(status="failed", error=f"{type(err).__name__}: {err}", failed_rank=env.rank,
                        traceback=traceback.format_exc())
-        log.error("rank %d failed: %s", env.rank, results["error"])
+        log.error("rank %d failed: %s\n%s", env.rank, results["error"], results["traceback"].rstrip())
         if env.world_size > 1 and lost_peer(err):
             # A broken connection usually means a peer died. Exit a moment later, so that the
             # launcher sees that death first and names the rank that caused it, not this one.

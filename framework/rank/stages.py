@@ -2,6 +2,7 @@
 final weights, test, predict. Each runs when the config asks for it; the Trainer runs the loops."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -19,9 +20,10 @@ from framework.rank.tested_weights import record, test_checkpoint
 log = logging.getLogger(__name__)
 
 
-def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
+def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components, signals=None) -> dict:
     """Every stage ``cfg`` asks for; returns what results.json says of them (with the seconds
-    fit and test took: the sweep report subtracts them from the sweep's wall time)."""
+    fit and test took: the sweep report subtracts them from the sweep's wall time). Training stops
+    at a step boundary on a stop signal (``signals``); the stages after it stop at once (StopNow)."""
     out: dict = {}
     init = apply_configured_init(cfg, parts.model)
     if init is not None:
@@ -31,23 +33,37 @@ def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components) -> dict:
     if cfg.train:
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
     t1 = time.perf_counter()
-    if cfg.get("export_weights") and trainer.model is not None:
-        export_weights(cfg, trainer)
-    t2 = time.perf_counter()
-    if cfg.test and not trainer.interrupted:
-        out.update(test(cfg, trainer, parts, ckpt))
-    if cfg.get("predict") and not trainer.interrupted:
-        out["predictions"] = predict(cfg, trainer, parts, ckpt)
-    out.update(fit_time_s=t1 - t0, test_time_s=time.perf_counter() - t2)
+    out.update(fit_time_s=t1 - t0)
+    if trainer.interrupted:
+        return out
+    with signals.at_once() if signals is not None else contextlib.nullcontext():
+        if cfg.get("export_weights") and trainer.model is not None:
+            export_weights(cfg, trainer)
+        t2 = time.perf_counter()
+        if cfg.test:
+            out.update(test(cfg, trainer, parts, ckpt))
+        if cfg.get("predict"):
+            out["predictions"] = predict(cfg, trainer, parts, ckpt)
+    out.update(test_time_s=time.perf_counter() - t2)
     return out
 
 
 def export_weights(cfg: DictConfig, trainer: Trainer) -> None:
-    """The final weights as one full ``model.pt`` (before a test on best/last loads others).
-    Collective: every rank takes part in gathering sharded weights; rank 0 writes."""
+    """The final weights as one full ``model.pt`` or ``model.safetensors`` (``export_format``), before a
+    test on best/last loads others. Collective: every rank gathers sharded weights; rank 0 writes."""
     weights = trainer.strategy.full_state_dict(trainer.model)
-    if trainer.is_global_zero:
-        torch.save(weights, Path(cfg.output_dir) / "model.pt")
+    if not trainer.is_global_zero:
+        return
+    path = Path(cfg.output_dir) / f"model.{cfg.get('export_format') or 'pt'}"
+    tmp = path.with_name(f".{path.name}.tmp")  # written beside, then renamed: never half a file
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        # one tensor per name, each its own contiguous storage (safetensors refuses shared ones)
+        save_file({k: v.detach().contiguous().clone() for k, v in weights.items()}, str(tmp))
+    else:
+        torch.save(weights, tmp)
+    os.replace(tmp, path)
 
 
 def test(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | None) -> dict:
@@ -69,7 +85,8 @@ def predict(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | N
                                   ckpt_path=ckpt if fresh else None)
     if predictions is None:  # the other ranks, or nothing to predict
         return None
-    path = write_predictions(predictions, Path(cfg.output_dir), cfg.predict_format)
+    path = write_predictions(predictions, Path(cfg.output_dir), cfg.predict_format,
+                             getattr(parts.datamodule, "prediction_records", None))
     samples = len(predictions if isinstance(predictions, torch.Tensor) else next(iter(predictions.values())))
     log.info("Wrote the predictions of %d samples to %s", samples, path)
     return {"path": str(path), "samples": samples}

@@ -51,7 +51,8 @@ def test_checkpoint(container: dict) -> tuple[str, Path | None]:
     choice = requested(container)
     if choice == "final":
         return "final", None
-    path = resolve_ckpt_path(choice, str(container["output_dir"]))
+    nodes = _checkpoint_callbacks(container)  # its dirpath, when the callback was given another
+    path = resolve_ckpt_path(choice, str(container["output_dir"]), nodes[0].get("dirpath") if nodes else None)
     if not is_checkpoint(path):
         log.warning("test_ckpt=%s: no such checkpoint (%s); testing the final weights", choice, path)
         return "final", None

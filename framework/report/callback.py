@@ -1,6 +1,7 @@
 """The Hydra callback that ends every multirun with its report."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -9,7 +10,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from framework.engine.results import previous_run, update_json, write_json
+from framework.engine.results import update_json, write_json
+from framework.engine.run_directory import DirectoryBusy, DirectoryLock, previous_run
 from framework.report.rows import SWEEP_FILE, collect, job_dirs
 from framework.report.table import write_report
 
@@ -21,7 +23,13 @@ class SweepReport(Callback):
 
     def on_multirun_start(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        if sweep_dir.is_dir() and not config.get("overwrite"):
+        try:  # one sweep writes a sweep directory at a time, held until the sweep ends
+            self._lock = DirectoryLock(sweep_dir, "hydra.sweep.dir").acquire()
+        except DirectoryBusy as err:
+            log.error("%s", err)
+            print(err, file=sys.stderr)
+            sys.exit(2)
+        if not config.get("overwrite"):
             taken = [p.name for p in job_dirs(sweep_dir) if previous_run(p)]
             if taken:  # before any job starts: the jobs would overwrite them one by one
                 message = (f"hydra.sweep.dir: '{sweep_dir}' already holds the results of jobs {', '.join(taken)}; "
@@ -37,8 +45,11 @@ class SweepReport(Callback):
             "optimized_metric": config.get("optimized_metric"), "optimized_mode": config.get("optimized_mode")})
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        rows = finish_sweep(Path(config.hydra.sweep.dir))
-        failed = [r["job"] for r in rows if r.get("status") == "failed"]
+        sweep_dir = Path(config.hydra.sweep.dir)
+        rows = finish_sweep(sweep_dir)
+        refused = json.loads((sweep_dir / SWEEP_FILE).read_text()).get("refused_jobs", [])
+        failed = [r["job"] for r in rows if r.get("status") == "failed" and r["job"] not in refused] + refused
+        self._lock.release()
         if failed:  # the sweep's exit status: it ran to the end, but not every job did
             print(f"{len(failed)} job(s) failed: {', '.join(failed)}", file=sys.stderr)
             sys.exit(1)

@@ -62,7 +62,9 @@ def _loss_curves(plt, sweep_dir: Path, rows: list[dict]) -> Path:
     for r in rows:
         losses = train_losses(sweep_dir / r["job"])
         if losses:
-            ax.plot(list(losses), list(losses.values()), label=f"{r['job']}: {r['series']} x{r['world_size']}")
+            # a job that logged few points shows them as markers (a line of one point is invisible)
+            ax.plot(list(losses), list(losses.values()), marker="o" if len(losses) < 5 else None, markersize=4,
+                    label=f"{r['job']}: {r['series']} x{r['world_size']}")
     ax.set_xlabel("step")
     ax.set_ylabel("train/loss")
     ax.grid(alpha=0.3)

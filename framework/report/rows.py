@@ -87,6 +87,6 @@ def _throughput(throughput: dict) -> dict:
     """samples/s of the steady-state steps and its spread: over the job's repeated trainings
     (benchmark_repeats), else over the timing windows of its one run."""
     spread = [w for w in throughput.get("samples_per_s_repeats") or throughput.get("samples_per_s_windows") or [] if w]
-    return {"samples_per_s": throughput.get("samples_per_s"),
+    return {"samples_per_s": throughput.get("samples_per_s"), "tokens_per_s": throughput.get("tokens_per_s"),
             "samples_per_s_min": min(spread) if spread else None,
             "samples_per_s_max": max(spread) if spread else None}

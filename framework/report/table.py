@@ -8,6 +8,7 @@ from pathlib import Path
 from framework.report.compare import swept_keys
 from framework.report.plots import plots
 from framework.report.rows import NOISY_SPREAD, SWEEP_FILE, collect
+from framework.report.tensorboard_runs import link_tensorboard_runs
 from framework.report.timing import timing
 
 # The swept parameters come after "job", then one column per metric the jobs logged (val/*,
@@ -50,6 +51,9 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
     _rank(rows, *objective)
     columns = COLUMNS[:1] + params + COLUMNS[1:] + metric_columns(rows) + LAST_COLUMNS
     at = columns.index("samples_per_s") + 1
+    if any(row.get("tokens_per_s") for row in rows):  # language models: tokens/s beside samples/s
+        columns.insert(at, "tokens_per_s")
+        at += 1
     with open(sweep_dir / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns[:at] + CSV_ONLY + columns[at:], extrasaction="ignore")
         writer.writeheader()
@@ -65,6 +69,9 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         lines += ["", f"Best by {metric} ({mode}): job {best['job']} ({fmt(best[metric])}), "
                       + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params])]
     lines += ["", *footnotes(rows), *timing(sweep_dir, rows), ""]
+    runs = link_tensorboard_runs(sweep_dir, rows)
+    if runs is not None:
+        lines += [f"TensorBoard, one run per job named after its swept values: `tensorboard --logdir {runs}`", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots(sweep_dir, rows)]
     (sweep_dir / "report.md").write_text("\n".join(lines) + "\n")
     return sweep_dir / "report.md"

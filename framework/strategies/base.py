@@ -40,7 +40,8 @@ class Strategy:
 
     name = ""  # the registry name (strategy.name); every concrete strategy sets it
     schema: type = StrategyConfig
-    # How a job's local ranks start: "elastic" (torch's elastic agent, as torchrun) or "spawn".
+    # How a job's local ranks start: "elastic" (torch's elastic agent, as torchrun; forked from a
+    # server process), "fork" (the same agent, forked from this process) or "spawn".
     launcher = "elastic"
     # True when every rank must run every forward together (sharded parameters are
     # all-gathered in forward): evaluation then pads the shorter ranks with extra batches.
@@ -49,6 +50,9 @@ class Strategy:
     needs_process_group = False
     # One process per device (ddp, fsdp, ...) rather than one per node.
     process_per_device = False
+    # The model is built on the meta device and materialised per rank after parallelize (its
+    # init_weights): a strategy that shards it never holds it whole.
+    builds_on_meta = False
 
     def __init__(self, options: StrategyConfig, accelerator: str, topology: Topology = Topology(),
                  env: RankEnv = RankEnv(), accumulate_grad_batches: int = 1):
@@ -81,10 +85,18 @@ class Strategy:
         return []
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology) -> float:
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
+                                  options=None) -> float:
         """Per-rank bytes of parameters + gradients + optimizer state (fp32: 4 + 4 + ``optimizer_bytes``
-        per parameter), the ZeRO paper's accounting; replicated on every rank here."""
+        per parameter), the ZeRO paper's accounting; replicated on every rank here. ``model`` (any
+        device, meta too) and ``options``: for a strategy whose split depends on the model's layers."""
         return (8 + optimizer_bytes) * params
+
+    @classmethod
+    def model_problems(cls, model: nn.Module, options: StrategyConfig, topology: Topology,
+                       container: dict) -> list[str]:
+        """Every reason this strategy cannot run ``model`` (built on the meta device) in this layout."""
+        return []
 
     # ---- runtime ----
     @property
@@ -104,8 +116,14 @@ class Strategy:
         join_process_group(self.env, self.device, self.options.timeout_s, self.needs_process_group)
 
     def setup(self, model: nn.Module, optimizer_factory: Callable | None) -> tuple[nn.Module, object]:
-        """Move and wrap ``model``; build the optimizer over the parameters it will train (None: no optimizer)."""
-        model = self.parallelize(model.to(self.device))
+        """Move and wrap ``model``; build the optimizer over the parameters it will train (None: no
+        optimizer). A model on the meta device is wrapped there, then materialised: each rank
+        allocates its shards and the model's ``init_weights(seed)`` fills them."""
+        on_meta = any(p.is_meta for p in model.parameters())
+        model = self.parallelize(model if on_meta else model.to(self.device))
+        if on_meta:
+            model.to_empty(device=self.device)
+            model.init_weights(torch.initial_seed())  # the seed it would have been built with
         return model, (self.build_optimizer(model, optimizer_factory) if optimizer_factory else None)
 
     def parallelize(self, model: nn.Module) -> nn.Module:
@@ -138,8 +156,8 @@ class Strategy:
         whose ranks drift apart, such as asynchronous averaging, makes them agree here)."""
 
     def sampler(self, length: int, shuffle: bool, seed: int, drop_last_multiple: int | None) -> ShardedSampler:
-        return ShardedSampler(length, self.topology.data_parallel_size, self.env.rank, shuffle, seed,
-                              drop_last_multiple)
+        return ShardedSampler(length, self.topology.data_parallel_size, self.topology.data_parallel_rank(self.env.rank),
+                              shuffle, seed, drop_last_multiple)
 
     def no_sync(self, model: nn.Module):
         """Context for micro-batches that must not all-reduce gradients (accumulation)."""
@@ -155,11 +173,17 @@ class Strategy:
         return get_model_state_dict(model, options=options)
 
     def clip_gradients(self, model: nn.Module, max_value: float, algorithm: str) -> None:
+        """By value, or by the norm of all gradients together: over the whole model, whatever its
+        shards (a DTensor's norm is reduced over its mesh; a per-shard norm would clip each
+        rank differently)."""
         params = [p for p in model.parameters() if p.grad is not None]
         if algorithm == "value":
             torch.nn.utils.clip_grad_value_(params, max_value)
-        else:
-            torch.nn.utils.clip_grad_norm_(params, max_value)
+            return
+        total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+        if hasattr(total, "full_tensor"):  # a DTensor (FSDP, TP): the norm over every shard
+            total = total.full_tensor()
+        torch.nn.utils.clip_grads_with_norm_(params, max_value, total)
 
     def checkpoint_state(self, model: nn.Module, optimizer) -> tuple[dict, object]:
         """(state for torch.distributed.checkpoint, extra picklable state for rank 0's file).

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
@@ -19,11 +20,11 @@ class DDPConfig(StrategyConfig):
     name: str = "ddp"
     find_unused_parameters: bool = False
     static_graph: bool = False
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float = ranged(25.0, low=0, strict=True)
     gradient_as_bucket_view: bool = False
     # Compress gradients before the all-reduce: fp16/bf16 halve the bytes; powersgd is low-rank.
     comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = "none"
-    powersgd_rank: int = 1
+    powersgd_rank: int = ranged(1, low=1)
     # BatchNorm statistics over the global batch instead of each rank's slice.
     sync_batchnorm: bool = False
 
@@ -69,6 +70,10 @@ class DDPWrapping:
     def check(cls, topology: Topology, options: DDPConfig, accelerator: str) -> list[str]:
         if accelerator == "mps" and topology.processes_per_node > 1:
             return [f"strategy={cls.name}: MPS has one device per machine; use trainer.devices=1"]
+        if getattr(options, "sync_batchnorm", False) and accelerator != "cuda":
+            # torch's SyncBatchNorm runs on CUDA only: it would fail in every rank once started
+            return [f"strategy.sync_batchnorm: torch's SyncBatchNorm runs on CUDA only, not on {accelerator}; "
+                    "set strategy.sync_batchnorm=false (each rank's BatchNorm then sees its slice of the batch)"]
         return []
 
     def parallelize(self, model: nn.Module) -> nn.Module:

@@ -14,6 +14,7 @@ from typing import Literal
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
@@ -28,7 +29,7 @@ class DDP2Config(StrategyConfig):
     name: str = "ddp2"
     find_unused_parameters: bool = False
     comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = "none"
-    powersgd_rank: int = 1
+    powersgd_rank: int = ranged(1, low=1)
 
 
 class DDP2Strategy(Strategy):

@@ -82,7 +82,8 @@ class FSDPSharding:
         return problems
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology) -> float:
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
+                                  options=None) -> float:
         return (8 + optimizer_bytes) * params / topology.shard
 
     def parallelize(self, model: nn.Module) -> nn.Module:

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.adasum import adasum_tree, is_power_of_two
@@ -42,7 +43,7 @@ class HorovodConfig(StrategyConfig):
     backend: Literal["native", "horovod"] = "native"
     # Tensor fusion (Horovod's HOROVOD_FUSION_THRESHOLD): gradients are all-reduced together, one
     # flat buffer per this many MiB as they become ready; 0: each gradient on its own.
-    fusion_threshold_mb: float = 64.0
+    fusion_threshold_mb: float = ranged(64.0, low=0, note=" (0: one all-reduce per gradient)")
 
 
 class HorovodStrategy(Strategy):
@@ -67,9 +68,6 @@ class HorovodStrategy(Strategy):
         if options.op == "adasum" and not is_power_of_two(topology.world_size):
             problems.append(f"strategy.op=adasum: combines gradients pairwise and needs a power-of-two number of "
                             f"ranks; this job has {topology.world_size} (trainer.devices x trainer.num_nodes)")
-        if options.fusion_threshold_mb < 0:
-            problems.append(f"strategy.fusion_threshold_mb: must be >= 0 (0: one all-reduce per gradient), got "
-                            f"{options.fusion_threshold_mb}")
         if options.backend == "horovod":
             problems += horovod_backend.horovod_problems(detect_environment(), topology.world_size, options.op)
         return problems

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from framework.config.environment import RankEnv, detect_environment, resolve_accelerator
+from framework.config.environment import RankEnv, available_cores, detect_environment, resolve_accelerator
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology, accelerator_problems, batch_problems, launch_problems
 from framework.config.validate import check_schema, import_target, known_valid_keys
@@ -12,17 +12,20 @@ from framework.strategies.bagua import BaguaStrategy
 from framework.strategies.base import Strategy
 from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
+from framework.strategies.ddp_fork import DDPForkStrategy, DDPNotebookStrategy
 from framework.strategies.ddp_spawn import DDPSpawnStrategy
 from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
 from framework.strategies.horovod import HorovodStrategy
 from framework.strategies.hsdp import HSDPStrategy
 from framework.strategies.single import SingleDeviceStrategy
+from framework.strategies.tensor_parallel import FSDPTensorParallelStrategy, TensorParallelStrategy
 from framework.strategies.zero import ZeroStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
-    SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDP2Strategy, ZeroStrategy,
-    FSDPStrategy, HSDPStrategy, HorovodStrategy, BaguaStrategy)}
+    SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDPForkStrategy, DDPNotebookStrategy,
+    DDP2Strategy, ZeroStrategy,
+    FSDPStrategy, HSDPStrategy, HorovodStrategy, BaguaStrategy, TensorParallelStrategy, FSDPTensorParallelStrategy)}
 
 
 def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
@@ -47,6 +50,9 @@ def _options(options: dict, cls: type[Strategy]) -> dict:
 def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
     """The strategy class, its typed options and the job's topology, from a resolved, valid config."""
     trainer = container["trainer"]
+    for key in ("devices", "num_nodes"):
+        if not isinstance(trainer[key], int) or isinstance(trainer[key], bool):
+            raise TypeError(f"trainer.{key}: expected int, got {trainer[key]!r}")
     options = dict(container.get("strategy") or {})
     cls = selected_class(options, trainer["devices"], trainer["num_nodes"])
     typed = cls.schema(**_options(options, cls))
@@ -118,13 +124,23 @@ def _layout_problems(container: dict, cls: type[Strategy], options: dict, device
                                       "trainer": {**trainer, "devices": devices, "num_nodes": nodes}})
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
         return [str(err)]
-    problems = cls.check(topology, typed, resolved)
+    problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, trainer)
     launched = detect_environment()
     problems += launch_problems(topology, cls.name, launched, cls.launcher == "spawn")
     if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
         problems.append(f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
                         "strategy.backend=horovod runs under it; start the others with torchrun, srun or python")
     return problems + batch_problems(topology, (container.get("datamodule") or {}).get("batch_size"))
+
+
+def _core_problems(topology: Topology, accelerator: str, trainer: dict) -> list[str]:
+    """CPU ranks beyond the cores: each would wait for the others' turns at every collective."""
+    cores = available_cores()
+    if accelerator != "cpu" or topology.processes_per_node <= cores or trainer.get("oversubscribe"):
+        return []
+    return [f"trainer.devices: {topology.processes_per_node} processes per node on the CPU, but this process may run "
+            f"on {cores} core(s); use trainer.devices={cores} or fewer, or set trainer.oversubscribe=true to run "
+            f"them anyway"]
 
 
 def build_strategy(container: dict, env: RankEnv) -> Strategy:

@@ -38,7 +38,8 @@ class ZeroStrategy(DDPWrapping, Strategy):
     name = "zero"
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology) -> float:
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
+                                  options=None) -> float:
         return 8 * params + optimizer_bytes * params / topology.data_parallel_size
 
     def build_optimizer(self, model: nn.Module, optimizer_factory: Callable):

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Optional
 import torch
 from torch.nn import functional as F
 
+from framework.config.ranges import Range
 from framework.tasks.metrics import EpochMetrics
 
 
@@ -18,6 +19,8 @@ class ClassificationTask:
     computed over the whole epoch on every rank's samples (``val/<name>``, ``test/<name>``,
     and ``train/<name>`` at each training epoch's end with ``train_metrics``).
     """
+
+    argument_ranges = {"label_smoothing": Range(low=0, high=1)}
 
     def __init__(self, label_smoothing: float = 0.0, train_metrics: bool = False,
                  metrics: Optional[Mapping[str, Any]] = None):

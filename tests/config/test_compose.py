@@ -24,6 +24,12 @@ try:
     import mlflow  # noqa: F401
 except ImportError:
     NEEDS_DATA[("logger", "mlflow")] = "mlflow is not installed"
+# Options that need another group's (the transformer and its text), or more ranks, than the default
+# experiment (the CNN on digits, one device) has: refused, naming what is missing.
+NEEDS_DATA[("model", "gpt")] = "Interpolation key 'datamodule.vocab_size' not found"
+NEEDS_DATA[("datamodule", "text")] = "Interpolation key 'datamodule.input_shape' not found"
+NEEDS_DATA[("strategy", "fsdp_tp")] = "cannot make world size 1"
+NEEDS_DATA[("strategy", "tp")] = "CNN has no tensor-parallel plan"
 if not torch.cuda.is_available():
     NEEDS_DATA[("trainer", "gpu")] = "no CUDA device"
     NEEDS_DATA[("strategy", "ddp2")] = "needs CUDA devices"

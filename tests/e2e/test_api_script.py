@@ -59,3 +59,33 @@ def test_a_class_defined_in_the_script_needs_the_guard_and_says_so(tmp_path):
     hint = 'a script that calls fit() needs `if __name__ == "__main__":`'
     assert hint in proc.stderr.strip().splitlines()[-1]
     assert hint in json.loads((tmp_path / "out" / "results.json").read_text())["error"]
+
+
+def test_after_a_multi_rank_fit_the_scripts_signal_handlers_are_its_own(tmp_path):
+    """torch's agent installs handlers in the launching process; after fit they are the script's
+    again, and a later Ctrl-C is a KeyboardInterrupt (not the agent's SignalException)."""
+    proc = _script(tmp_path, f"""
+        import os, signal, threading
+        from framework import compose, fit
+
+        def mine(signum, frame):
+            print("mine", signum)
+
+        signal.signal(signal.SIGTERM, mine)
+        before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)]
+        threads, environ = threading.active_count(), dict(os.environ)
+        fit(compose({OVERRIDES!r}), output_dir="out")
+        after = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)]
+        print("same handlers", after == before, "threads", threading.active_count() - threads,
+              "environment", dict(os.environ) == environ)
+        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.pause()
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt")
+        """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "same handlers True threads 0 environment True" in proc.stdout
+    assert "mine 15" in proc.stdout and "KeyboardInterrupt" in proc.stdout
+    assert "SignalException" not in proc.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
 import tomllib
@@ -34,8 +35,14 @@ def test_the_wheel_installed_in_a_fresh_venv_trains_from_an_empty_directory(tmp_
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
           str(ROOT)], tmp_path, dict(os.environ))
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)  # torch & co. from the test environment
+    venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
+    # torch & co. from the environment that runs the tests (a venv, or the base interpreter): its
+    # site-packages as a path of the new venv (system_site_packages would reach the base interpreter,
+    # which a venv of the tests does not install into); its own .pth files stay out (the editable copy)
+    purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path,
+                   dict(os.environ)).stdout.strip()
+    Path(purelib, "test-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     [wheel] = wheels.glob("framework-*.whl")
     # --ignore-installed: the test environment's own (editable) copy is visible to the venv
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--ignore-installed", "-q",

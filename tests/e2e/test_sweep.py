@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -93,7 +94,10 @@ def test_optuna_search_and_joblib_launcher(tmp_path):
     assert len(lrs) == 2
     # distributed trials, launched from joblib's worker processes: both ranks of each trained
     for job in ("0", "1"):
-        assert json.loads((sweep / job / "results.json").read_text())["world_size"] == 2
+        results = json.loads((sweep / job / "results.json").read_text())
+        assert results["world_size"] == 2
+        # the cores shared by 2 ranks and the job beside it
+        assert results["threads"] == max(1, len(os.sched_getaffinity(0)) // 4)
         assert (sweep / job / "ranks" / "1" / "train.log").exists()
     assert "2 completed" in (sweep / "report.md").read_text()
 

@@ -166,7 +166,9 @@ def test_evaluate_is_a_hydra_app_over_the_saved_config(straight):
     assert proc.returncode == 0, proc.stderr
     cfg = yaml.safe_load(proc.stdout)
     saved = yaml.safe_load((out / "config.yaml").read_text())
-    assert cfg["strategy"] == {"name": "fsdp"} and cfg["datamodule"]["batch_size"] == 16
+    # the chosen strategy, with its options and their defaults (issue 26: `--cfg job` shows them)
+    assert cfg["strategy"]["name"] == "fsdp" and cfg["strategy"]["sharding"] == "full"
+    assert cfg["datamodule"]["batch_size"] == 16
     assert cfg["model"] == saved["model"] and cfg["train"] is False and cfg["test"] is True
     helped = _evaluate("--help")
     assert helped.returncode == 0 and "ckpt_path=" in helped.stderr and "strategy: " in helped.stdout

@@ -151,3 +151,48 @@ def test_a_whole_checkpoint_of_another_optimizer_is_named_not_called_damaged(tmp
     fit(compose(RUN + ["optimizer=sgd", "optimizer.momentum=0.0"]), output_dir=str(tmp_path))  # no optimizer state
     with pytest.raises(CheckpointError, match="is whole .* but cannot be loaded into this run"):
         fit(compose(RUN + ["trainer.max_epochs=2", "ckpt_path=last"]), output_dir=str(tmp_path))  # Adam's state
+
+
+def test_a_checkpoint_of_another_model_names_the_keys_that_differ(tmp_path):
+    from framework.engine.checkpoint import CheckpointError
+
+    fit(compose(RUN), output_dir=str(tmp_path / "wide"))  # hidden_sizes [32]
+    with pytest.raises(CheckpointError) as err:
+        fit(compose(RUN + ["model.hidden_sizes=[16]", f"ckpt_path={tmp_path / 'wide' / 'checkpoints' / 'last'}"]),
+            output_dir=str(tmp_path / "narrow"))
+    assert "other shapes: model.body.1.bias (saved [32], here [16]), model.body.1.weight (saved [32, 64], here " \
+           "[16, 64])" in str(err.value)
+
+
+def test_changed_contents_under_a_manifest_without_checksums_are_not_called_checked(finished):
+    last = finished / "checkpoints" / "last"
+    manifest = json.loads((last / "manifest.json").read_text())
+    del manifest["crc32"]
+    (last / "manifest.json").write_text(json.dumps(manifest))
+    shard = _shard(last)
+    data = bytearray(shard.read_bytes())
+    data[:4] = b"\0\0\0\0"  # the first stored item's header: it no longer loads
+    shard.write_bytes(bytes(data))
+    from framework.engine.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError) as err:
+        fit(compose(RUN + ["trainer.max_epochs=2", "ckpt_path=last"]), output_dir=str(finished))
+    assert "its files match their sizes; its manifest has no checksums" in str(err.value)
+    assert "sizes and checksums" not in str(err.value)
+
+
+def test_a_run_continued_after_its_test_drops_that_test_and_keeps_each_steps_epoch(tmp_path):
+    """A finished run, then ckpt_path=last with more epochs: its metrics.csv reads as the longer
+    run's would, without the test that ended the first (and its epoch label on that row)."""
+    from framework.loggers import CSVLogger
+
+    logger = CSVLogger(str(tmp_path))
+    logger.log_metrics({"train/loss": 1.0, "val/loss": 0.9, "epoch": 1}, 10)
+    logger.log_metrics({"test/loss": 0.8, "epoch": 2}, 10)  # the test after fit: the epoch counter is past the end
+    logger.finalize("completed")
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[1] == "10,1,0.8,1.0,0.9"
+    resumed = CSVLogger(str(tmp_path))
+    resumed.resume(10)
+    resumed.log_metrics({"train/loss": 0.5, "epoch": 2}, 15)
+    resumed.finalize("completed")
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[1:] == ["10,1,,1.0,0.9", "15,2,,0.5,"]

@@ -24,6 +24,12 @@ BASE = [
     "trainer.accumulate_grad_batches=2",
 ]
 
+# The built-in transformer, tiny (~35k parameters), on byte windows of Python's help text.
+GPT_TINY = ["model=gpt/tiny", "datamodule=text", "task=language_modeling", "optimizer=adamw", "scheduler=none",
+            "datamodule.batch_size=8", "datamodule.seq_len=32", "trainer.max_epochs=1", "trainer.log_every_n_steps=1",
+            "trainer.limit_val_batches=2", "trainer.limit_test_batches=2", "trainer.enable_progress_bar=false",
+            "logger=csv", "trainer.accelerator=cpu", "seed=3", "strategy.timeout_s=60"]
+
 # Parameter groups, for the equivalence and resume tests (BASE's MLP): no weight decay on
 # biases, their own lr for the first layer.
 GROUPS = ["optimizer=adamw", "optimizer.lr=0.003",

@@ -188,3 +188,73 @@ class NoPredictDigits:
 
     def test_dataloader(self):
         return self.inner.test_dataloader()
+
+
+class ListeningSockets:
+    """A callback: on rank 0 at fit start, the local addresses of every listening TCP socket held by
+    the job's processes (the launcher and all below it, from /proc), as JSON in ``out``."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def on_fit_start(self, trainer) -> None:
+        import json
+
+        from scripts.failure_drill import tree
+
+        if trainer.rank != 0:
+            return
+        inodes = set()
+        for pid in tree(int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))):
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        with open(self.out, "w") as f:
+            json.dump(listening_addresses(inodes), f)
+
+
+def listening_addresses(inodes: set) -> list[str]:
+    """'address:port' of the listening sockets (state 0A) of /proc/net/tcp and tcp6 with these inodes."""
+    import ipaddress
+
+    found = []
+    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state != "0A" or inode not in inodes:
+                    continue
+                hexaddr, port = local.split(":")
+                raw = bytes.fromhex(hexaddr)
+                # /proc prints each 32-bit word in host (little-endian) order
+                ordered = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                found.append(f"{ipaddress.ip_address(ordered)}:{int(port, 16)}")
+    return found
+
+
+class SlowTest:
+    """A callback: at the test's start, rank 0 writes ``marker`` (training is over and saved), then
+    every rank waits ``seconds`` in short sleeps (a test that takes long), so that a test can stop
+    the job from outside while it tests."""
+
+    def __init__(self, marker: str, seconds: float = 60.0):
+        self.marker, self.seconds = marker, seconds
+
+    def on_test_start(self, trainer) -> None:
+        import time
+
+        if trainer.rank == 0:
+            with open(self.marker, "w") as f:
+                f.write(str(trainer.global_step))
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.05)

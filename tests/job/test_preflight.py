@@ -113,7 +113,8 @@ def test_dp_on_cpu_with_two_devices_suggests_ddp():
 
 
 def test_hsdp_factors_that_do_not_multiply_state_every_factor():
-    [msg] = problems("strategy=hsdp", "trainer.devices=4", "strategy.replicate=3", "strategy.shard=2")
+    [msg] = problems("strategy=hsdp", "trainer.devices=4", "strategy.replicate=3", "strategy.shard=2",
+                     "trainer.oversubscribe=true")
     assert msg.startswith("strategy.replicate(3) * strategy.shard(2) != world size 4 "
                           "(trainer.devices=4 x trainer.num_nodes=1)")
 
@@ -124,7 +125,7 @@ def test_several_nodes_need_a_launcher():
 
 
 def test_global_batch_must_divide_across_ranks():
-    [msg] = problems("strategy=ddp", "trainer.devices=3", "datamodule.batch_size=64")
+    [msg] = problems("strategy=ddp", "trainer.devices=3", "datamodule.batch_size=64", "trainer.oversubscribe=true")
     assert msg.startswith("datamodule.batch_size: the global batch 64 does not divide across 3")
 
 

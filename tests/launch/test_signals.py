@@ -141,3 +141,26 @@ def test_a_rank_whose_fork_server_dies_gets_sigterm_not_torchs_sigint():
         assert current() == signal.SIGTERM
     finally:
         libc.prctl(1, 0)  # PR_SET_PDEATHSIG: none, as the test process had
+
+
+@pytest.mark.parametrize("whole_group", [False, True])
+def test_a_stop_after_training_ends_the_ddp_job_at_once_with_status_and_exit_code_agreeing(tmp_path, whole_group):
+    # the final save is done, the (slow) test runs: a SIGTERM ends the job without waiting for the
+    # test, nor for the elastic agent's 30 s grace period before it SIGKILLs ranks
+    marker, run = tmp_path / "testing", tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *BASE, "strategy=ddp", "trainer.devices=2",
+                             "strategy.timeout_s=30", "callbacks=model_checkpoint",
+                             "+callbacks.slow._target_=tests.helpers.probes.SlowTest", f"+callbacks.slow.marker={marker}",
+                             f"hydra.run.dir={run}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not marker.exists():
+        time.sleep(0.1)
+    assert marker.exists(), "the job never reached its test"
+    pids = tree(proc.pid)
+    os.killpg(proc.pid, signal.SIGTERM) if whole_group else proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM  # well before the test's 60 s or the agent's 30 s
+    stopped = results(run)
+    assert stopped["status"] == "interrupted" and stopped["signal"] == "SIGTERM" and stopped["after_training"]
+    assert stopped["steps"] == int(marker.read_text()) and stopped["checkpoint"].endswith("last")
+    assert not wait_gone(pids, 15), f"still running 15 s after the launcher exited: {alive(pids)}"

@@ -37,3 +37,21 @@ def test_rows_compare_each_job_with_its_one_device_baseline(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "ddp" in report and "rank 1: killed by SIGKILL" in report
     assert (tmp_path / "report.csv").exists() and (tmp_path / "throughput.png").exists()
+
+
+def test_tensorboard_names_each_jobs_run_after_its_swept_values(tmp_path):
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+    from torch.utils.tensorboard import SummaryWriter
+
+    for num, (strategy, devices) in enumerate([("single", 1), ("ddp", 2)]):
+        _job(tmp_path, num, strategy, devices, 1000.0, [2.0, 1.0])
+        with SummaryWriter(str(tmp_path / str(num) / "tb")) as writer:
+            writer.add_scalar("train/loss", 1.0, 1)
+    (tmp_path / "tensorboard").mkdir()
+    (tmp_path / "tensorboard" / "notes.txt").write_text("mine")  # not the report's: kept
+    write_report(tmp_path)
+    write_report(tmp_path)  # again: the links replaced, not doubled
+    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tensorboard")).Reload().Runs()
+    assert sorted(runs) == ["strategy=ddp,trainer.devices=2", "strategy=single,trainer.devices=1"]
+    assert (tmp_path / "tensorboard" / "notes.txt").read_text() == "mine"
+    assert "tensorboard --logdir" in (tmp_path / "report.md").read_text()

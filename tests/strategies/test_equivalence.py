@@ -27,7 +27,8 @@ CASES = {
     "zero": ["strategy=zero", "trainer.devices=2"],
     "fsdp_full": ["strategy=fsdp", "trainer.devices=2", "strategy.sharding=full", "strategy.wrap_classes=[Linear]"],
     "fsdp_grad_op": ["strategy=fsdp", "trainer.devices=2", "strategy.sharding=grad_op"],
-    "hsdp_2x2": ["strategy=hsdp", "trainer.devices=4", "strategy.replicate=2", "strategy.shard=2"],
+    "hsdp_2x2": ["strategy=hsdp", "trainer.devices=4", "strategy.replicate=2", "strategy.shard=2",
+                 "trainer.oversubscribe=true"],
 }
 
 

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.bagua.algorithms import SYNCHRONOUS
@@ -43,9 +44,9 @@ class BaguaConfig(StrategyConfig):
                        "qadam", "async"] = "gradient_allreduce"
     hierarchical: bool = False                          # gradient_allreduce
     peer_selection: Literal["all", "shift_one"] = "all"  # decentralized
-    communication_interval: int = 1                     # (low_precision_)decentralized: every N steps
-    warmup_steps: int = 100                             # qadam, async: synchronous steps first
-    sync_interval_ms: int = 500                         # async: average the weights this often
+    communication_interval: int = ranged(1, low=1)      # (low_precision_)decentralized: every N steps
+    warmup_steps: int = ranged(100, low=0)              # qadam, async: synchronous steps first
+    sync_interval_ms: int = ranged(500, low=1)          # async: average the weights this often
 
 
 class BaguaStrategy(Strategy):
@@ -56,10 +57,7 @@ class BaguaStrategy(Strategy):
 
     @classmethod
     def check(cls, topology: Topology, options: BaguaConfig, accelerator: str) -> list[str]:
-        problems = []
-        for key, low in (("communication_interval", 1), ("warmup_steps", 0), ("sync_interval_ms", 1)):
-            if getattr(options, key) < low:
-                problems.append(f"strategy.{key}: must be >= {low}, got {getattr(options, key)}")
+        problems = []  # (the options' ranges are BaguaConfig's, checked with its schema)
         if options.peer_selection == "shift_one" and options.algorithm != "decentralized":
             problems.append(f"strategy.peer_selection=shift_one: only strategy.algorithm=decentralized chooses "
                             f"peers (here: {options.algorithm}, which averages with all ranks)")

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from framework.engine.checkpoint_files import resolve_ckpt_path
-from framework.engine.results import RUN_OUTPUTS, previous_run
+from framework.engine.run_directory import RUN_OUTPUTS, previous_run
 
 
 def replaces_previous_run(container: dict) -> list[str]:

@@ -1,0 +1,133 @@
+"""Text for language modelling: a corpus cut into fixed-length windows of tokens, split by a
+fixed seed into train/val/test; prompts to continue for the predict loop.
+
+Tokens are the text's UTF-8 bytes (256 of them, no tokenizer file), or a ``tokenizers`` JSON file's
+ids when ``tokenizer`` names one. The default corpus ships with Python itself: the text of the
+help topics in ``pydoc_data.topics`` (about 466 KB of English, PSF licence), so nothing is
+downloaded. ``data_dir``: a ``.txt`` file, or a folder whose ``.txt`` files are read in name order.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from torch.utils.data import DataLoader
+
+from framework.config.ranges import Range
+from framework.data.base import BaseDataModule, split_dataset, split_problems
+from framework.data.batched import GatheringTensorDataset
+
+
+def builtin_corpus() -> str:
+    """Python's help topics, in name order (``pydoc_data.topics``)."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[name] for name in sorted(topics))
+
+
+def read_corpus(data_dir: Optional[str]) -> str:
+    if not data_dir:
+        return builtin_corpus()
+    path = Path(data_dir)
+    files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
+    return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
+
+
+class Codec:
+    """Text <-> token ids: UTF-8 bytes, or a ``tokenizers`` tokenizer file."""
+
+    def __init__(self, tokenizer: Optional[str] = None):
+        self.tokenizer = None
+        if tokenizer:
+            from tokenizers import Tokenizer
+
+            self.tokenizer = Tokenizer.from_file(str(tokenizer))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size() if self.tokenizer else 256
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids if self.tokenizer else list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        ids = [int(i) for i in ids]
+        return self.tokenizer.decode(ids) if self.tokenizer else bytes(ids).decode("utf-8", errors="replace")
+
+
+def unigram_entropy(tokens: Sequence[int]) -> float:
+    """The entropy of the tokens' frequencies, in nats per token: the loss of the best model that
+    ignores context (a language model should end well below it)."""
+    counts, n = Counter(tokens), len(tokens)
+    return -sum(c / n * math.log(c / n) for c in counts.values())
+
+
+class TextDataModule(BaseDataModule):
+    """Windows of ``seq_len + 1`` tokens (inputs, and the same shifted by one as targets), one after
+    another through the corpus; ``batch_size`` windows per global batch. ``predict_prompts``: texts
+    whose continuations the predict loop generates (left-padded with spaces to one length)."""
+
+    argument_ranges = {"seq_len": Range(low=2)}
+
+    def __init__(self, batch_size: int = 32, seq_len: int = 128, data_dir: Optional[str] = None,
+                 tokenizer: Optional[str] = None, val_fraction: float = 0.05, test_fraction: float = 0.05,
+                 split_seed: int = 0, num_workers: int = 0, predict_prompts: Sequence[str] = ("The ",),
+                 vocab_size: Optional[int] = None):
+        super().__init__(batch_size, num_workers)
+        self.seq_len, self.data_dir, self.split_seed = seq_len, data_dir, split_seed
+        self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.codec = Codec(tokenizer)
+        if vocab_size is not None and vocab_size != self.codec.vocab_size:
+            raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size} "
+                             f"({'the tokenizer' if tokenizer else 'bytes'}); set datamodule.vocab_size={self.codec.vocab_size}")
+        self.predict_prompts = list(predict_prompts)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.codec.vocab_size
+
+    @classmethod
+    def check_config(cls, data_dir: Optional[str] = None, tokenizer: Optional[str] = None, **_) -> list[str]:
+        problems = []
+        if data_dir and not Path(data_dir).exists():
+            problems.append(f"data_dir: nothing at '{data_dir}' (a .txt file, or a folder of .txt files)")
+        elif data_dir and Path(data_dir).is_dir() and not any(Path(data_dir).glob("*.txt")):
+            problems.append(f"data_dir: '{data_dir}' holds no .txt file")
+        if tokenizer and not Path(tokenizer).is_file():
+            problems.append(f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file; null: bytes)")
+        return problems
+
+    def setup(self, stage: str) -> None:
+        if self.train_set is not None:
+            return
+        tokens = torch.tensor(self.codec.encode(read_corpus(self.data_dir)), dtype=torch.long)
+        windows = (len(tokens) - 1) // self.seq_len
+        problems = split_problems(windows, self.val_fraction, self.test_fraction)
+        if windows < 1 or problems:
+            raise ValueError(f"datamodule: {len(tokens)} tokens make {windows} windows of seq_len={self.seq_len}; "
+                             + ("; ".join(problems) or "use a shorter seq_len or more text"))
+        cut = tokens[:windows * self.seq_len + 1]
+        inputs = cut[:-1].view(windows, self.seq_len)
+        targets = cut[1:].view(windows, self.seq_len)
+        self.val_set, self.test_set, self.train_set = split_dataset(
+            GatheringTensorDataset(inputs, targets), [self.val_fraction, self.test_fraction], self.split_seed)
+        self.predict_set = GatheringTensorDataset(self._prompt_tokens())
+
+    def _prompt_tokens(self) -> torch.Tensor:
+        encoded = [self.codec.encode(p) for p in self.predict_prompts] or [[0]]
+        space = (self.codec.encode(" ") or [0])[-1]  # (a tokenizer may have no token for a space alone)
+        length = max(len(e) for e in encoded)
+        return torch.tensor([[space] * (length - len(e)) + e for e in encoded], dtype=torch.long)
+
+    def predict_dataloader(self) -> Optional[DataLoader]:
+        return self._loader(self.predict_set, shuffle=False)
+
+    def prediction_records(self, predictions) -> list[dict]:
+        """predictions.jsonl's rows: each prompt and the text generated after it."""
+        tokens = predictions["tokens"] if isinstance(predictions, dict) else predictions
+        prompt_len = self.predict_set.tensors[0].shape[1]
+        return [{"prompt": self.predict_prompts[i] if i < len(self.predict_prompts) else "",
+                 "continuation": self.codec.decode(row[prompt_len:].tolist())} for i, row in enumerate(tokens)]

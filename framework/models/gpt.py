@@ -1,0 +1,228 @@
+"""A Llama-style decoder language model: token embedding, blocks of RMSNorm + causal self-attention
+(rotary positions, grouped-query heads, ``scaled_dot_product_attention``) + RMSNorm + SwiGLU
+feed-forward, a final RMSNorm and an output head.
+
+Built for every strategy: the blocks sit in a ``ModuleDict`` keyed by index, so a parameter's name
+(``layers.3.attention.wq.weight``) is the same in any part of a split model; attention infers its
+local head count from its projections' output size, so the same code runs tensor-parallel; the
+weights are initialised per parameter from a generator seeded by (seed, name) on the full shape,
+so a model built on the meta device and materialised shard by shard (``init_weights``) holds
+exactly the weights it would have had built whole. ``parallelize_plan`` is its tensor-parallel
+plan (torchtitan's for Llama).
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from framework.config.ranges import Range
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+def rotary_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles, [max_seq_len, head_dim / 2] each."""
+    inverse = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inverse)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs of ``x`` ([batch, seq, heads, head_dim]) by the position's angles."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    first, second = pairs[..., 0], pairs[..., 1]
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    rotated = torch.stack([first * cos - second * sin, first * sin + second * cos], dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, dropout: float):
+        super().__init__()
+        self.head_dim, self.group = dim // n_heads, n_heads // n_kv_heads
+        self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        # -1: the heads this rank holds (all of them, or its tensor-parallel share)
+        q = apply_rotary(self.wq(x).view(batch, seq, -1, self.head_dim), cos, sin)
+        k = apply_rotary(self.wk(x).view(batch, seq, -1, self.head_dim), cos, sin)
+        v = self.wv(x).view(batch, seq, -1, self.head_dim)
+        if self.group > 1:  # grouped-query attention: each key/value head serves `group` query heads
+            k, v = k.repeat_interleave(self.group, dim=2), v.repeat_interleave(self.group, dim=2)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.w1, self.w3 = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, ffn_hidden: int, dropout: float, eps: float):
+        super().__init__()
+        self.attention_norm, self.ffn_norm = RMSNorm(dim, eps), RMSNorm(dim, eps)
+        self.attention = Attention(dim, n_heads, n_kv_heads, dropout)
+        self.feed_forward = FeedForward(dim, ffn_hidden)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin))
+        return x + self.dropout(self.feed_forward(self.ffn_norm(x)))
+
+
+class GPT(nn.Module):
+    """``forward(tokens [batch, seq]) -> logits [batch, seq, vocab_size]``."""
+
+    argument_ranges = {"vocab_size": Range(low=1), "dim": Range(low=1), "n_layers": Range(low=1),
+                       "n_heads": Range(low=1), "n_kv_heads": Range(low=1), "ffn_hidden": Range(low=1),
+                       "max_seq_len": Range(low=1), "dropout": Range(low=0, high=1, high_strict=True)}
+
+    def __init__(self, vocab_size: int = 256, dim: int = 256, n_layers: int = 4, n_heads: int = 8,
+                 n_kv_heads: Optional[int] = None, ffn_hidden: Optional[int] = None, max_seq_len: int = 256,
+                 dropout: float = 0.0, tie_embeddings: bool = False, rope_theta: float = 10000.0,
+                 norm_eps: float = 1e-5):
+        super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
+        ffn_hidden = ffn_hidden or 4 * dim
+        self.config = dict(vocab_size=vocab_size, dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                           ffn_hidden=ffn_hidden, max_seq_len=max_seq_len, tie_embeddings=tie_embeddings)
+        self.rope_theta = rope_theta
+        # (_weight: no init here, init_weights draws every weight; and a random op on the meta device
+        # would import torch's compiler, seconds in a fresh rank)
+        self.tok_embeddings = nn.Embedding(vocab_size, dim, _weight=torch.empty(vocab_size, dim))
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleDict({str(i): Block(dim, n_heads, n_kv_heads, ffn_hidden, dropout, norm_eps)
+                                     for i in range(n_layers)})
+        self.norm = RMSNorm(dim, norm_eps)
+        self.output = nn.Linear(dim, vocab_size, bias=False)
+        if tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        # (on the CPU when the model is on the meta device: tensor maths there imports torch's compiler)
+        self._rotary("cpu" if self.tok_embeddings.weight.is_meta else self.tok_embeddings.weight.device)
+        if not self.tok_embeddings.weight.is_meta:
+            self.init_weights(torch.initial_seed())
+
+    @classmethod
+    def check_config(cls, dim: int = 256, n_heads: int = 8, n_kv_heads: Optional[int] = None, **_) -> list[str]:
+        if not all(isinstance(v, int) and v > 0 for v in (dim, n_heads)):
+            return []
+        problems = [] if dim % n_heads == 0 else [f"dim: {dim} is not divisible by n_heads={n_heads}"]
+        kv = n_kv_heads or n_heads
+        if isinstance(kv, int) and kv > 0 and n_heads % kv:
+            problems.append(f"n_kv_heads: n_heads={n_heads} is not divisible by n_kv_heads={kv}")
+        return problems
+
+    def tensor_parallel_problems(self, tp: int, seq_len: Optional[int] = None) -> list[str]:
+        """What keeps ``parallelize_plan`` from splitting this model ``tp`` ways (``seq_len``: the
+        sequence length, when sequence parallelism splits it too)."""
+        where = f"the tensor-parallel degree {tp} (strategy=tp on {tp} ranks, or fsdp_tp's strategy.tensor_parallel)"
+        c = self.config
+        problems = [f"model.{key}: {c[key]} is not divisible by {where}"
+                    for key in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size") if c[key] % tp]
+        if isinstance(seq_len, int) and seq_len % tp:
+            problems.append(f"datamodule.seq_len: {seq_len} is not divisible by the tensor-parallel degree {tp} with "
+                            "sequence parallelism; choose a multiple, or set strategy.sequence_parallel=false")
+        if c["tie_embeddings"] and tp > 1:
+            problems.append("model.tie_embeddings: a tied embedding and output head cannot be split by the "
+                            "tensor-parallel plan (the embedding is split by rows, the head by columns); set "
+                            "model.tie_embeddings=false")
+        return problems
+
+    def _rotary(self, device) -> None:
+        cos, sin = rotary_tables(self.config["dim"] // self.config["n_heads"], self.config["max_seq_len"],
+                                 self.rope_theta, device)
+        # not state: recomputed wherever the model is built or materialised
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    @torch.no_grad()
+    def init_weights(self, seed: int = 0) -> None:
+        """Every parameter from a generator of its own (seeded by ``seed`` and its name), drawn on
+        its full shape and copied into this rank's shard (a DTensor's local part): the same weights
+        whatever the layout, and one full parameter in memory at a time."""
+        self._rotary(self.tok_embeddings.weight.device if not self.tok_embeddings.weight.is_meta else "cpu")
+        std = 0.02
+        for name, param in self.named_parameters():
+            generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+            shape = param.shape
+            if name.endswith("norm.weight"):
+                full = torch.ones(shape)
+            elif name.endswith(("wo.weight", "w2.weight")):  # residual projections, scaled by depth (GPT-2)
+                full = torch.randn(shape, generator=generator) * (std / math.sqrt(2 * self.config["n_layers"]))
+            else:
+                full = torch.randn(shape, generator=generator) * std
+            _copy_into(param, full)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        seq = tokens.shape[1]
+        h = self.dropout(self.tok_embeddings(tokens))
+        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        for block in self.layers.values():
+            h = block(h, cos, sin)
+        return self.output(self.norm(h))
+
+    def parallelize_plan(self, sequence_parallel: bool = True) -> dict:
+        """The tensor-parallel plan (module name -> torch's ParallelStyle), torchtitan's for Llama:
+        q/k/v and w1/w3 column-wise, wo and w2 row-wise; with ``sequence_parallel`` the norms and
+        the residual stream are sharded along the sequence between them."""
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                       SequenceParallel)
+
+        between = Shard(1) if sequence_parallel else Replicate()
+        plan = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
+                "output": ColwiseParallel(input_layouts=between, output_layouts=Replicate(), use_local_output=True)}
+        if sequence_parallel:
+            plan["norm"] = SequenceParallel()
+        for i in self.layers:
+            block = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+                     "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=between),
+                     "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
+                     "feed_forward.w2": RowwiseParallel(output_layouts=between)}
+            if sequence_parallel:
+                block.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
+                              "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None),
+                                                              desired_input_layouts=(Replicate(), None, None)),
+                              "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                                 desired_input_layouts=(Replicate(),))})
+            plan.update({f"layers.{i}.{name}": style for name, style in block.items()})
+        return plan
+
+
+def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
+    """``full`` into ``param``: whole, or this rank's shard of it when ``param`` is a DTensor."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(param, DTensor):
+        # src_data_rank=None: every rank drew the same full tensor; each keeps its part, no communication
+        local = distribute_tensor(full.to(param.device_mesh.device_type), param.device_mesh, param.placements,
+                                  src_data_rank=None)
+        param.to_local().copy_(local.to_local())
+    else:
+        param.copy_(full.to(param.device, param.dtype))

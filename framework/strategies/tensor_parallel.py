@@ -1,0 +1,175 @@
+"""Tensor parallelism (``strategy=tp``) and 2-D/3-D FSDP x TP (``strategy=fsdp_tp``), through DTensor's
+``parallelize_module``: each linear layer's weight is split across the ranks of a tensor-parallel
+group (column-wise or row-wise), with sequence parallelism between them.
+
+The plan is declared, not written per run: the model's own ``parallelize_plan(sequence_parallel)``
+(the built-in GPT ships torchtitan's), or ``strategy.plan``, a mapping of module-name patterns
+(``fnmatch``) to ``colwise``, ``rowwise`` or ``sequence``. Order (torchtitan's): tensor parallel
+first, then FSDP over the data-parallel part of the mesh. A model built on the meta device (a
+strategy of this module builds it there) is materialised on each rank after both, by its
+``init_weights``, so a model larger than one rank's memory can be set up.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Optional
+
+from torch import nn
+
+from framework.config.ranges import ranged
+from framework.config.schemas import StrategyConfig
+from framework.config.topology import Topology
+from framework.strategies.base import Strategy
+from framework.strategies.fsdp import FSDPConfig, FSDPSharding, apply_fsdp
+
+STYLES = ("colwise", "rowwise", "sequence")
+
+
+@dataclass
+class TPConfig(StrategyConfig):
+    name: str = "tp"
+    # Shard the norms and the residual stream along the sequence between the parallel layers.
+    sequence_parallel: bool = True
+    # null: the model's own parallelize_plan(); else {module-name pattern: colwise|rowwise|sequence}.
+    plan: Optional[dict] = None
+
+
+@dataclass
+class FSDPTPConfig(FSDPConfig):
+    name: str = "fsdp_tp"
+    # Ranks per tensor-parallel group (the innermost mesh dimension).
+    tensor_parallel: int = ranged(2, low=1)
+    # HSDP x TP: replicate across this many groups of FSDP shards (1: FSDP x TP).
+    replicate: int = ranged(1, low=1)
+    sequence_parallel: bool = True
+    plan: Optional[dict] = None
+
+
+def plan_of(model: nn.Module, options) -> dict:
+    """The ParallelStyle of each module name: the config's patterns, else the model's own plan."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    if options.plan is None:
+        return model.parallelize_plan(sequence_parallel=options.sequence_parallel)
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel, "sequence": SequenceParallel}
+    names = [name for name, _ in model.named_modules() if name]
+    return {name: styles[style]() for pattern, style in options.plan.items()
+            for name in names if fnmatch.fnmatchcase(name, pattern)}
+
+
+def apply_tp(model: nn.Module, tp_mesh, options) -> nn.Module:
+    """Split ``model``'s layers across ``tp_mesh`` by its plan (in place)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    return parallelize_module(model, tp_mesh, plan_of(model, options))
+
+
+def plan_problems(model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+    """Before any process starts: the model has a plan (its own or the config's), every pattern of
+    the config's matches a module, and the model's own sizes fit the tensor-parallel degree."""
+    tp, name = topology.tensor_parallel, options.name
+    if options.plan is None and not callable(getattr(model, "parallelize_plan", None)):
+        return [f"strategy={name}: {type(model).__name__} has no tensor-parallel plan: give it a method "
+                "parallelize_plan(sequence_parallel) returning {module name: ColwiseParallel(), ...}, or set "
+                "strategy.plan={<module-name pattern>: colwise|rowwise|sequence}"]
+    problems = []
+    names = [n for n, _ in model.named_modules() if n]
+    for pattern, style in (options.plan or {}).items():
+        if style not in STYLES:
+            problems.append(f"strategy.plan.{pattern}: {style!r} is not one of {', '.join(STYLES)}")
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            problems.append(f"strategy.plan.{pattern}: matches no module of {type(model).__name__} (its modules: "
+                            f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})")
+    check = getattr(model, "tensor_parallel_problems", None)
+    seq_len = (container.get("datamodule") or {}).get("seq_len")
+    if callable(check):
+        problems += check(tp, seq_len if options.sequence_parallel else None)
+    return problems
+
+
+def split_parameters(model: nn.Module, options) -> int:
+    """How many of the model's parameters its plan splits across a tensor-parallel group."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = plan_of(model, options)
+    return sum(p.numel() for name, style in plan.items() if isinstance(style, (ColwiseParallel, RowwiseParallel))
+               for p in model.get_submodule(name).parameters(recurse=False))
+
+
+class TensorParallelStrategy(Strategy):
+    """Every rank of the job in one tensor-parallel group (no data parallelism)."""
+
+    name = "tp"
+    schema = TPConfig
+    needs_process_group = True
+    process_per_device = True
+    lockstep_forward = True
+    builds_on_meta = True
+
+    @classmethod
+    def make_topology(cls, devices: int, num_nodes: int, options: TPConfig) -> Topology:
+        return Topology(num_nodes=num_nodes, processes_per_node=devices, tensor_parallel=devices * num_nodes)
+
+    @classmethod
+    def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+        return plan_problems(model, options, topology, container)
+
+    @classmethod
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
+                                  options=None) -> float:
+        """The parameters the plan of ``model`` splits are 1/TP per rank; the rest (norms) whole."""
+        split = split_parameters(model, options) if model is not None and options is not None else params
+        return (8 + optimizer_bytes) * ((params - split) + split / topology.tensor_parallel)
+
+    def mesh(self):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(self.device.type, (self.topology.tensor_parallel,), mesh_dim_names=("tp",))
+
+    def parallelize(self, model: nn.Module) -> nn.Module:
+        return apply_tp(model, self.mesh(), self.options)
+
+
+class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
+    """A mesh (data-parallel [replicate x] shard, tensor-parallel): TP within each group of
+    ``tensor_parallel`` ranks, FSDP2 across the groups (HSDP with ``replicate`` > 1)."""
+
+    name = "fsdp_tp"
+    schema = FSDPTPConfig
+    builds_on_meta = True
+
+    @classmethod
+    def make_topology(cls, devices: int, num_nodes: int, options: FSDPTPConfig) -> Topology:
+        world, tp, replicate = devices * num_nodes, options.tensor_parallel, options.replicate
+        if tp < 1 or replicate < 1 or world % (tp * replicate):
+            raise ValueError(f"strategy.replicate({replicate}) x shard(?) x strategy.tensor_parallel({tp}) cannot make "
+                             f"world size {world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose "
+                             f"factors whose product divides {world}")
+        return Topology(num_nodes=num_nodes, processes_per_node=devices, replicate=replicate, tensor_parallel=tp)
+
+    @classmethod
+    def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+        return plan_problems(model, options, topology, container)
+
+    @classmethod
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
+                                  options=None) -> float:
+        per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
+        return per_tp / topology.shard
+
+    def mesh(self):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        t = self.topology
+        return init_device_mesh(self.device.type, (t.replicate, t.shard, t.tensor_parallel),
+                                mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+
+    def parallelize(self, model: nn.Module) -> nn.Module:
+        mesh = self.mesh()
+        apply_tp(model, mesh["tp"], self.options)
+        # FSDP over the data-parallel dimensions: (replicate, shard) is HSDP, (shard) alone FSDP
+        dp = mesh["dp_replicate", "dp_shard"] if self.topology.replicate > 1 else mesh["dp_shard"]
+        return apply_fsdp(model, dp, self.options)
+
+

@@ -1,0 +1,38 @@
+"""datamodule=text: windows of a corpus that ships with Python, split by a fixed seed; a folder of
+.txt files or a tokenizers file of the user's own."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from framework.data.text import TextDataModule, builtin_corpus, unigram_entropy
+
+
+def test_the_builtin_corpus_makes_shifted_windows_split_the_same_way_every_time():
+    first, second = TextDataModule(seq_len=64), TextDataModule(seq_len=64)
+    first.setup("fit"), second.setup("fit")
+    x, y = first.train_set[0]
+    assert x.shape == y.shape == (64,) and torch.equal(x[1:], y[:-1])  # the targets are the next bytes
+    total = len(first.train_set) + len(first.val_set) + len(first.test_set)
+    assert total == (len(builtin_corpus().encode()) - 1) // 64
+    assert torch.equal(first.val_set.tensors[0], second.val_set.tensors[0])
+    assert 3.0 < unigram_entropy(builtin_corpus().encode()) < 3.5  # nats per byte (README: 3.26)
+
+
+def test_a_folder_of_texts_and_a_tokenizer_file(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    (tmp_path / "texts").mkdir()
+    for i in range(3):
+        (tmp_path / "texts" / f"{i}.txt").write_text("the quick brown fox jumps over the lazy dog " * 50)
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer.train([str(p) for p in (tmp_path / "texts").glob("*.txt")],
+                    tokenizers.trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    dm = TextDataModule(seq_len=8, data_dir=str(tmp_path / "texts"), tokenizer=str(tmp_path / "tokenizer.json"),
+                        vocab_size=tokenizer.get_vocab_size())
+    dm.setup("fit")
+    assert dm.vocab_size == 9 and int(dm.train_set.tensors[0].max()) < 9  # 8 words and [UNK]
+    assert dm.codec.decode(dm.codec.encode("the lazy dog")) == "the lazy dog"
+    with pytest.raises(ValueError, match="datamodule.vocab_size: 256, but the tokens number 9"):
+        TextDataModule(tokenizer=str(tmp_path / "tokenizer.json"), vocab_size=256)

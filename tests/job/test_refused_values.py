@@ -1,0 +1,82 @@
+"""Bad values, table-driven: each is refused before any process starts, with its key (and range) in
+the message. The first 16 were accepted (or failed late, without the key) before; the rest are
+their neighbours."""
+from __future__ import annotations
+
+import pytest
+
+from framework import compose
+from framework.config import ConfigError
+from framework.job.preflight import preflight
+from tests.helpers.configs import TINY
+
+SYNTHETIC = ["datamodule=synthetic", "datamodule.input_shape=[8]", "model=mlp"]
+CASES = [
+    # what was accepted, or refused late without its key
+    (["trainer.fast_dev_run=-1"], "trainer.fast_dev_run: must be >= 0, got -1"),
+    (["datamodule.val_fraction=-0.2"], "datamodule.val_fraction: must be in [0, 1), got -0.2"),
+    (["datamodule.val_fraction=1.5"], "datamodule.val_fraction: must be in [0, 1), got 1.5"),
+    (["datamodule.test_fraction=0.95", "datamodule.val_fraction=0.1"],
+     "datamodule.val_fraction + test_fraction: 0.1 + 0.95 leave no training sample of 1797"),
+    (["model.dropout=-0.5"], "model.dropout: must be in [0, 1), got -0.5"),
+    (["optimizer.betas=[0.9]"], "optimizer.betas: expected 2 numbers in [0, 1), got [0.9]"),
+    (["scheduler=step", "scheduler.step_size=0"], "scheduler.step_size: must be >= 1, got 0"),
+    (["scheduler=cosine", "scheduler.T_max=0"], "scheduler.T_max: must be >= 1, got 0"),
+    (["init.weights=/etc/passwd"], "init.weights: '/etc/passwd' is not a checkpoint"),
+    (["callbacks.model_checkpoint.save_top_k=-5"], "callbacks.model_checkpoint.save_top_k: must be >= -1"),
+    (["callbacks.early_stopping.patience=-1"], "callbacks.early_stopping.patience: must be >= 0, got -1"),
+    (["strategy=fsdp", "trainer.devices=2", "strategy.wrap_classes=[Nope]"],
+     "strategy.wrap_classes: no submodule of MLP is a 'Nope'; its classes: Flatten, Linear, ReLU, Sequential"),
+    (["callbacks.model_checkpoint.filename='epoch{epochh}'"], "callbacks.model_checkpoint.filename: {epochh} is not a field"),
+    (["callbacks.model_checkpoint.filename=../../../victim"],
+     "callbacks.model_checkpoint.filename: '../../../victim' is not a plain file name"),
+    (["callbacks.model_checkpoint.filename='../../../escaped{epoch}'"],
+     "callbacks.model_checkpoint.filename: '../../../escaped{epoch}' is not a plain file name"),
+    (["strategy=ddp", "trainer.devices=64"], "trainer.devices: 64 processes per node on the CPU, but this process may run on"),
+    (["trainer.limit_train_batches=null"], "trainer.limit_train_batches: expected int or float, got null"),
+    (["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "strategy.sync_batchnorm=true"],
+     "strategy.sync_batchnorm: torch's SyncBatchNorm runs on CUDA only, not on cpu"),
+    # neighbours
+    (["datamodule.val_fraction=0.0001"], "datamodule.val_fraction: 0.0001 of 1797 samples is no sample"),
+    ([*SYNTHETIC, "datamodule.num_samples=0"], "datamodule.num_samples: must be >= 1, got 0"),
+    ([*SYNTHETIC, "datamodule.noise=-1"], "datamodule.noise: must be >= 0, got -1"),
+    (["model.hidden_sizes=[32,0]"], "model.hidden_sizes: every entry must be >= 1, got [32, 0]"),
+    (["optimizer.betas=[0.9,1.5]"], "optimizer.betas: expected 2 numbers in [0, 1), got [0.9, 1.5]"),
+    (["optimizer.weight_decay=-0.1"], "optimizer.weight_decay: must be >= 0, got -0.1"),
+    (["optimizer.eps=0"], "optimizer.eps: must be > 0, got 0"),
+    (["optimizer=sgd", "optimizer.momentum=-0.5"], "optimizer.momentum: must be >= 0, got -0.5"),
+    (["scheduler=step", "scheduler.gamma=0"], "scheduler.gamma: must be > 0, got 0"),
+    (["scheduler=onecycle", "scheduler.max_lr=0"], "scheduler.max_lr: must be > 0, got 0"),
+    (["scheduler=onecycle", "scheduler.pct_start=1.0"], "scheduler.pct_start: must be in (0, 1), got 1.0"),
+    (["scheduler=step", "scheduler.frequency=0"], "scheduler.frequency: must be >= 1, got 0"),
+    (["callbacks.early_stopping.mode=best"], "callbacks.early_stopping.mode: expected one of 'min', 'max'"),
+    (["callbacks.model_checkpoint.mode=top"], "callbacks.model_checkpoint.mode: expected one of 'min', 'max'"),
+    (["callbacks.model_checkpoint.every_n_train_steps=-2"],
+     "callbacks.model_checkpoint.every_n_train_steps: must be >= 0 (or null), got -2"),
+    (["callbacks.model_checkpoint.filename=last"], "callbacks.model_checkpoint.filename: 'last' is not a plain file name"),
+    (["callbacks=[default,ema]", "callbacks.ema.decay=1.5"], "callbacks.ema.decay: must be in [0, 1], got 1.5"),
+    (["callbacks=[default,swa]", "callbacks.swa.swa_epoch_start=-1"],
+     "callbacks.swa.swa_epoch_start: -1 is not an epoch >= 0 or a fraction in [0, 1]"),
+    (["callbacks=[default,device_stats]", "callbacks.device_stats.every_n_steps=0"],
+     "callbacks.device_stats.every_n_steps: must be >= 1, got 0"),
+    (["callbacks.lr_monitor.logging_interval=hour"], "callbacks.lr_monitor.logging_interval: expected one of 'step', 'epoch'"),
+    (["callbacks=[default,throughput]", "callbacks.throughput.log_every_n_steps=0"],
+     "callbacks.throughput.log_every_n_steps: must be >= 1, got 0"),
+    (["callbacks.progress_bar.refresh_every_n_steps=0"], "callbacks.progress_bar.refresh_every_n_steps: must be >= 1, got 0"),
+    (["task.label_smoothing=1.5"], "task.label_smoothing: must be in [0, 1], got 1.5"),
+    (["strategy=ddp", "trainer.devices=2", "strategy.bucket_cap_mb=0"], "strategy.bucket_cap_mb: must be > 0, got 0"),
+    (["strategy=ddp", "trainer.devices=2", "strategy.powersgd_rank=0"], "strategy.powersgd_rank: must be >= 1, got 0"),
+    (["strategy=hsdp", "trainer.devices=2", "strategy.replicate=0"], "strategy.replicate(0) * strategy.shard(-1)"),
+    (["trainer.oversubscribe=maybe"], "trainer.oversubscribe: expected bool"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", CASES, ids=[" ".join(o) for o, _ in CASES])
+def test_a_bad_value_is_refused_before_anything_starts_with_its_key(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*TINY, *overrides]))
+    assert any(message in problem for problem in err.value.problems), err.value.problems
+
+
+def test_at_least_the_sixteen_reported_and_twenty_more():
+    assert len(CASES) >= 36
