@@ -26,6 +26,9 @@ RUN = ["experiment=digits_mlp", "trainer.max_epochs=500", "trainer.log_every_n_s
        "trainer.enable_progress_bar=false", "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null",
        "logger=csv", "strategy.timeout_s=30"]
 DDP = ["strategy=ddp", "trainer.devices=2"]
+# a pipeline of two stages (the tests' transformer): each stage a rank
+PP = ["experiment=gpt_text", "model=gpt/tiny", "datamodule.batch_size=8", "datamodule.seq_len=32",
+      "predict=false", "trainer.max_steps=100000", "strategy=pp", "trainer.devices=2"]
 
 
 def tree(pid: int) -> set[int]:
@@ -74,7 +77,9 @@ def scenario(name: str, extra: list[str], blow, wait_for: str | None = None) -> 
     ``wait_for`` appears in its run directory), report what happened."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"drill-{name}-"))
     short = ["trainer.max_epochs=2"] if wait_for else []  # reach the test stage
-    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *RUN, *short, *extra, f"hydra.run.dir={run_dir}"],
+    base = [o for o in RUN if not o.startswith("experiment=")] if any(o.startswith("experiment=") for o in extra) \
+        else RUN
+    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *base, *short, *extra, f"hydra.run.dir={run_dir}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     metrics, deadline = run_dir / "metrics.csv", time.time() + 180
     while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 4) \
@@ -133,6 +138,10 @@ SCENARIOS = {
     "sigterm-during-test-single": (TESTING, send(signal.SIGTERM), {**AFTER, "exit": 143}),
     "sigterm-during-test-ddp": ([*DDP, *TESTING], send(signal.SIGTERM), {**AFTER, "exit": 143}),
     "scancel-during-test-ddp": ([*DDP, *TESTING], group(signal.SIGTERM), {**AFTER, "exit": 143}),
+    "sigterm-pp": (PP, send(signal.SIGTERM), {**STOPPED, "exit": 143}),
+    "scancel-group-pp": (PP, group(signal.SIGTERM), {**STOPPED, "exit": 143}),
+    "sigkill-rank1-pp": (PP, kill_rank(1), {**FAILED, "blamed": 1}),
+    "sigkill-launcher-pp": (PP, send(signal.SIGKILL), {"exit": -9, "status": "interrupted", "last_is_step": True}),
 }
 FAST_S, SLOW_S = 5.0, 35.0  # a blow is answered within FAST_S (good) or at least within SLOW_S (acceptable)
 

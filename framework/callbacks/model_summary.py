@@ -48,4 +48,7 @@ class ModelSummary:
         lines += [f"  {n:<{width}}  {t:<20} {a:>12,} {f:>12,}" for n, t, a, f in rows]
         lines.append(f"  {'total':<{width}}  {type(model).__name__:<20} {trainable:>12,} {frozen:>12,}"
                      f"   ({(trainable + frozen) * 4 / 2**20:.2f} MiB in fp32)")
+        stage = getattr(model, "pipeline_stage_units", None)
+        if stage:  # a pipeline's rank 0 holds its first stage only
+            lines.append(f"  (rank 0's pipeline stage: {', '.join(stage)}; the other ranks hold the other stages)")
         log.info("Model summary:\n%s", "\n".join(lines))

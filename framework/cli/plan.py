@@ -46,6 +46,20 @@ def main() -> None:
         if split:
             print(f"{'tp act.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in split)
                   + "   estimated: sequence parallelism splits them across the group")
+    _print_pipeline(rows)
+
+
+def _print_pipeline(rows: list[dict]) -> None:
+    pp = [r for r in rows if r["strategy"] == "pp"]
+    if not pp:
+        return
+    acts = [r["activation_bytes_per_rank"] for r in pp]
+    schedule = next((f"{r['schedule']}, {r['microbatches']} micro-batches on {r['devices']} devices" for r in pp
+                     if "schedule" in r and r["devices"] > 1), "")
+    print(f"{'pp act.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" if a is not None else f"{'-':>16}" for a in acts)
+          + f"   the first stage's, micro-batches in flight ({schedule}; strategy=pp's options, else 1f1b)")
+    print(f"{'bubble':<8} " + " ".join(f"{r['bubble_fraction']:>15.1%} " if "bubble_fraction" in r else f"{'-':>16}"
+                                        for r in pp) + "   idle share of each stage: (p - 1) / (m + p - 1)")
 
 
 if __name__ == "__main__":

@@ -16,16 +16,18 @@ from framework.config.environment import RankEnv
 class Topology:
     """``num_nodes`` x ``processes_per_node`` processes, each driving ``devices_per_process``
     devices (DataParallel and ddp2 drive several from one process). The processes form a mesh
-    (data-parallel replicate, data-parallel shard, tensor-parallel), the tensor-parallel factor
-    innermost: ranks r and r+1 of a ``tensor_parallel``-way group hold parts of one model and see
-    the same batch, so the data-parallel size excludes that factor. hsdp arranges the
-    data-parallel ranks as ``replicate`` groups of ``shard`` ranks."""
+    (pipeline, data-parallel replicate, data-parallel shard, tensor-parallel), the pipeline factor
+    outermost and the tensor-parallel one innermost: ranks r and r+1 of a ``tensor_parallel``-way
+    group hold parts of one model and see the same batch, as do the stages of one pipeline, so the
+    data-parallel size excludes both factors. hsdp arranges the data-parallel ranks as
+    ``replicate`` groups of ``shard`` ranks."""
 
     num_nodes: int = 1
     processes_per_node: int = 1
     devices_per_process: int = 1
     replicate: int = 1
     tensor_parallel: int = 1
+    pipeline_parallel: int = 1
 
     @property
     def world_size(self) -> int:
@@ -34,7 +36,7 @@ class Topology:
     @property
     def data_parallel_size(self) -> int:
         """How many ways the global batch is split across processes."""
-        return self.world_size // self.tensor_parallel
+        return self.world_size // (self.tensor_parallel * self.pipeline_parallel)
 
     @property
     def shard(self) -> int:
@@ -42,13 +44,15 @@ class Topology:
         return self.data_parallel_size // self.replicate
 
     def data_parallel_rank(self, rank: int) -> int:
-        """Which share of the batch the process ``rank`` trains on (its tensor-parallel group's)."""
-        return rank // self.tensor_parallel
+        """Which share of the batch the process ``rank`` trains on (its tensor-parallel group's,
+        the same in every pipeline stage)."""
+        return rank // self.tensor_parallel % self.data_parallel_size
 
     def describe(self) -> str:
         """Every factor, for messages: 'replicate(1) x shard(2) x tensor_parallel(2) = 4 ranks'."""
-        return (f"replicate({self.replicate}) x shard({self.shard}) x tensor_parallel({self.tensor_parallel}) = "
-                f"{self.world_size} rank(s)")
+        pipeline = f"pipeline({self.pipeline_parallel}) x " if self.pipeline_parallel > 1 else ""
+        return (f"{pipeline}replicate({self.replicate}) x shard({self.shard}) x tensor_parallel({self.tensor_parallel})"
+                f" = {self.world_size} rank(s)")
 
 
 def launch_problems(topology: Topology, strategy: str, launched: RankEnv | None, spawns: bool) -> list[str]:
@@ -75,6 +79,7 @@ def batch_problems(topology: Topology, batch_size) -> list[str]:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size % dp == 0:
         return []
     tp = f" / tensor_parallel({topology.tensor_parallel})" if topology.tensor_parallel > 1 else ""
+    tp += f" / pipeline stages({topology.pipeline_parallel})" if topology.pipeline_parallel > 1 else ""
     return [f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
             f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}{tp}); "
             f"use a multiple of {dp}"]

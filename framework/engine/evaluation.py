@@ -76,9 +76,12 @@ class EvaluationPasses:
             for _ in range(batches - limit):  # lockstep forwards on a stand-in sample, results discarded
                 self._predict_step(model, self.loaders.stand_in_batch(loader))
         model.train(was_training)
-        # one copy of each data-parallel rank's outputs: ranks of a tensor-parallel group predicted alike
+        # one copy of each data-parallel rank's outputs: the ranks of a tensor-parallel group, and the
+        # stages of a pipeline, predicted alike (the first stage's ranks come first, in the mesh)
         parts = gather_object(concat_outputs(outputs))
-        return interleave(parts[::self.strategy.topology.tensor_parallel]) if trainer.is_global_zero else None
+        t = self.strategy.topology
+        return interleave(parts[:t.data_parallel_size * t.tensor_parallel:t.tensor_parallel]) \
+            if trainer.is_global_zero else None
 
     def _predict_step(self, model, batch):
         with self.precision.autocast():

@@ -25,6 +25,8 @@ class TrainingStep:
         """``size`` micro-batches of ``batches``, then one optimizer step. ``micro_batch_done(loss,
         last)`` runs after each backward. Returns (the summed detached losses, the last
         micro-batch's metrics, its loss)."""
+        if self.strategy.owns_training_step:
+            return self._run_by_strategy(model, optimizer, batches, size, micro_batch_done)
         accum, step_loss = self.config.accumulate_grad_batches, None
         for i in range(size):
             self.current_batch = batch = self.on_device(next(batches))
@@ -39,6 +41,25 @@ class TrainingStep:
         self.optimizer_step(model, optimizer)
         return step_loss, metrics, loss
 
+    def _run_by_strategy(self, model, optimizer, batches: Iterator, size: int, micro_batch_done: Callable):
+        """The same step where the strategy runs forward and backward (a pipeline's schedule): it
+        gets the window's micro-batches and the task's loss of an output, and returns each
+        micro-batch's loss (the same on every rank)."""
+        accum = self.config.accumulate_grad_batches
+        window = [self.on_device(next(batches)) for _ in range(size)]
+        self.current_batch = window[-1]
+
+        def loss_of(output, targets):
+            loss, _ = self.task.step(_Returning(output), (None, targets), "train")
+            return loss / accum if accum > 1 else loss
+
+        with self.precision.autocast():
+            losses = self.strategy.training_step(model, window, loss_of) * (accum if accum > 1 else 1)
+        for i in range(size):
+            micro_batch_done(losses[i], i == size - 1)
+        self.optimizer_step(model, optimizer)
+        return losses.sum(), {}, losses[-1]
+
     def optimizer_step(self, model, optimizer) -> None:
         cfg = self.config
         self.strategy.optimizer_step(model, optimizer, self.precision, cfg.gradient_clip_val,
@@ -51,3 +72,14 @@ class TrainingStep:
     @staticmethod
     def mean_loss(step_loss: torch.Tensor, size: int) -> torch.Tensor:
         return step_loss / size if size > 1 else step_loss
+
+
+class _Returning:
+    """Stands in for the model in the task's step, where the strategy ran the model itself: "calling"
+    it returns that output (the task computes its loss from it as from the model's)."""
+
+    def __init__(self, output):
+        self.output = output
+
+    def __call__(self, *_):
+        return self.output

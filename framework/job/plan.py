@@ -5,12 +5,16 @@ Model state = parameters + gradients + optimizer state (the ZeRO paper's account
 training: 4 + 4 + K bytes per parameter, K = 8 for Adam/AdamW, 4 for SGD with momentum,
 0 for plain SGD). Per rank with N data-parallel ranks:
 single/dp/ddp/ddp2: (8 + K)·P;  zero (stage 1): 8·P + K·P/N;  fsdp: (8 + K)·P/N;
-hsdp: (8 + K)·P/shard. Activations and communication buffers are not model state.
+hsdp: (8 + K)·P/shard; pp: (8 + K)·(the largest stage's P)/pipelines. Activations and
+communication buffers are not model state.
 
 Activations: the bytes one training forward saves for backward at the per-rank micro-batch
 (datamodule.batch_size / N), measured by running the model on meta tensors (no memory, no
 compute) with ``trainer.activation_checkpointing`` applied as the run applies it, so the
-saving of checkpointing shows (the model's forward only; the task's loss adds little).
+saving of checkpointing shows (the model's forward only; the task's loss adds little). A
+pipeline's first stage holds its share (1/stages) of the activations of the micro-batches in
+flight (all of them under GPipe, one per stage under 1F1B); it idles for the bubble fraction
+(p - 1) / (m + p - 1) of each step (p stages, m micro-batches).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
 from framework.engine.memory import optimizer_state_bytes
 from framework.strategies import STRATEGIES
+from framework.strategies.pipeline import bubble_fraction, microbatches_in_flight
 
 COMPARED = ("ddp", "zero", "fsdp")
 # With a model that has a tensor-parallel plan: tp over every device, fsdp_tp with groups of 2.
@@ -44,6 +49,7 @@ def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Modul
     if not (shape or seq_len) or batch < 1:
         return None
     model = meta_model(cfg) if model is None else model
+    model.to("meta")  # buffers a model keeps on the CPU while on meta (the GPT's rotary tables) too
     # token ids for a language model (datamodule.seq_len), else float inputs of datamodule.input_shape
     inputs = torch.zeros(batch, seq_len, dtype=torch.long, device="meta") if seq_len else \
         torch.randn(batch, *shape, device="meta")
@@ -85,23 +91,48 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     layouts = {name: {} for name in COMPARED}
     if callable(getattr(model, "parallelize_plan", None)):
         layouts.update(TENSOR_PARALLEL)
+    if getattr(model, "pipeline_splittable", False):
+        layouts["pp"] = _pipeline_options(cfg)
     activations: dict[int, Optional[int]] = {}
     rows = []
     for name, extra in layouts.items():
         cls = STRATEGIES[name]
         options = cls.schema(name=name, **extra)
         for n in devices:
+            row = {"strategy": name, "devices": n, "parameters": params, "model_state_bytes_per_rank": None,
+                   "activation_bytes_per_rank": None}
+            rows.append(row)
             try:
                 topology = cls.make_topology(n, 1, options)
-            except ValueError:
-                rows.append({"strategy": name, "devices": n, "parameters": params, "model_state_bytes_per_rank": None,
-                             "activation_bytes_per_rank": None})
+                state = cls.predict_model_state_bytes(params, k, topology, model, options)
+            except ValueError:  # a layout this device count (or this model) cannot make
                 continue
             dp = topology.data_parallel_size
             if dp not in activations:
                 activations[dp] = activation_bytes(cfg, batch // dp, model)
             acts = activations[dp] if activations[dp] is None else activations[dp] / topology.tensor_parallel
-            rows.append({"strategy": name, "devices": n, "parameters": params,
-                         "model_state_bytes_per_rank": cls.predict_model_state_bytes(params, k, topology, model, options),
-                         "activation_bytes_per_rank": acts})
+            row.update(model_state_bytes_per_rank=state, activation_bytes_per_rank=acts)
+            if name == "pp":
+                row.update(_pipeline_figures(options, topology, acts))
     return rows
+
+
+def _pipeline_options(cfg: DictConfig) -> dict:
+    """A pipeline of one stage per device (stages_per_rank per device, interleaved), with the
+    config's schedule, micro-batches and split points when its strategy is pp (else 1F1B with as
+    many micro-batches as stages)."""
+    strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if cfg.get("strategy") else {}
+    if strategy.get("name") != "pp":
+        return {}
+    keys = ("schedule", "microbatches", "split_points", "stages_per_rank")
+    return {k: strategy[k] for k in keys if k in strategy}
+
+
+def _pipeline_figures(options, topology, acts: Optional[float]) -> dict:
+    """The first stage's activations (its share of the micro-batches in flight) and the bubble."""
+    ranks = topology.pipeline_parallel
+    micro = options.microbatches or ranks
+    in_flight = microbatches_in_flight(options.schedule, ranks, micro)
+    return {"activation_bytes_per_rank": None if acts is None else acts / ranks * in_flight / micro,
+            "bubble_fraction": bubble_fraction(ranks, micro, options.stages_per_rank), "microbatches": micro,
+            "schedule": options.schedule}

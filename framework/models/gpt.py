@@ -62,6 +62,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
+        # the tables of the first ``seq`` positions: here the whole sequence, also where the blocks
+        # between see a sequence-parallel shard of it (a later pipeline stage gets only that)
+        cos, sin = cos[:seq], sin[:seq]
         # -1: the heads this rank holds (all of them, or its tensor-parallel share)
         q = apply_rotary(self.wq(x).view(batch, seq, -1, self.head_dim), cos, sin)
         k = apply_rotary(self.wk(x).view(batch, seq, -1, self.head_dim), cos, sin)
@@ -166,7 +169,8 @@ class GPT(nn.Module):
         """Every parameter from a generator of its own (seeded by ``seed`` and its name), drawn on
         its full shape and copied into this rank's shard (a DTensor's local part): the same weights
         whatever the layout, and one full parameter in memory at a time."""
-        self._rotary(self.tok_embeddings.weight.device if not self.tok_embeddings.weight.is_meta else "cpu")
+        weight = next(self.parameters())  # (a pipeline stage may have no embedding)
+        self._rotary(weight.device if not weight.is_meta else "cpu")
         std = 0.02
         for name, param in self.named_parameters():
             generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
@@ -179,13 +183,16 @@ class GPT(nn.Module):
                 full = torch.randn(shape, generator=generator) * std
             _copy_into(param, full)
 
+    # A pipeline stage is this model with the modules of the other stages removed (set to None,
+    # blocks deleted from ``layers``): forward then runs what is left, from tokens or hidden states.
+    pipeline_splittable = True
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        seq = tokens.shape[1]
-        h = self.dropout(self.tok_embeddings(tokens))
-        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        h = self.dropout(self.tok_embeddings(tokens)) if self.tok_embeddings is not None else tokens
         for block in self.layers.values():
-            h = block(h, cos, sin)
-        return self.output(self.norm(h))
+            h = block(h, self.rope_cos, self.rope_sin)
+        h = self.norm(h) if self.norm is not None else h
+        return self.output(h) if self.output is not None else h
 
     def parallelize_plan(self, sequence_parallel: bool = True) -> dict:
         """The tensor-parallel plan (module name -> torch's ParallelStyle), torchtitan's for Llama:
@@ -200,6 +207,8 @@ class GPT(nn.Module):
                 "output": ColwiseParallel(input_layouts=between, output_layouts=Replicate(), use_local_output=True)}
         if sequence_parallel:
             plan["norm"] = SequenceParallel()
+        # (a pipeline stage has only some of them: the hidden states reach the next stage as they are between blocks)
+        plan = {name: style for name, style in plan.items() if getattr(self, name) is not None}
         for i in self.layers:
             block = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
                      "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=between),

@@ -48,13 +48,15 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         predicted = type(strategy).predict_model_state_bytes(trainable, optimizer_state_bytes(cfg.optimizer),
                                                              strategy.topology, strategy.unwrap(model), strategy.options)
+        if predicted is not None:  # (the same on every rank, but a pipeline's stages: the largest)
+            predicted = max(all_gather_object(predicted))
     final = {k: v for k, v in trainer.logged_metrics.items() if "/" in k}
     hparams = flatten({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "output_dir"})
     for logger in trainer.loggers:
         logger.log_hparams(hparams, final)
-    comm = strategy.comm_stats()
+    comm, pipeline = strategy.comm_stats(), _pipeline(strategy)
     return {
-        **({"comm": comm} if comm else {}),
+        **({"comm": comm} if comm else {}), **({"pipeline": pipeline} if pipeline else {}),
         "status": "diverged" if trainer.diverged else "completed", "diverged": trainer.diverged,
         "global_batch_size": trainer.global_batch_size, "epochs": trainer.state.epochs_run,
         "steps": trainer.global_step, "metrics": dict(trainer.logged_metrics),
@@ -62,6 +64,22 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
         "memory": {"peak_bytes_per_rank": peaks,
                    "model_state_bytes_per_rank": [s["total"] if s else None for s in states],
                    "predicted_model_state_bytes": predicted,
-                   # a sharded parameter's numel() is its full size
-                   "parameters": sum(p.numel() for p in model.parameters()) if model is not None else None},
+                   "parameters": _parameters(strategy, model) if model is not None else None},
     }
+
+
+def _parameters(strategy: Strategy, model) -> int:
+    """The whole model's parameters (collective): a sharded parameter's numel() is its full size;
+    a pipeline's stages are summed (one rank of each: the first pipeline's)."""
+    counts = all_gather_object(sum(p.numel() for p in model.parameters()))
+    t = strategy.topology
+    return sum(counts[s * t.data_parallel_size * t.tensor_parallel] for s in range(t.pipeline_parallel))
+
+
+def _pipeline(strategy: Strategy) -> dict | None:
+    """The pipeline's figures, its measured bubble the mean over the ranks (collective)."""
+    stats = strategy.pipeline_stats()
+    if stats is None:
+        return None
+    measured = [m for m in all_gather_object(stats["bubble_measured"]) if m is not None]
+    return {**stats, "bubble_measured": sum(measured) / len(measured) if measured else None}

@@ -32,7 +32,7 @@ def job_overrides(job: dict) -> dict[str, str]:
 
 def strategy_label(name, overrides: dict):
     """The strategy's name, or the config option that chose it when that says more
-    (``strategy=bagua/bytegrad``: bagua with one of its algorithms)."""
+    (``strategy=bagua/bytegrad``: bagua with one of its algorithms; ``strategy=pp/fsdp``: pp x fsdp)."""
     chosen = overrides.get("strategy") or ""
     return chosen if name and chosen.startswith(f"{name}/") else name
 
@@ -66,6 +66,8 @@ def _row(name: str, r: dict) -> dict:
            "predicted_model_state_bytes": memory.get("predicted_model_state_bytes"),
            "parameters": memory.get("parameters"),
            "comm_bytes_per_step": comm.get("bytes_per_step"), "comm_algorithm": comm.get("algorithm"),
+           "bubble_predicted": (r.get("pipeline") or {}).get("bubble_predicted"),
+           "bubble_measured": (r.get("pipeline") or {}).get("bubble_measured"),
            "wall_time_s": r.get("wall_time_s"), "reason": r.get("error") or r.get("reason") or "",
            # not columns: what the comparison groups and the timing section use
            "overrides": overrides, "job_time_s": hydra_job.get("time_s"), "started_at": hydra_job.get("started_at"),

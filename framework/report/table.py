@@ -54,6 +54,9 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
     if any(row.get("tokens_per_s") for row in rows):  # language models: tokens/s beside samples/s
         columns.insert(at, "tokens_per_s")
         at += 1
+    if any(row.get("bubble_predicted") is not None for row in rows):  # pipelines: the bubble, planned and measured
+        after = columns.index("predicted_model_state_bytes") + 1
+        columns[after:after] = ["bubble_predicted", "bubble_measured"]
     with open(sweep_dir / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns[:at] + CSV_ONLY + columns[at:], extrasaction="ignore")
         writer.writeheader()
@@ -98,6 +101,11 @@ def footnotes(rows: list[dict]) -> list[str]:
                      "one of the two timings is off (the baseline ran slowly: the machine busy, caches, frequency); "
                      "below 1/N, communication and start-up dwarf the compute, or the ranks share too few cores "
                      "(a small model on CPU ranks). Re-run them with benchmark_repeats=3, longer, or on a quieter machine.")
+    if any(r.get("bubble_predicted") is not None for r in done):
+        notes.append("bubble_predicted: the share of each step a pipeline's stage idles by its schedule, (p - 1) / "
+                     "(m + p - 1) for p stages and m micro-batches; bubble_measured: the share of its steps (after "
+                     "the first) that a stage spent outside its forward and backward, the mean over ranks "
+                     "(communication and the optimizer step count as idle here).")
     if any(r.get("accelerator") == "cpu" for r in done):
         notes.append("peak_mem_mib on CPU is the process's resident memory, which depends on how a rank "
                      "started (in this process, or forked); memory.png shows the measured model state "

@@ -53,6 +53,9 @@ class Strategy:
     # The model is built on the meta device and materialised per rank after parallelize (its
     # init_weights): a strategy that shards it never holds it whole.
     builds_on_meta = False
+    # The strategy runs a training step's forward and backward itself (a pipeline's schedule):
+    # the engine then calls ``training_step(model, batches, loss_of)`` instead of the task's step.
+    owns_training_step = False
 
     def __init__(self, options: StrategyConfig, accelerator: str, topology: Topology = Topology(),
                  env: RankEnv = RankEnv(), accumulate_grad_batches: int = 1):
@@ -209,6 +212,17 @@ class Strategy:
     def comm_stats(self) -> dict | None:
         """What this rank sent per optimizer step (``bytes_per_step``) and by which algorithm,
         for results.json's ``comm``; None where the strategy does not count (torch's wrappers)."""
+        return None
+
+    def training_step(self, model: nn.Module, batches: list, loss_of: Callable) -> torch.Tensor:
+        """With ``owns_training_step``: forward and backward of ``batches`` (one accumulation window's
+        micro-batches, each (inputs, targets)), ``loss_of(output, targets)`` the task's loss of an
+        output; returns each micro-batch's loss, the same on every rank."""
+        raise NotImplementedError(f"strategy={self.name} runs no training step of its own")
+
+    def pipeline_stats(self) -> dict | None:
+        """A pipeline's schedule and bubble (predicted, measured on this rank), for results.json's
+        ``pipeline``; None for a strategy that runs no pipeline."""
         return None
 
     def inner_optimizer(self, optimizer):

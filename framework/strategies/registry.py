@@ -18,6 +18,7 @@ from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
 from framework.strategies.horovod import HorovodStrategy
 from framework.strategies.hsdp import HSDPStrategy
+from framework.strategies.pipeline import PipelineStrategy
 from framework.strategies.single import SingleDeviceStrategy
 from framework.strategies.tensor_parallel import FSDPTensorParallelStrategy, TensorParallelStrategy
 from framework.strategies.zero import ZeroStrategy
@@ -25,7 +26,8 @@ from framework.strategies.zero import ZeroStrategy
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
     SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDPForkStrategy, DDPNotebookStrategy,
     DDP2Strategy, ZeroStrategy,
-    FSDPStrategy, HSDPStrategy, HorovodStrategy, BaguaStrategy, TensorParallelStrategy, FSDPTensorParallelStrategy)}
+    FSDPStrategy, HSDPStrategy, HorovodStrategy, BaguaStrategy, TensorParallelStrategy, FSDPTensorParallelStrategy,
+    PipelineStrategy)}
 
 
 def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:

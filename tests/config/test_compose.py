@@ -30,6 +30,7 @@ NEEDS_DATA[("model", "gpt")] = "Interpolation key 'datamodule.vocab_size' not fo
 NEEDS_DATA[("datamodule", "text")] = "Interpolation key 'datamodule.input_shape' not found"
 NEEDS_DATA[("strategy", "fsdp_tp")] = "cannot make world size 1"
 NEEDS_DATA[("strategy", "tp")] = "CNN has no tensor-parallel plan"
+NEEDS_DATA[("strategy", "pp")] = "CNN cannot be split into pipeline stages"
 if not torch.cuda.is_available():
     NEEDS_DATA[("trainer", "gpu")] = "no CUDA device"
     NEEDS_DATA[("strategy", "ddp2")] = "needs CUDA devices"

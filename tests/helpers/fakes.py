@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from framework.config.schemas import StrategyConfig, TrainerConfig
 from framework.engine.trainer import Trainer
+from framework.models import GPT
 from framework.strategies import Strategy
 
 
@@ -107,3 +108,15 @@ def fit(trainer: Trainer, data: TinyData | None = None, lr: float = 0.01) -> Tra
     torch.manual_seed(0)
     trainer.fit(torch.nn.Linear(4, 1), data or TinyData(), partial(torch.optim.SGD, lr=lr))
     return trainer
+
+
+
+class GPTCallingRemovedModules(GPT):
+    """A GPT that declares itself splittable but whose forward calls every module, also those a
+    pipeline stage removed: what the pipeline's check before start must catch."""
+
+    def forward(self, tokens):
+        h = self.tok_embeddings(tokens)
+        for block in self.layers.values():
+            h = block(h, self.rope_cos, self.rope_sin)
+        return self.output(self.norm(h))

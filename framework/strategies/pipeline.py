@@ -1,0 +1,273 @@
+"""Pipeline parallelism (``strategy=pp``) through ``torch.distributed.pipelining``: the model is cut
+into ``strategy.stages`` stages, one per rank of a pipeline; a training step is the schedule's
+(GPipe or 1F1B over ``strategy.microbatches`` micro-batches, times the accumulation window); with
+more ranks than stages, the pipelines are replicas, their stages sharded by FSDP2 over the mesh's
+data-parallel dimension (pp x fsdp, the mesh (pipeline, data_parallel)).
+
+The strategy owns a training step's forward and backward (``owns_training_step``): the engine
+hands it the micro-batches and the task's loss, and gets back each micro-batch's loss, taken on
+the last stage and shared with every rank. Validation, test and predict run the stages one after
+another (``pipeline_forward``). A stage keeps the model's parameter names, so its checkpoint is
+the model's own, and loads under any other strategy.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from framework.config.ranges import ranged
+from framework.config.topology import Topology
+from framework.strategies.base import Strategy
+from framework.strategies.fsdp import FSDPConfig, apply_fsdp
+from framework.strategies.pipeline_forward import PipelinedModel
+from framework.strategies.tensor_parallel import apply_tp
+from framework.strategies.pipeline_split import keep_stage, stage_units, stage_view
+from framework.strategies.pipeline_state import load_stage_checkpoint_state, stage_checkpoint_state
+
+SCHEDULES = ("gpipe", "1f1b")  # one stage per rank; interleaved_1f1b runs stages_per_rank
+
+
+@dataclass
+class PPConfig(FSDPConfig):
+    name: str = "pp"
+    # Stages of one pipeline (null: stages_per_rank on every rank). With fewer pipeline ranks than
+    # ranks, the pipelines are data-parallel replicas: FSDP2 shards each stage over them (the
+    # FSDP options above apply), or DDP replicates it (data_parallel: ddp).
+    stages: Optional[int] = ranged(None, low=1)
+    data_parallel: Literal["fsdp", "ddp"] = "fsdp"
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    # Micro-batches per batch (null: as many as stages); each rank's batch must divide by it.
+    microbatches: Optional[int] = ranged(None, low=1)
+    # Module names that begin a new stage, e.g. [layers.2] ([]: equal numbers of blocks per stage).
+    split_points: list = field(default_factory=list)
+    # Stages each rank runs (interleaved_1f1b: 2 or more, rank r the stages r, r + p, ...).
+    stages_per_rank: int = ranged(1, low=1)
+    # Ranks of a tensor-parallel group inside each stage (pp x tp; the plan and sequence
+    # parallelism as strategy=tp's: the model's own parallelize_plan, or strategy.plan).
+    tensor_parallel: int = ranged(1, low=1)
+    sequence_parallel: bool = True
+    plan: Optional[dict] = None
+
+
+def bubble_fraction(ranks: int, microbatches: int, stages_per_rank: int = 1) -> float:
+    """The share of a step each rank idles, GPipe's and 1F1B's alike: (p - 1) / (m + p - 1) for p
+    ranks and m micro-batches; interleaved over v stages per rank, (p - 1) / (v·m + p - 1)."""
+    return (ranks - 1) / (stages_per_rank * microbatches + ranks - 1)
+
+
+def microbatches_in_flight(schedule: str, stages: int, microbatches: int) -> int:
+    """Micro-batches whose activations the first (busiest) stage holds at once: all of them under
+    GPipe (every forward before any backward), at most one per stage under 1F1B (and counted as
+    1F1B's for interleaved 1F1B)."""
+    return microbatches if schedule == "gpipe" else min(microbatches, stages)
+
+
+def _stages(options: PPConfig, world: int) -> int:
+    """The pipeline's stages: strategy.stages, else stages_per_rank on each of its ranks."""
+    return options.stages or max(world // options.tensor_parallel, 1) * options.stages_per_rank
+
+
+class PipelineStrategy(Strategy):
+    """Pipelines of ``stages / stages_per_rank`` ranks each (``topology.pipeline_parallel``), as many
+    as the world holds: FSDP2 or DDP across them, tensor parallelism within each stage."""
+
+    name = "pp"
+    schema = PPConfig
+    needs_process_group = True
+    process_per_device = True
+    lockstep_forward = True
+    owns_training_step = True
+
+    @classmethod
+    def make_topology(cls, devices: int, num_nodes: int, options: PPConfig) -> Topology:
+        """``pipeline_parallel``: the ranks of one pipeline (its stages / stages_per_rank)."""
+        world, tp, per_rank = devices * num_nodes, options.tensor_parallel, options.stages_per_rank
+        stages = _stages(options, world)
+        if stages % per_rank:
+            raise ValueError(f"strategy.stages: {stages} stages do not make strategy.stages_per_rank({per_rank}) stages "
+                             "on each rank of a pipeline; choose a multiple of it")
+        if world % (stages // per_rank * tp):
+            ranks = f" on {stages // per_rank} ranks (strategy.stages_per_rank={per_rank})" if per_rank > 1 else ""
+            split = f" x strategy.tensor_parallel({tp})" if tp > 1 else ""
+            raise ValueError(f"strategy.stages: {stages} stages{ranks}{split} do not divide the world size {world} "
+                             f"(trainer.devices={devices} x trainer.num_nodes={num_nodes}); the ranks form pipelines of "
+                             "that many ranks, each stage on one rank or one tensor-parallel group")
+        return Topology(num_nodes=num_nodes, processes_per_node=devices, pipeline_parallel=stages // per_rank,
+                        tensor_parallel=tp)
+
+    @classmethod
+    def check(cls, topology: Topology, options: PPConfig, accelerator: str) -> list[str]:
+        interleaved, per_rank = options.schedule == "interleaved_1f1b", options.stages_per_rank
+        if interleaved and per_rank < 2:
+            return ["strategy.stages_per_rank: interleaved_1f1b runs several stages on each rank; set "
+                    f"strategy.stages_per_rank=2 or more (or strategy.schedule to one of {', '.join(SCHEDULES)})"]
+        if not interleaved and per_rank > 1:
+            return [f"strategy.stages_per_rank: {per_rank} stages per rank need strategy.schedule=interleaved_1f1b "
+                    f"({options.schedule} runs one stage per rank)"]
+        if interleaved and topology.data_parallel_size > 1:
+            return [f"strategy.schedule: interleaved_1f1b with {options.data_parallel} across pipelines (pp x "
+                    f"{options.data_parallel}) is not built yet; use 1f1b or gpipe there, or as many pipeline ranks as "
+                    f"ranks ({topology.data_parallel_size} pipelines)"]
+        return []
+
+    @classmethod
+    def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+        from framework.strategies.pipeline_checks import pipeline_problems
+
+        return pipeline_problems(model, options, topology, container)
+
+    @classmethod
+    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
+                                  options=None) -> float:
+        """The largest stage's parameters (the whole model / stages without one; ``params`` alone
+        for a rank's stage), sharded over the pipelines."""
+        largest = params / topology.pipeline_parallel
+        if model is not None and getattr(model, "pipeline_stage_units", None):  # a rank's stage: its own
+            largest = params
+        elif model is not None and options is not None:
+            p = topology.pipeline_parallel
+            units = stage_units(model, p * options.stages_per_rank, list(options.split_points))
+            largest = max(_stage_parameters(model, [u for s in units[r::p] for u in s]) for r in range(p))
+        return (8 + optimizer_bytes) * largest / topology.data_parallel_size
+
+    def mesh(self):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        t = self.topology
+        return init_device_mesh(self.device.type, (t.pipeline_parallel, t.data_parallel_size, t.tensor_parallel),
+                                mesh_dim_names=("pp", "dp", "tp"))
+
+    def parallelize(self, model: nn.Module) -> nn.Module:
+        """Keep this rank's stages (one, or r, r + p, ... interleaved), split them across its
+        tensor-parallel group, shard them across the pipelines (torchtitan's order: pp, tp, fsdp)."""
+        mesh, ranks, per_rank = self.mesh(), self.topology.pipeline_parallel, self.options.stages_per_rank
+        rank = mesh.get_local_rank("pp")
+        units = stage_units(model, ranks * per_rank, list(self.options.split_points))
+        mine = [rank + v * ranks for v in range(per_rank)]
+        keep_stage(model, [u for s in mine for u in units[s]])
+        if self.topology.tensor_parallel > 1:
+            apply_tp(model, mesh["tp"], self.options)
+        replicated = self.topology.data_parallel_size > 1 and self.options.data_parallel == "ddp"
+        if self.topology.data_parallel_size > 1 and not replicated:
+            apply_fsdp(model, mesh["dp"], self.options)
+        self._schedules: dict[int, object] = {}
+        self._timing = {"busy": 0.0, "wall": 0.0, "steps": 0}
+        views = [stage_view(model, units[s]) for s in mine] if per_rank > 1 else [model]
+        if replicated:  # the schedule's stage syncs a DDP module's gradients on the last micro-batch only
+            from torch.nn.parallel import DistributedDataParallel
+
+            views = [DistributedDataParallel(model, process_group=mesh["dp"].get_group())]
+        return PipelinedModel(model, views, rank, ranks, mesh["pp"].get_group(), self.device)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module if isinstance(model, PipelinedModel) else model
+
+    def training_step(self, model: PipelinedModel, batches: list, loss_of: Callable) -> torch.Tensor:
+        """Forward and backward of ``batches`` (the micro-batches of one accumulation window, each
+        (inputs, targets)) through the schedule, as ``len(batches) x microbatches`` micro-batches;
+        ``loss_of(output, targets)`` is the task's loss of one. Returns each batch's mean loss,
+        on every rank."""
+        per = self.options.microbatches or self.topology.pipeline_parallel
+        chunks = len(batches) * per
+        schedule = self._schedule(model, chunks, loss_of)
+        inputs = torch.cat([b[0] for b in batches]) if model.stage == 0 else None
+        targets = torch.cat([b[1] for b in batches]) if model.is_last else None
+        losses: list = []
+        started, busy = time.perf_counter(), self._timing["busy"]
+        if model.stage == 0 and model.is_last:
+            schedule.step(inputs, target=targets, losses=losses)
+        elif model.stage == 0:
+            schedule.step(inputs)
+        else:
+            schedule.step(target=targets, losses=losses)
+        self._timing["steps"] += 1
+        if self._timing["steps"] > 1:  # the first step infers shapes and allocates buffers:
+            self._timing["wall"] += time.perf_counter() - started
+        else:  # neither its time nor its busy time is counted
+            self._timing["busy"] = busy
+        chunk_losses = torch.stack([loss.detach() for loss in losses]) if model.is_last else None
+        shared = model.share_from_last(chunk_losses.float() if chunk_losses is not None else None)
+        # each chunk's loss was divided by the chunks per batch (the schedule sums their gradients)
+        return shared.view(len(batches), per).sum(dim=1)
+
+    def _schedule(self, model: PipelinedModel, chunks: int, loss_of: Callable):
+        """The schedule for ``chunks`` micro-batches (one per window length; built on first use)."""
+        self._loss_of = loss_of
+        if chunks not in self._schedules:
+            from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                                      ScheduleInterleaved1F1B)
+
+            per = self.options.microbatches or self.topology.pipeline_parallel
+            stages = [PipelineStage(view, index, model.stage_count, self.device, group=model.group)
+                      for view, index in zip(model.views, model.stage_indices)]
+            for stage in stages:
+                for method in ("forward_one_chunk", "backward_one_chunk"):
+                    setattr(stage, method, self._timed(getattr(stage, method)))
+            kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}[
+                self.options.schedule]
+            self._schedules[chunks] = kind(stages if len(stages) > 1 else stages[0], chunks, scale_grads=False,
+                                           loss_fn=lambda out, target: self._loss_of(out, target) / per)
+        return self._schedules[chunks]
+
+    def _timed(self, compute: Callable) -> Callable:
+        """``compute`` (a stage's forward or backward of one micro-batch), its time counted as busy."""
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return compute(*args, **kwargs)
+            finally:
+                self._timing["busy"] += time.perf_counter() - started
+        return timed
+
+    def pipeline_stats(self) -> dict:
+        """The schedule, and its bubble: predicted, and measured on this rank (the share of the
+        training steps after the first that its stage spent outside forward and backward)."""
+        t, micro = self._timing, self.options.microbatches or self.topology.pipeline_parallel
+        measured = 1 - t["busy"] / t["wall"] if t["wall"] > 0 else None
+        ranks, per_rank = self.topology.pipeline_parallel, self.options.stages_per_rank
+        return {"stages": ranks * per_rank, "ranks": ranks, "stages_per_rank": per_rank,
+                "schedule": self.options.schedule, "microbatches": micro,
+                "bubble_predicted": bubble_fraction(ranks, micro, per_rank), "bubble_measured": measured}
+
+    def clip_gradients(self, model: nn.Module, max_value: float, algorithm: str) -> None:
+        """By the norm of every stage's gradients together (each rank holds one stage's)."""
+        params = [p for p in model.parameters() if p.grad is not None]
+        if algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, max_value)
+            return
+        local = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+        if hasattr(local, "full_tensor"):  # a sharded or split stage: the norm over its shards
+            local = local.full_tensor()
+        squared = local.detach().float().pow(2).reshape(1)
+        dist.all_reduce(squared, group=model.group)
+        torch.nn.utils.clip_grads_with_norm_(params, max_value, squared.sqrt()[0])
+
+    def checkpoint_state(self, model: nn.Module, optimizer) -> tuple[dict, object]:
+        return stage_checkpoint_state(self.unwrap(model), optimizer, model.group), None
+
+    def load_checkpoint_state(self, model: nn.Module, optimizer, state: dict, extra) -> None:
+        load_stage_checkpoint_state(self.unwrap(model), optimizer, state)
+
+    def full_state_dict(self, model: nn.Module) -> dict:
+        """Every stage's weights, gathered on rank 0 (collective)."""
+        own = {name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()  # an FSDP shard: whole
+               for name, t in self.unwrap(model).state_dict().items()}
+        parts: list | None = [None] * model.ranks if model.stage == 0 else None
+        dist.gather_object(own, parts, group_dst=0, group=model.group)  # between this job's ranks, not a file
+        return {name: tensor for part in parts for name, tensor in part.items()} if parts else {}
+
+
+def _stage_parameters(model: nn.Module, keep: list[str]) -> int:
+    seen, total = set(), 0
+    for unit in keep:
+        module = model.get_submodule(unit)
+        for p in (module.parameters() if module is not None else ()):
+            if id(p) not in seen:
+                seen.add(id(p))
+                total += p.numel()
+    return total
