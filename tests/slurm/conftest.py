@@ -36,15 +36,21 @@ class Cluster:
     def run(self, *args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
         return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, **kwargs)
 
-    def state(self, job_id: str) -> str:
-        """The job's state as squeue shows it ("" once it left the queue)."""
-        return self.run("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip()
+    def state(self, job_id: str) -> str | None:
+        """The job's state as squeue shows it ("" once it left the queue; None when squeue could
+        not tell: slurmctld busy, as just after a requeue)."""
+        proc = self.run("squeue", "-h", "-j", job_id, "-o", "%T")
+        if proc.returncode != 0:
+            return "" if "Invalid job id" in proc.stderr else None
+        return proc.stdout.strip()
 
     def wait(self, job_id: str, until: str = "", timeout: float = 240) -> None:
-        """Wait until the job's state is ``until`` ("" = finished and gone from squeue)."""
-        deadline = time.time() + timeout
+        """Wait until the job's state is ``until`` ("" = finished and gone from squeue: seen
+        three times in a row, so that an empty answer of a busy slurmctld does not end the wait)."""
+        deadline, seen = time.time() + timeout, 0
         while time.time() < deadline:
-            if self.state(job_id) == until:
+            seen = seen + 1 if self.state(job_id) == until else 0
+            if seen >= (3 if until == "" else 1):
                 return
             time.sleep(0.5)
         raise TimeoutError(f"job {job_id} not {until or 'finished'} after {timeout} s: {self.state(job_id)}")

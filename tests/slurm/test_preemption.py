@@ -53,7 +53,10 @@ def test_usr1_checkpoints_requeues_and_the_requeued_job_resumes_to_the_same_weig
     slurm.wait(job)
     log = (tmp_path / "run" / "train.log").read_text()
     stopped = int(re.search(r"Interrupted by SIGUSR1 at step (\d+)", log).group(1))
-    resumed = int(re.search(r"Resumed from .* at epoch \d+, step (\d+)", log).group(1))
+    again = re.search(r"Resumed from .* at epoch \d+, step (\d+)", log)
+    assert again, f"the requeued job did not resume (squeue: {slurm.state(job)!r}); its output:\n" + \
+        "".join(p.read_text()[-3000:] for p in tmp_path.glob("slurm-*.out"))
+    resumed = int(again.group(1))
     assert f"Requeue (scontrol requeue {job}): exit 0" in log and resumed == stopped
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "completed" and results["steps"] == straight["steps"]
