@@ -54,7 +54,7 @@ class TrainingStep:
             return loss / accum if accum > 1 else loss
 
         with self.precision.autocast():
-            losses = self.strategy.training_step(model, window, loss_of) * (accum if accum > 1 else 1)
+            losses = self.strategy.training_step(model, window, loss_of) * accum  # each micro-batch's own loss
         for i in range(size):
             micro_batch_done(losses[i], i == size - 1)
         self.optimizer_step(model, optimizer)

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
 from framework.engine.memory import optimizer_state_bytes
 from framework.strategies import STRATEGIES
-from framework.strategies.pipeline import bubble_fraction, microbatches_in_flight
+from framework.strategies.pipeline_schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
 
 COMPARED = ("ddp", "zero", "fsdp")
 # With a model that has a tensor-parallel plan: tp over every device, fsdp_tp with groups of 2.
@@ -130,8 +130,7 @@ def _pipeline_options(cfg: DictConfig) -> dict:
 
 def _pipeline_figures(options, topology, acts: Optional[float]) -> dict:
     """The first stage's activations (its share of the micro-batches in flight) and the bubble."""
-    ranks = topology.pipeline_parallel
-    micro = options.microbatches or ranks
+    ranks, micro = topology.pipeline_parallel, microbatches_per_batch(options, topology)
     in_flight = microbatches_in_flight(options.schedule, ranks, micro)
     return {"activation_bytes_per_rank": None if acts is None else acts / ranks * in_flight / micro,
             "bubble_fraction": bubble_fraction(ranks, micro, options.stages_per_rank), "microbatches": micro,

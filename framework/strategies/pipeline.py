@@ -25,6 +25,7 @@ from framework.config.topology import Topology
 from framework.strategies.base import Strategy
 from framework.strategies.fsdp import FSDPConfig, apply_fsdp
 from framework.strategies.pipeline_forward import PipelinedModel
+from framework.strategies.pipeline_schedule import bubble_fraction, microbatches_per_batch
 from framework.strategies.tensor_parallel import apply_tp
 from framework.strategies.pipeline_split import keep_stage, stage_units, stage_view
 from framework.strategies.pipeline_state import load_stage_checkpoint_state, stage_checkpoint_state
@@ -52,19 +53,6 @@ class PPConfig(FSDPConfig):
     tensor_parallel: int = ranged(1, low=1)
     sequence_parallel: bool = True
     plan: Optional[dict] = None
-
-
-def bubble_fraction(ranks: int, microbatches: int, stages_per_rank: int = 1) -> float:
-    """The share of a step each rank idles, GPipe's and 1F1B's alike: (p - 1) / (m + p - 1) for p
-    ranks and m micro-batches; interleaved over v stages per rank, (p - 1) / (v·m + p - 1)."""
-    return (ranks - 1) / (stages_per_rank * microbatches + ranks - 1)
-
-
-def microbatches_in_flight(schedule: str, stages: int, microbatches: int) -> int:
-    """Micro-batches whose activations the first (busiest) stage holds at once: all of them under
-    GPipe (every forward before any backward), at most one per stage under 1F1B (and counted as
-    1F1B's for interleaved 1F1B)."""
-    return microbatches if schedule == "gpipe" else min(microbatches, stages)
 
 
 def _stages(options: PPConfig, world: int) -> int:
@@ -172,16 +160,16 @@ class PipelineStrategy(Strategy):
         (inputs, targets)) through the schedule, as ``len(batches) x microbatches`` micro-batches;
         ``loss_of(output, targets)`` is the task's loss of one. Returns each batch's mean loss,
         on every rank."""
-        per = self.options.microbatches or self.topology.pipeline_parallel
+        per = microbatches_per_batch(self.options, self.topology)
         chunks = len(batches) * per
         schedule = self._schedule(model, chunks, loss_of)
-        inputs = torch.cat([b[0] for b in batches]) if model.stage == 0 else None
+        inputs = torch.cat([b[0] for b in batches]) if model.is_first else None
         targets = torch.cat([b[1] for b in batches]) if model.is_last else None
         losses: list = []
         started, busy = time.perf_counter(), self._timing["busy"]
-        if model.stage == 0 and model.is_last:
+        if model.is_first and model.is_last:
             schedule.step(inputs, target=targets, losses=losses)
-        elif model.stage == 0:
+        elif model.is_first:
             schedule.step(inputs)
         else:
             schedule.step(target=targets, losses=losses)
@@ -202,7 +190,7 @@ class PipelineStrategy(Strategy):
             from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                                       ScheduleInterleaved1F1B)
 
-            per = self.options.microbatches or self.topology.pipeline_parallel
+            per = microbatches_per_batch(self.options, self.topology)
             stages = [PipelineStage(view, index, model.stage_count, self.device, group=model.group)
                       for view, index in zip(model.views, model.stage_indices)]
             for stage in stages:
@@ -227,7 +215,7 @@ class PipelineStrategy(Strategy):
     def pipeline_stats(self) -> dict:
         """The schedule, and its bubble: predicted, and measured on this rank (the share of the
         training steps after the first that its stage spent outside forward and backward)."""
-        t, micro = self._timing, self.options.microbatches or self.topology.pipeline_parallel
+        t, micro = self._timing, microbatches_per_batch(self.options, self.topology)
         measured = 1 - t["busy"] / t["wall"] if t["wall"] > 0 else None
         ranks, per_rank = self.topology.pipeline_parallel, self.options.stages_per_rank
         return {"stages": ranks * per_rank, "ranks": ranks, "stages_per_rank": per_rank,
@@ -257,7 +245,7 @@ class PipelineStrategy(Strategy):
         """Every stage's weights, gathered on rank 0 (collective)."""
         own = {name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()  # an FSDP shard: whole
                for name, t in self.unwrap(model).state_dict().items()}
-        parts: list | None = [None] * model.ranks if model.stage == 0 else None
+        parts: list | None = [None] * model.ranks if model.is_first else None
         dist.gather_object(own, parts, group_dst=0, group=model.group)  # between this job's ranks, not a file
         return {name: tensor for part in parts for name, tensor in part.items()} if parts else {}
 

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from framework.config.topology import Topology
+from framework.strategies.pipeline_schedule import microbatches_per_batch
 from framework.strategies.pipeline_split import SPLITTABLE, keep_stage, splittable_problems, stage_units
 
 
@@ -31,7 +32,7 @@ def pipeline_problems(model: nn.Module, options, topology: Topology, container: 
 
 def _batch_problems(options, topology: Topology, container: dict) -> list[str]:
     batch = (container.get("datamodule") or {}).get("batch_size")
-    micro = options.microbatches or topology.pipeline_parallel
+    micro = microbatches_per_batch(options, topology)
     if not isinstance(batch, int) or batch % topology.data_parallel_size:
         return []  # reported by the batch check
     per_rank = batch // topology.data_parallel_size

@@ -60,9 +60,8 @@ class PipelinedModel(nn.Module):
         self.views = views  # (a plain list: their parameters are the module's, registered once)
 
     @property
-    def stage(self) -> int:
-        """This rank's place in the pipeline: 0 holds the first stage."""
-        return self.rank
+    def is_first(self) -> bool:
+        return self.rank == 0
 
     @property
     def is_last(self) -> bool:
