@@ -29,6 +29,8 @@ DDP = ["strategy=ddp", "trainer.devices=2"]
 # a pipeline of two stages (the tests' transformer): each stage a rank
 PP = ["experiment=gpt_text", "model=gpt/tiny", "datamodule.batch_size=8", "datamodule.seq_len=32",
       "predict=false", "trainer.max_steps=100000", "strategy=pp", "trainer.devices=2"]
+# DeepSpeed's ZeRO-3 (parameters partitioned: every forward a collective)
+DEEPSPEED = ["strategy=deepspeed", "strategy.stage=3", "trainer.devices=2"]
 
 
 def tree(pid: int) -> set[int]:
@@ -142,6 +144,12 @@ SCENARIOS = {
     "scancel-group-pp": (PP, group(signal.SIGTERM), {**STOPPED, "exit": 143}),
     "sigkill-rank1-pp": (PP, kill_rank(1), {**FAILED, "blamed": 1}),
     "sigkill-launcher-pp": (PP, send(signal.SIGKILL), {"exit": -9, "status": "interrupted", "last_is_step": True}),
+    "sigterm-deepspeed": (DEEPSPEED, send(signal.SIGTERM), {**STOPPED, "exit": 143}),
+    "scancel-group-deepspeed": (DEEPSPEED, group(signal.SIGTERM), {**STOPPED, "exit": 143}),
+    "sigkill-rank1-deepspeed": (DEEPSPEED, kill_rank(1), {**FAILED, "blamed": 1}),
+    "sigkill-launcher-deepspeed": (DEEPSPEED, send(signal.SIGKILL), {"exit": -9, "status": "interrupted",
+                                                                    "last_is_step": True}),
+    "scancel-during-test-deepspeed": ([*DEEPSPEED, *TESTING], group(signal.SIGTERM), {**AFTER, "exit": 143}),
 }
 FAST_S, SLOW_S = 5.0, 35.0  # a blow is answered within FAST_S (good) or at least within SLOW_S (acceptable)
 

@@ -7,13 +7,15 @@ log = logging.getLogger(__name__)
 
 
 def _count(params) -> tuple[int, int]:
-    """(trainable, frozen) elements; a sharded parameter counts whole (numel is global)."""
+    """(trainable, frozen) elements; a sharded parameter counts whole (a DTensor's numel is global;
+    DeepSpeed's stage 3 leaves an empty tensor in a parameter's place, its ds_numel whole)."""
     trainable = frozen = 0
     for p in params:
+        n = getattr(p, "ds_numel", None) or p.numel()
         if p.requires_grad:
-            trainable += p.numel()
+            trainable += n
         else:
-            frozen += p.numel()
+            frozen += n
     return trainable, frozen
 
 

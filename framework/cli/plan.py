@@ -28,10 +28,11 @@ def main() -> None:
     params = rows[0]["parameters"]
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
     print(f"{cfg.name}: {params:,} parameters, fp32, {cfg.optimizer._target_} ({k} B/param of state)")
-    print(f"{'strategy':<8} " + " ".join(f"{n:>12} dev" for n in (1, 2, 4, 8)))
+    width = max(8, *(len(r["strategy"]) for r in rows))
+    print(f"{'strategy':<{width}} " + " ".join(f"{n:>12} dev" for n in (1, 2, 4, 8)))
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
         cells = [r["model_state_bytes_per_rank"] for r in rows if r["strategy"] == strategy]
-        print(f"{strategy:<8} " + " ".join(f"{c / 2**20:>12.2f} MiB" if c is not None else f"{'-':>16}"
+        print(f"{strategy:<{width}} " + " ".join(f"{c / 2**20:>12.2f} MiB" if c is not None else f"{'-':>16}"
                                             for c in cells))
     acts = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == COMPARED[0]]
     if any(a is None for a in acts):
@@ -39,26 +40,26 @@ def main() -> None:
               "datamodule does not set (the built-in ones do)")
     else:
         checkpointed = list(cfg.trainer.get("activation_checkpointing") or [])
-        print(f"{'activ.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
+        print(f"{'activ.':<{width}} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
               + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"
               + (f", checkpointing {checkpointed}" if checkpointed else ""))
         split = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == "tp"]
         if split:
-            print(f"{'tp act.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in split)
+            print(f"{'tp act.':<{width}} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in split)
                   + "   estimated: sequence parallelism splits them across the group")
-    _print_pipeline(rows)
+    _print_pipeline(rows, width)
 
 
-def _print_pipeline(rows: list[dict]) -> None:
+def _print_pipeline(rows: list[dict], width: int) -> None:
     pp = [r for r in rows if r["strategy"] == "pp"]
     if not pp:
         return
     acts = [r["activation_bytes_per_rank"] for r in pp]
     schedule = next((f"{r['schedule']}, {r['microbatches']} micro-batches on {r['devices']} devices" for r in pp
                      if "schedule" in r and r["devices"] > 1), "")
-    print(f"{'pp act.':<8} " + " ".join(f"{a / 2**20:>12.2f} MiB" if a is not None else f"{'-':>16}" for a in acts)
+    print(f"{'pp act.':<{width}} " + " ".join(f"{a / 2**20:>12.2f} MiB" if a is not None else f"{'-':>16}" for a in acts)
           + f"   the first stage's, micro-batches in flight ({schedule}; strategy=pp's options, else 1f1b)")
-    print(f"{'bubble':<8} " + " ".join(f"{r['bubble_fraction']:>15.1%} " if "bubble_fraction" in r else f"{'-':>16}"
+    print(f"{'bubble':<{width}} " + " ".join(f"{r['bubble_fraction']:>15.1%} " if "bubble_fraction" in r else f"{'-':>16}"
                                         for r in pp) + "   idle share of each stage: (p - 1) / (m + p - 1)")
 
 

@@ -253,12 +253,13 @@ def load_model_checkpoint(path: Path, trainer, trust: bool = False) -> None:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     model = trainer.strategy.unwrap(trainer.model)  # (a pipeline's stage: the model's own names)
-    state = {"model": get_model_state_dict(model)}
-    with _reading(Path(path), state), _single_process_ok():
-        saved = load_file(Path(path) / TRAINER_FILE, trust)
-        state["callbacks"] = _sharded_callbacks(trainer, saved)
-        _dcp().load(state, storage_reader=dcp_reader(Path(path), trust), planner=dcp_planner(trust))
-    set_model_state_dict(model, state["model"])
+    with trainer.strategy.whole_parameters(trainer.model):  # (DeepSpeed's stage 3 partitions them)
+        state = {"model": get_model_state_dict(model)}
+        with _reading(Path(path), state), _single_process_ok():
+            saved = load_file(Path(path) / TRAINER_FILE, trust)
+            state["callbacks"] = _sharded_callbacks(trainer, saved)
+            _dcp().load(state, storage_reader=dcp_reader(Path(path), trust), planner=dcp_planner(trust))
+        set_model_state_dict(model, state["model"])
     # the averaged weights it holds (EMA, SWA) come with them, for the callbacks that test on them
     trainer.callbacks.load_states(saved.get("callbacks", {}), only=list(state["callbacks"]))
 

@@ -34,7 +34,7 @@ class TrainingStep:
             with (self._null if i == size - 1 else self.strategy.no_sync(model)):
                 with self.precision.autocast():
                     loss, metrics = self.task.step(model, batch, "train")
-                self.precision.backward(loss / accum if accum > 1 else loss)
+                self.strategy.backward(model, loss / accum if accum > 1 else loss, self.precision)
             loss = loss.detach()
             step_loss = loss if step_loss is None else step_loss + loss
             micro_batch_done(loss, i == size - 1)
@@ -65,9 +65,9 @@ class TrainingStep:
         self.strategy.optimizer_step(model, optimizer, self.precision, cfg.gradient_clip_val,
                                      cfg.gradient_clip_algorithm)
         if self.model_state_bytes is None:  # once, while gradients and optimizer state both exist
-            self.model_state_bytes = model_state_bytes(self.strategy.unwrap(model),
-                                                       self.strategy.inner_optimizer(optimizer))
-        optimizer.zero_grad(set_to_none=True)
+            self.model_state_bytes = self.strategy.model_state_bytes(model, optimizer) or model_state_bytes(
+                self.strategy.unwrap(model), self.strategy.inner_optimizer(optimizer))
+        self.strategy.zero_grad(optimizer)
 
     @staticmethod
     def mean_loss(step_loss: torch.Tensor, size: int) -> torch.Tensor:

@@ -5,7 +5,9 @@ Model state = parameters + gradients + optimizer state (the ZeRO paper's account
 training: 4 + 4 + K bytes per parameter, K = 8 for Adam/AdamW, 4 for SGD with momentum,
 0 for plain SGD). Per rank with N data-parallel ranks:
 single/dp/ddp/ddp2: (8 + K)·P;  zero (stage 1): 8·P + K·P/N;  fsdp: (8 + K)·P/N;
-hsdp: (8 + K)·P/shard; pp: (8 + K)·(the largest stage's P)/pipelines. Activations and
+hsdp: (8 + K)·P/shard; pp: (8 + K)·(the largest stage's P)/pipelines; deepspeed: its fp32 master copy
+of each partition adds 4·P/N: stage 1: 8·P + (4 + K)·P/N, stage 2: 4·P + (8 + K)·P/N, stage 3:
+(12 + K)·P/N (offloaded optimizer state and master copy are on the host). Activations and
 communication buffers are not model state.
 
 Activations: the bytes one training forward saves for backward at the per-rank micro-batch
@@ -88,18 +90,19 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     params = sum(p.numel() for p in model.parameters())
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
     batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
-    layouts = {name: {} for name in COMPARED}
+    layouts = {name: (name, {}) for name in COMPARED}
     if callable(getattr(model, "parallelize_plan", None)):
-        layouts.update(TENSOR_PARALLEL)
+        layouts.update({name: (name, extra) for name, extra in TENSOR_PARALLEL.items()})
     if getattr(model, "pipeline_splittable", False):
-        layouts["pp"] = _pipeline_options(cfg)
+        layouts["pp"] = ("pp", _pipeline_options(cfg))
+    layouts.update(_deepspeed_layouts(cfg))
     activations: dict[int, Optional[int]] = {}
     rows = []
-    for name, extra in layouts.items():
+    for label, (name, extra) in layouts.items():
         cls = STRATEGIES[name]
         options = cls.schema(name=name, **extra)
         for n in devices:
-            row = {"strategy": name, "devices": n, "parameters": params, "model_state_bytes_per_rank": None,
+            row = {"strategy": label, "devices": n, "parameters": params, "model_state_bytes_per_rank": None,
                    "activation_bytes_per_rank": None}
             rows.append(row)
             try:
@@ -115,6 +118,15 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
             if name == "pp":
                 row.update(_pipeline_figures(options, topology, acts))
     return rows
+
+
+def _deepspeed_layouts(cfg: DictConfig) -> dict:
+    """With strategy=deepspeed: its ZeRO stages 1-3 (``deepspeed_<stage>``), with the config's offload."""
+    strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if cfg.get("strategy") else {}
+    if strategy.get("name") != "deepspeed":
+        return {}
+    offload = {"offload_optimizer": strategy.get("offload_optimizer")}
+    return {f"deepspeed_{stage}": ("deepspeed", {"stage": stage, **offload}) for stage in (1, 2, 3)}
 
 
 def _pipeline_options(cfg: DictConfig) -> dict:

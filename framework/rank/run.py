@@ -61,18 +61,26 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     strategy.setup_environment()
     cfg = _join_job_directory(cfg, strategy)
     results = {**job_fields(cfg, strategy), "threads": threads}
-    trainer, parts, error, stops = None, None, None, StopSignals(stop_signals(cfg.trainer.get("stop_on_sigusr1")))
+    stops = StopSignals(stop_signals(cfg.trainer.get("stop_on_sigusr1")))
+    # The handlers stay through the cleanup: a copy of the stop signal (the launcher passes on
+    # what the process group already got) must not kill rank 0 while it writes results.json.
+    with stops:
+        return _run_stages_and_clean_up(cfg, env, strategy, results, stops, start)
+
+
+def _run_stages_and_clean_up(cfg: DictConfig, env: RankEnv, strategy: Strategy, results: dict,
+                             stops: StopSignals, start: float) -> dict:
+    trainer, parts, error = None, None, None
     try:
-        with stops:
-            trainer, parts = build_trainer(cfg, env, strategy, stops)
-            results["seed"] = trainer.seed
-            results.update(run_stages(cfg, trainer, parts, stops))
-            results.update(collect(cfg, trainer))
-            if cfg.get("benchmark_repeats", 1) > 1 and cfg.train and not trainer.interrupted:
-                results["throughput"] = repeat_timing(OmegaConf.merge(cfg, {"seed": trainer.seed}), env, strategy,
-                                                      results["throughput"])
-            if trainer.interrupted:  # still under the handlers: a duplicate signal must not kill the save
-                results.update(record_interruption(cfg, trainer))
+        trainer, parts = build_trainer(cfg, env, strategy, stops)
+        results["seed"] = trainer.seed
+        results.update(run_stages(cfg, trainer, parts, stops))
+        results.update(collect(cfg, trainer))
+        if cfg.get("benchmark_repeats", 1) > 1 and cfg.train and not trainer.interrupted:
+            results["throughput"] = repeat_timing(OmegaConf.merge(cfg, {"seed": trainer.seed}), env, strategy,
+                                                  results["throughput"])
+        if trainer.interrupted:  # still under the handlers: a duplicate signal must not kill the save
+            results.update(record_interruption(cfg, trainer))
         return results
     except StopNow as stop:
         results.update(stopped_after_training(cfg, trainer, stop.signum))

@@ -101,6 +101,17 @@ class Strategy:
         """Every reason this strategy cannot run ``model`` (built on the meta device) in this layout."""
         return []
 
+    @classmethod
+    def config_problems(cls, options: StrategyConfig, topology: Topology, container: dict) -> list[str]:
+        """Every reason the rest of the experiment (``container``: trainer, datamodule, ...) cannot
+        run on this strategy in this layout."""
+        return []
+
+    @classmethod
+    def job_options(cls, options: StrategyConfig, topology: Topology, container: dict) -> StrategyConfig:
+        """The options the ranks get, completed from the rest of the experiment (by default as they are)."""
+        return options
+
     # ---- runtime ----
     @property
     def rank(self) -> int:
@@ -142,6 +153,10 @@ class Strategy:
         params_of = getattr(optimizer_factory, "params_of", None)  # a plain partial (the API) has no groups
         return params_of(self.unwrap(model)) if params_of else model.parameters()
 
+    def backward(self, model: nn.Module, loss: torch.Tensor, precision) -> None:
+        """Backward of one micro-batch's (already window-scaled) loss."""
+        precision.backward(loss)
+
     def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val: float | None,
                        clip_algorithm: str) -> None:
         """One optimizer step on the gradients of a finished accumulation window: unscale, clip,
@@ -150,6 +165,10 @@ class Strategy:
             precision.unscale(optimizer)
             self.clip_gradients(model, clip_val, clip_algorithm)
         precision.step(optimizer)
+
+    def zero_grad(self, optimizer) -> None:
+        """After the optimizer step: the gradients go (None: no memory until the next backward)."""
+        optimizer.zero_grad(set_to_none=True)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model
@@ -164,6 +183,12 @@ class Strategy:
 
     def no_sync(self, model: nn.Module):
         """Context for micro-batches that must not all-reduce gradients (accumulation)."""
+        return contextlib.nullcontext()
+
+    def whole_parameters(self, model: nn.Module):
+        """Context: within it the model's parameters are whole on every rank, and what is written
+        into them stays (a strategy that partitions them outside DTensor, DeepSpeed's stage 3,
+        gathers them); by default they are already."""
         return contextlib.nullcontext()
 
     def full_state_dict(self, model: nn.Module) -> dict:
@@ -223,6 +248,11 @@ class Strategy:
     def pipeline_stats(self) -> dict | None:
         """A pipeline's schedule and bubble (predicted, measured on this rank), for results.json's
         ``pipeline``; None for a strategy that runs no pipeline."""
+        return None
+
+    def model_state_bytes(self, model: nn.Module, optimizer) -> dict | None:
+        """This rank's bytes of parameters, gradients and optimizer state, where the strategy keeps
+        them outside the model's parameters and the optimizer's state (None: the engine counts those)."""
         return None
 
     def inner_optimizer(self, optimizer):

@@ -14,6 +14,7 @@ from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
 from framework.strategies.ddp_fork import DDPForkStrategy, DDPNotebookStrategy
 from framework.strategies.ddp_spawn import DDPSpawnStrategy
+from framework.strategies.deepspeed_zero import DeepSpeedStrategy
 from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
 from framework.strategies.horovod import HorovodStrategy
@@ -27,7 +28,7 @@ STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
     SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDPForkStrategy, DDPNotebookStrategy,
     DDP2Strategy, ZeroStrategy,
     FSDPStrategy, HSDPStrategy, HorovodStrategy, BaguaStrategy, TensorParallelStrategy, FSDPTensorParallelStrategy,
-    PipelineStrategy)}
+    PipelineStrategy, DeepSpeedStrategy)}
 
 
 def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
@@ -64,7 +65,8 @@ def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
 def resolved_options(container: dict) -> dict:
     """The strategy node the ranks get: every option with its schema's default filled in, ``auto``
     resolved, and a user's ``_target_`` kept (the ranks import it again)."""
-    options = asdict(resolve(container)[1])
+    cls, typed, topology = resolve(container)
+    options = asdict(cls.job_options(typed, topology, container))
     target = (container.get("strategy") or {}).get("_target_")
     return {"_target_": target, **options} if target else options
 
@@ -127,6 +129,7 @@ def _layout_problems(container: dict, cls: type[Strategy], options: dict, device
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
         return [str(err)]
     problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, trainer)
+    problems += cls.config_problems(typed, topology, container)
     launched = detect_environment()
     problems += launch_problems(topology, cls.name, launched, cls.launcher == "spawn")
     if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":

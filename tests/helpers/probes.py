@@ -101,6 +101,18 @@ class FailingFinalizeLogger(NoFinalizeLogger):
         raise OSError(f"finalize failed (status {status})")
 
 
+class SlowFinalizeLogger(NoFinalizeLogger):
+    """A user logger whose finalize() takes a while (a remote logger flushing its queue)."""
+
+    def __init__(self, seconds: float = 1.0):
+        self.seconds = seconds
+
+    def finalize(self, status: str) -> None:
+        import time
+
+        time.sleep(self.seconds)
+
+
 class SignalAt:
     """A callback: sends ``signal`` to its own process after optimizer step ``step`` (on ``rank``
     only, in the first attempt of an elastically restarted job)."""

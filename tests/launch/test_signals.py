@@ -1,6 +1,7 @@
 """Signals stop every rank at one step with `last` saved; a dead launcher leaves nothing running."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -143,13 +144,28 @@ def test_a_rank_whose_fork_server_dies_gets_sigterm_not_torchs_sigint():
         libc.prctl(1, 0)  # PR_SET_PDEATHSIG: none, as the test process had
 
 
-@pytest.mark.parametrize("whole_group", [False, True])
-def test_a_stop_after_training_ends_the_ddp_job_at_once_with_status_and_exit_code_agreeing(tmp_path, whole_group):
+def _copies_to_the_ranks(pids: set[int], launcher: int, seconds: float = 1.5) -> None:
+    """What a busy machine does to the ranks: the launcher's copy of the group's signal arrives
+    late, while a rank writes results.json (within the window in which a copy is the same stop)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        for pid in pids - {launcher}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("whole_group,copies", [(False, False), (True, False), (True, True)])
+def test_a_stop_after_training_ends_the_ddp_job_at_once_with_status_and_exit_code_agreeing(tmp_path, whole_group,
+                                                                                            copies):
     # the final save is done, the (slow) test runs: a SIGTERM ends the job without waiting for the
-    # test, nor for the elastic agent's 30 s grace period before it SIGKILLs ranks
+    # test, nor for the elastic agent's 30 s grace period before it SIGKILLs ranks; late copies
+    # of the signal (copies=True; a fresh-clone CI run lost results.json to one) while a slow
+    # logger finalizes change nothing
     marker, run = tmp_path / "testing", tmp_path / "run"
+    slow_logger = ["+logger.slow._target_=tests.helpers.probes.SlowFinalizeLogger"] if copies else []
     proc = subprocess.Popen([sys.executable, "-m", "framework.train", *BASE, "strategy=ddp", "trainer.devices=2",
-                             "strategy.timeout_s=30", "callbacks=model_checkpoint",
+                             "strategy.timeout_s=30", "callbacks=model_checkpoint", *slow_logger,
                              "+callbacks.slow._target_=tests.helpers.probes.SlowTest", f"+callbacks.slow.marker={marker}",
                              f"hydra.run.dir={run}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -159,6 +175,8 @@ def test_a_stop_after_training_ends_the_ddp_job_at_once_with_status_and_exit_cod
     assert marker.exists(), "the job never reached its test"
     pids = tree(proc.pid)
     os.killpg(proc.pid, signal.SIGTERM) if whole_group else proc.send_signal(signal.SIGTERM)
+    if copies:
+        _copies_to_the_ranks(pids, proc.pid)
     assert proc.wait(timeout=20) == 128 + signal.SIGTERM  # well before the test's 60 s or the agent's 30 s
     stopped = results(run)
     assert stopped["status"] == "interrupted" and stopped["signal"] == "SIGTERM" and stopped["after_training"]

@@ -1,0 +1,44 @@
+"""The deepspeed package itself: whether it is here, its import without the lines it would add to
+every run's log, and the process groups it keeps in module globals between runs of one process."""
+from __future__ import annotations
+
+import logging
+import warnings
+
+INSTALL = "pip install 'framework[deepspeed]' (or pip install deepspeed)"
+
+
+def deepspeed_missing() -> str | None:
+    """Why there is no deepspeed package here, or None (found, not imported: that takes seconds,
+    and the ranks import it anyway)."""
+    import importlib.util
+
+    return None if importlib.util.find_spec("deepspeed") is not None else "No module named 'deepspeed'"
+
+
+def quiet_import():
+    """``import deepspeed`` on this rank's accelerator, without the lines it would add to every
+    run's log: its accelerator guess, torch's CUDA_HOME note, the C compiler's commands of its
+    CPU all-reduce op and the deprecation warnings of the collectives it calls."""
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated", category=FutureWarning)
+    import deepspeed
+
+    for name in ("DeepSpeed", "compilers", "distutils"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return deepspeed
+
+
+def forget_process_groups() -> None:
+    """DeepSpeed keeps the process groups of its first initialize in module globals; the next run in
+    this process (a sweep's, a notebook's) has a new process group, which it must not mistake for them."""
+    import sys
+
+    groups, comm = sys.modules.get("deepspeed.utils.groups"), sys.modules.get("deepspeed.comm.comm")
+    for name, value in list(vars(groups).items()) if groups else ():
+        if name.endswith(("_GROUP", "_GROUP_RANKS")) and name.startswith("_"):
+            setattr(groups, name, {} if isinstance(value, dict) else None)
+    if groups is not None:
+        groups.mpu = groups.mesh_device = None
+    if comm is not None:
+        comm.cdb = None
