@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import logging
 
+from framework.engine.memory import whole_numel
+
 log = logging.getLogger(__name__)
 
 
 def _count(params) -> tuple[int, int]:
-    """(trainable, frozen) elements; a sharded parameter counts whole (a DTensor's numel is global;
-    DeepSpeed's stage 3 leaves an empty tensor in a parameter's place, its ds_numel whole)."""
+    """(trainable, frozen) elements; a sharded parameter counts whole."""
     trainable = frozen = 0
     for p in params:
-        n = getattr(p, "ds_numel", None) or p.numel()
+        n = whole_numel(p)
         if p.requires_grad:
             trainable += n
         else:

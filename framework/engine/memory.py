@@ -16,6 +16,12 @@ def optimizer_state_bytes(optimizer: dict) -> int:
     return STATE_BYTES.get(name, 8)
 
 
+def whole_numel(p: torch.Tensor) -> int:
+    """A parameter's whole size: a DTensor's numel is global already; DeepSpeed's stage 3 leaves an
+    empty tensor in a parameter's place and its size in ``ds_numel``."""
+    return getattr(p, "ds_numel", None) or p.numel()
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard on this rank
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from framework.engine.memory import optimizer_state_bytes
+from framework.engine.memory import optimizer_state_bytes, whole_numel
 from framework.engine.results import job_record, peak_memory_bytes, throughput
 from framework.engine.trainer import Trainer
 from framework.strategies import Strategy
@@ -45,7 +45,7 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     states = all_gather_object(trainer.model_state_bytes)
     predicted = None
     if model is not None:
-        trainable = sum(_numel(p) for p in model.parameters() if p.requires_grad)
+        trainable = sum(whole_numel(p) for p in model.parameters() if p.requires_grad)
         predicted = type(strategy).predict_model_state_bytes(trainable, optimizer_state_bytes(cfg.optimizer),
                                                              strategy.topology, strategy.unwrap(model), strategy.options)
         if predicted is not None:  # (the same on every rank, but a pipeline's stages: the largest)
@@ -68,15 +68,10 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     }
 
 
-def _numel(p) -> int:
-    """A parameter's whole size, also where DeepSpeed's stage 3 left an empty tensor in its place."""
-    return getattr(p, "ds_numel", None) or p.numel()
-
-
 def _parameters(strategy: Strategy, model) -> int:
     """The whole model's parameters (collective): a sharded parameter's numel() is its full size;
     a pipeline's stages are summed (one rank of each: the first pipeline's)."""
-    counts = all_gather_object(sum(_numel(p) for p in model.parameters()))
+    counts = all_gather_object(sum(whole_numel(p) for p in model.parameters()))
     t = strategy.topology
     return sum(counts[s * t.data_parallel_size * t.tensor_parallel] for s in range(t.pipeline_parallel))
 

@@ -42,6 +42,7 @@ class DeepSpeedStrategy(Strategy):
         self._group_names: list[list[str]] = []
         self._gradient_bytes: int | None = None
         self._added_environment: list[str] = []
+        self._wrapped = None  # the DeepSpeed engine of setup
 
     # ---- before any process starts ----
     @classmethod
@@ -98,13 +99,13 @@ class DeepSpeedStrategy(Strategy):
         with contextlib.redirect_stdout(io.StringIO()):
             engine, _, _, _ = quiet_import().initialize(model=model, optimizer=optimizer,
                                                          config=dict(self.options.config), dist_init_required=False)
+        self._wrapped = engine
         # The user's optimizer, its param groups ZeRO's (a scheduler and the LR monitor act on it).
         return engine, optimizer
 
     def _engine(self, model):
-        from deepspeed import DeepSpeedEngine
-
-        return model if isinstance(model, DeepSpeedEngine) else None
+        """``model`` when it is the engine ``setup`` made (a model set up without an optimizer is plain)."""
+        return model if model is not None and model is self._wrapped else None
 
     def backward(self, model: nn.Module, loss: torch.Tensor, precision) -> None:
         model.backward(loss, scale_wrt_gas=False)  # the loop scaled it by the window already

@@ -18,6 +18,20 @@ GPT_RESUME = [*GPT_TINY, "trainer.max_epochs=3", "trainer.limit_train_batches=4"
               "callbacks.model_checkpoint.save_top_k=-1"]
 
 
+# BASE's MLP (tests/helpers/configs.py), 3 epochs of 3 steps, a checkpoint after each: the resume runs
+EPOCH_CHECKPOINTS = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.filename='epoch{epoch}'",
+                     "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",
+                     "trainer.max_epochs=3", "export_weights=false"]
+
+
+def assert_resumes_from_epoch0(overrides: list[str], source_dir, out, reference_dir) -> None:
+    """A run of ``overrides`` (EPOCH_CHECKPOINTS's) from ``source_dir``'s epoch-0 checkpoint gives the
+    uninterrupted ``reference_dir``'s losses for steps 4..9: Adam's moments and step came along."""
+    resumed = fit(compose([*overrides, f"ckpt_path={source_dir / 'checkpoints' / 'epoch0'}"]), output_dir=str(out))
+    assert resumed["steps"] == 9
+    assert train_losses(out) == pytest.approx(train_losses(reference_dir)[3:], rel=1e-6)
+
+
 def runs_once(tmp_path_factory, base: list[str], layouts: dict[str, list[str]]):
     """``get(name)``: (run directory, results) of ``base`` under ``layouts[name]``, run on first use."""
     runs = {}

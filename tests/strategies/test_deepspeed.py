@@ -14,7 +14,8 @@ from framework.config.errors import ConfigError
 from framework.engine.signals import Interrupted
 from tests.helpers.configs import BASE as _BASE
 from tests.helpers.configs import GROUPS, METRICS, train_losses
-from tests.helpers.layouts import GPT_EQUIVALENCE, assert_same_as_single, runs_once
+from tests.helpers.layouts import (EPOCH_CHECKPOINTS, GPT_EQUIVALENCE, assert_resumes_from_epoch0, assert_same_as_single,
+                                   runs_once)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -69,9 +70,7 @@ def test_the_transformer_on_deepspeed_stage3_matches_single_device(tmp_path_fact
     assert_same_as_single(run_dir, results, single_dir, single_results)
 
 
-CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.filename='epoch{epoch}'",
-        "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",
-        "trainer.max_epochs=3", "export_weights=false"]
+CKPT = EPOCH_CHECKPOINTS
 LAYOUTS = {"single": ["strategy=single"], "fsdp": ["strategy=fsdp", "trainer.devices=2"],
            "deepspeed2": [*DS, "strategy.stage=2"], "deepspeed3": [*DS, "strategy.stage=3"]}
 
@@ -84,13 +83,7 @@ def saved(tmp_path_factory):
 @pytest.mark.parametrize("source,target", [("deepspeed2", "single"), ("deepspeed2", "fsdp"), ("deepspeed3", "single"),
                                            ("deepspeed3", "fsdp"), ("single", "deepspeed3"), ("fsdp", "deepspeed2")])
 def test_resume_between_deepspeed_and_other_strategies(saved, tmp_path, source, target):
-    reference, _ = saved("single")
-    source_dir, _ = saved(source)
-    resumed = fit(compose([*BASE, *CKPT, *LAYOUTS[target], f"ckpt_path={source_dir / 'checkpoints' / 'epoch0'}"]),
-                  output_dir=str(tmp_path))
-    assert resumed["steps"] == 9
-    # steps 4..9 after the epoch-0 checkpoint: Adam's moments and step came along
-    assert train_losses(tmp_path) == pytest.approx(train_losses(reference)[3:], rel=1e-6)
+    assert_resumes_from_epoch0([*BASE, *CKPT, *LAYOUTS[target]], saved(source)[0], tmp_path, saved("single")[0])
 
 
 def test_sigterm_under_deepspeed_saves_last_and_resumes_to_the_same_losses(saved, tmp_path):

@@ -6,14 +6,13 @@ import pytest
 from framework import compose, fit
 from framework.engine.signals import Interrupted
 from tests.helpers.configs import BASE as _BASE
-from tests.helpers.configs import GROUPS, train_losses, val_losses
+from tests.helpers.configs import GROUPS, val_losses
+from tests.helpers.layouts import EPOCH_CHECKPOINTS, assert_resumes_from_epoch0, runs_once
 
 # Parameter groups take part in every run of this module.
 BASE = [*_BASE, *GROUPS]
 
-CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.filename='epoch{epoch}'",
-        "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",
-        "trainer.max_epochs=3", "export_weights=false", "strategy.timeout_s=60"]
+CKPT = [*EPOCH_CHECKPOINTS, "strategy.timeout_s=60"]
 STRATEGIES = {
     "single": ["strategy=single"],
     "ddp": ["strategy=ddp", "trainer.devices=2"],
@@ -25,27 +24,14 @@ STRATEGIES = {
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """Each strategy's uninterrupted run (its epoch-0 checkpoint is the resume point), made once."""
-    runs = {}
-
-    def get(name: str):
-        if name not in runs:
-            out = tmp_path_factory.mktemp(name)
-            runs[name] = (out, fit(compose([*BASE, *CKPT, *STRATEGIES[name]]), output_dir=str(out)))
-        return runs[name]
-
-    return get
+    return runs_once(tmp_path_factory, [*BASE, *CKPT], STRATEGIES)
 
 
 @pytest.mark.parametrize("target", list(STRATEGIES))
 @pytest.mark.parametrize("source", list(STRATEGIES))
 def test_resume_from_any_strategy_under_any_other(saved, tmp_path, source, target):
-    reference, _ = saved("single")
-    source_dir, _ = saved(source)
-    resumed = fit(compose([*BASE, *CKPT, *STRATEGIES[target], f"ckpt_path={source_dir / 'checkpoints' / 'epoch0'}"]),
-                  output_dir=str(tmp_path))
-    assert resumed["steps"] == 9
     # steps 4..9 after the epoch-0 checkpoint: Adam's moments came along, or these would differ
-    assert train_losses(tmp_path) == pytest.approx(train_losses(reference)[3:], rel=1e-6)
+    assert_resumes_from_epoch0([*BASE, *CKPT, *STRATEGIES[target]], saved(source)[0], tmp_path, saved("single")[0])
 
 
 def test_a_ddp_resume_restores_each_ranks_batchnorm_statistics(tmp_path):
