@@ -6,7 +6,10 @@
 #    fsdp bf16 params, fsdp cpu_offload, torch.compile; samples/s, MFU, peak memory;
 #    an FSDP checkpoint evaluated from disk; a device count above the GPUs is rejected;
 # 2b. the transformer under tensor parallelism (tp, fsdp_tp with 2+ GPUs), tokens/s;
-# 3. benchmarks/overhead.py on the GPU (engine vs hand-written loop).
+# 3. benchmarks/overhead.py on the GPU (engine vs hand-written loop);
+# 4. a packed sweep (hydra/launcher=packed) of 2 one-GPU jobs beside each other when the node
+#    has 2+ GPUs (else one after the other on its one GPU): each job's CUDA_VISIBLE_DEVICES and
+#    the wall time; and strategy=auto with a probe on every GPU (2+), what it chose.
 # Prints one line per run and a table; every run's files are under out_dir/runs.
 # SMOKE=1 ACCEL=cpu runs the same plumbing on a CPU machine (tiny sizes, ~15 min on 2 cores: bf16/fp16
 # autocast is slow on a CPU), skipping by name the cases that exist only on CUDA.
@@ -156,5 +159,27 @@ if [ "${SMOKE:-0}" = 1 ]; then
   $PY benchmarks/overhead.py --accelerator "$ACCEL" --steps 20 --repeats 1 || status=1
 else
   $PY benchmarks/overhead.py --accelerator "$ACCEL" --steps 300 --repeats 5 || status=1
+fi
+
+# 4. Packed sweep: 2 one-device jobs on the node's devices, and strategy=auto's probe.
+t0=$SECONDS
+timeout 300 $PY -m framework.train -m hydra/launcher=packed "${COMMON[@]}" seed=1,2 \
+  hydra.sweep.dir="$OUT/packed" > "$OUT/packed.log" 2>&1 || { echo "FAIL packed sweep"; tail -15 "$OUT/packed.log"; status=1; }
+echo "packed sweep of 2 jobs: $((SECONDS - t0)) s"
+$PY - "$OUT/packed" <<'PY' || status=1
+import json, pathlib, sys
+sweep = pathlib.Path(sys.argv[1])
+packing = json.loads((sweep / "packing.json").read_text())
+for num, job in sorted(packing["jobs"].items()):
+    r = json.loads((sweep / num / "results.json").read_text())
+    print(f"  job {num}: {packing['kind']} devices {job['devices']}, CUDA_VISIBLE_DEVICES="
+          f"{r['placement']['cuda_visible_devices']}, {r['status']}, {job['ended_at'] - job['started_at']:.1f} s, "
+          f"beside {job['beside']}, {r['throughput'].get('samples_per_s') or 0:.0f} samples/s")
+PY
+GPUS=$($PY -c "import torch; print(torch.cuda.device_count())")
+if [ "${GPUS:-0}" -ge 2 ]; then
+  run auto_probe 0 strategy=auto trainer.devices="$GPUS" strategy.probe_steps=5
+  $PY -c "import json,sys; c=json.load(open(sys.argv[1]))['strategy_choice']; print('auto chose', c['chosen'], \
+    {r['strategy']: r['step_time_s'] for r in c['candidates']})" "$RUNS/auto_probe/results.json" || status=1
 fi
 exit $status

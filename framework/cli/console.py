@@ -24,7 +24,9 @@ def _register_plugins() -> None:
     (setuptools' import hook) hides from its scan: register ours by hand (harmless when found)."""
     from hydra.core.plugins import Plugins
     from hydra.plugins.launcher import Launcher
+    from hydra_plugins.framework_packed.packed_launcher import PackedLauncher
 
+    Plugins.instance().register(PackedLauncher)
     try:
         from hydra_plugins.framework_slurm.slurm_sweep import SlurmSweepLauncher
     except ImportError:

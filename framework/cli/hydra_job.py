@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
-from framework.config.environment import PARALLEL_JOBS, available_cores, detect_environment
+from framework.config.environment import PACKED_JOB, PARALLEL_JOBS, available_cores, detect_environment
 from framework.engine.results import update_json, write_json
 from framework.engine.run_directory import DirectoryBusy
 from framework.engine.signals import Interrupted
@@ -57,7 +57,8 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
         log.error("%s", err)
         if sweeping:  # no further jobs; the report covers the jobs so far, this one interrupted
             record_job(runtime.output_dir, hydra_cfg, started)
-            finish_sweep(Path(hydra_cfg.sweep.dir))
+            if not os.environ.get(PACKED_JOB):  # a packed sweep's launcher writes it once its jobs end
+                finish_sweep(Path(hydra_cfg.sweep.dir))
         sys.exit(128 + err.signum)
     except JobFailed as err:
         if not sweeping:  # the rank logged its traceback and the launch its verdict: no launcher frames

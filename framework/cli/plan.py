@@ -16,10 +16,13 @@ def main() -> None:
     from framework.job.plan import __doc__ as plan_doc
 
     if {"-h", "--help"} & set(sys.argv[1:]):
-        print(f"usage: framework-plan [group=option ...] [key=value ...]\n{__doc__}\n{plan_doc}")
+        print(f"usage: framework-plan [--choose] [group=option ...] [key=value ...]\n{__doc__}\n{plan_doc}")
         return
     cwd_importable()
-    cfg = compose(sys.argv[1:])
+    choose = "--choose" in sys.argv[1:]
+    cfg = compose([a for a in sys.argv[1:] if a != "--choose"])
+    if choose:
+        sys.exit(print_choice(cfg))
     problems = plan_problems(cfg)
     if problems:
         print("\n".join(problems), file=sys.stderr)
@@ -48,6 +51,37 @@ def main() -> None:
             print(f"{'tp act.':<{width}} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in split)
                   + "   estimated: sequence parallelism splits them across the group")
     _print_pipeline(rows, width)
+
+
+def print_choice(cfg) -> int:
+    """``--choose``: what strategy=auto decides for this config before the probe, without training."""
+    from framework.config import ConfigError
+    from framework.job.strategy_choice import candidate_problems, plan_candidates
+    from framework.rank.strategy_probe import decision_lines
+
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container["strategy"] = {**(container.get("strategy") or {}), "name": "auto"}
+    devices = container["trainer"]["devices"] * container["trainer"]["num_nodes"]
+    if devices == 1:
+        print("strategy=auto on 1 device is single; give trainer.devices=N to see the choice among N-device layouts")
+        return 0
+    try:
+        problems = candidate_problems(container)
+        plan = None if problems else plan_candidates(container)
+    except ConfigError as err:
+        problems = err.problems
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+    fitting = [row["strategy"] for row in plan["candidates"] if row["fits"]]
+    steps = container["strategy"].get("probe_steps") or 0
+    print("\n".join(decision_lines(plan, chosen=fitting[0] if fitting and not steps else None)))
+    if not fitting:
+        print("no candidate fits: the run would be refused before it starts")
+        return 2
+    if steps and len(fitting) > 1:
+        print(f"probe: {steps} steps of each of {', '.join(fitting)} in the run's launch; the fastest is chosen")
+    return 0
 
 
 def _print_pipeline(rows: list[dict], width: int) -> None:

@@ -34,6 +34,9 @@ def free_port() -> int:
 # How many jobs of a sweep run at once on this machine (hydra/launcher=joblib's n_jobs), set by
 # the job for its ranks: they share the cores with the jobs beside them.
 PARALLEL_JOBS = "FRAMEWORK_PARALLEL_JOBS"
+# Set in a job of hydra/launcher=packed (its own process): the launcher, not the job, writes the
+# sweep's report when a signal stops the sweep.
+PACKED_JOB = "FRAMEWORK_PACKED_JOB"
 
 
 def available_cores() -> int:

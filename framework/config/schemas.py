@@ -30,6 +30,9 @@ class TrainerConfig:
     # may use divided by the processes of this node (results.json records it).
     num_threads: Optional[int] = ranged(None, low=1)
     num_nodes: int = ranged(1, low=1)
+    # Memory per device that strategy=auto plans against: bytes, or "512MiB", "2GB"; null: the
+    # device's own (CUDA's total memory; none on CPU, where every candidate fits).
+    memory_limit: Optional[Union[int, str]] = None
     # *-mixed: autocast, weights in fp32; *-true: weights, inputs and compute in that dtype.
     precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"] = "32-true"
     max_epochs: Optional[int] = ranged(10, low=1, unlimited=True)
@@ -99,6 +102,24 @@ class StrategyConfig:
     name: str = "auto"
     # Process-group timeout (s): a hung collective fails instead of waiting forever.
     timeout_s: float = ranged(1800.0, low=0, strict=True, what="the process-group timeout")
+
+
+@dataclass
+class AutoStrategyConfig(StrategyConfig):
+    """``strategy=auto``: one process is single; several choose among the candidates that fit
+    ``trainer.memory_limit`` by the memory plan, then by ``probe_steps`` real steps of each."""
+
+    # Names (ddp, zero, fsdp, fsdp_grad_op, hsdp, tp, fsdp_tp, deepspeed, ...) or strategy nodes
+    # ({name: fsdp, sharding: grad_op}), in order of preference; null: ddp, zero, fsdp_grad_op,
+    # fsdp, and fsdp_tp, tp for a model with a tensor-parallel plan. Without a probe, the first that fits.
+    candidates: Optional[list] = None
+    # Real training steps of each candidate that fits (after one warm-up step), in one launch of
+    # the ranks; the fastest is chosen, and the run starts again from its seed. 0: no probe.
+    probe_steps: int = ranged(0, low=0)
+    # The share of the memory limit kept free for what the plan does not count (buffers, allocator).
+    memory_margin: float = ranged(0.1, low=0, high=1, high_strict=True)
+    # Written by the framework for the ranks (config.yaml records it): the plan of every candidate.
+    plan: Optional[dict] = None
 
 
 @dataclass

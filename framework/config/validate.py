@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Literal, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from framework.config.durations import duration_problems
+from framework.config.sizes import size_problems
 from framework.config.errors import ConfigError
 from framework.config.param_groups import structure_problems
 from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
@@ -224,6 +225,7 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
         if is_number(minimum) and is_number(maximum) and maximum != -1 and maximum < minimum and minimum >= 0:
             problems.append(f"trainer.{low}: {minimum} is above trainer.{high}={maximum}")
     problems.extend(duration_problems(trainer.get("max_time")))
+    problems.extend(size_problems("trainer.memory_limit", trainer.get("memory_limit")))
 
 
 def _check_component_values(container: dict, problems: list[str]) -> None:

@@ -89,7 +89,6 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     model = meta_model(cfg)
     params = sum(p.numel() for p in model.parameters())
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
-    batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
     layouts = {name: (name, {}) for name in COMPARED}
     if callable(getattr(model, "parallelize_plan", None)):
         layouts.update({name: (name, extra) for name, extra in TENSOR_PARALLEL.items()})
@@ -106,18 +105,29 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
                    "activation_bytes_per_rank": None}
             rows.append(row)
             try:
-                topology = cls.make_topology(n, 1, options)
-                state = cls.predict_model_state_bytes(params, k, topology, model, options)
+                row.update(layout_bytes(cfg, cls, options, n, model, k, activations))
             except ValueError:  # a layout this device count (or this model) cannot make
                 continue
-            dp = topology.data_parallel_size
-            if dp not in activations:
-                activations[dp] = activation_bytes(cfg, batch // dp, model)
-            acts = activations[dp] if activations[dp] is None else activations[dp] / topology.tensor_parallel
-            row.update(model_state_bytes_per_rank=state, activation_bytes_per_rank=acts)
-            if name == "pp":
-                row.update(_pipeline_figures(options, topology, acts))
     return rows
+
+
+def layout_bytes(cfg: DictConfig, cls, options, devices: int, model: torch.nn.Module, k: int,
+                 activations: dict) -> dict:
+    """One layout's per-rank model-state and activation bytes (and a pipeline's figures) on
+    ``devices`` devices of one node; ValueError when the layout cannot be made. ``activations``
+    caches the activations per data-parallel size across calls."""
+    params = sum(p.numel() for p in model.parameters())
+    topology = cls.make_topology(devices, 1, options)
+    state = cls.predict_model_state_bytes(params, k, topology, model, options)
+    batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
+    dp = topology.data_parallel_size
+    if dp not in activations:
+        activations[dp] = activation_bytes(cfg, batch // dp, model)
+    acts = activations[dp] if activations[dp] is None else activations[dp] / topology.tensor_parallel
+    figures = {"model_state_bytes_per_rank": state, "activation_bytes_per_rank": acts}
+    if cls.name == "pp":
+        figures.update(_pipeline_figures(options, topology, acts))
+    return figures
 
 
 def _deepspeed_layouts(cfg: DictConfig) -> dict:

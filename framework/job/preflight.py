@@ -19,6 +19,7 @@ from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, re
 from framework.engine.safe_load import scan_checkpoint
 from framework.engine.protocols import contract_problems
 from framework.job.overwrite import check_output_dir
+from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
 from framework.strategies import check_strategy
 
@@ -26,7 +27,7 @@ from framework.strategies import check_strategy
 def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
-    return validate(cfg, checks=[check_strategy, check_strategy_on_model, check_rank_start, check_contracts, check_predict,
+    return validate(cfg, checks=[check_strategy, candidate_problems, check_strategy_on_model, check_rank_start, check_contracts, check_predict,
                                  check_model_names,
                                  check_task_metrics, test_ckpt_problems,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),

@@ -18,6 +18,7 @@ from framework.engine.signals import Interrupted
 from framework.launch.start import launch, start_ranks_early
 from framework.job.preflight import preflight
 from framework.job.overwrite import replaces_previous_run
+from framework.job.strategy_choice import auto_node
 from framework.strategies import resolved_options
 
 log = logging.getLogger(__name__)
@@ -34,11 +35,12 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = No
     # Taken first: a run already writing there is named at once, before anything is checked or written.
     with DirectoryLock(Path(cfg.output_dir)) if owner else contextlib.nullcontext():
         container = preflight(cfg)
+        # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
+        # strategy's options in full (its schema's defaults filled in; `auto` on several devices:
+        # the candidates that fit, for the ranks to choose from).
+        container["strategy"] = auto_node(container) or resolved_options(container)
         if owner:
             _remove_previous_run(container)
-        # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
-        # strategy's options in full (its schema's defaults filled in, `auto` resolved).
-        container["strategy"] = resolved_options(container)
         cfg = OmegaConf.create(container)
         output_dir = Path(cfg.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -63,6 +63,20 @@ def start_fork_server(container: dict) -> None:
         forkserver.ensure_running()  # returns once the server process exists; it imports in the background
 
 
+def forget_parents_server() -> None:
+    """In a process forked from one that started the fork server (a job of a packed sweep): that
+    server is not this process's child, so it cannot be watched from here; the first launch here
+    starts its own."""
+    global _SERVER_ENV
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_pid is not None:
+        server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+        server._inherited_fds = None
+    _SERVER_ENV = None
+
+
 def asks_for_several_devices(args: list[str]) -> bool:
     """A guess from the command line alone, before Hydra composes it: ``trainer.devices=N`` with
     some N > 1 (``trainer.devices=1,2`` in a sweep too)."""

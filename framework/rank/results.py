@@ -2,6 +2,8 @@
 outcome, and a completed run's figures."""
 from __future__ import annotations
 
+import os
+
 from omegaconf import DictConfig, OmegaConf
 
 from framework.engine.memory import optimizer_state_bytes, whole_numel
@@ -32,9 +34,13 @@ def _tokens(figures: dict, cfg: DictConfig) -> dict:
 
 
 def job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
-    """What results.json says of the job whatever its outcome."""
+    """What results.json says of the job whatever its outcome; ``placement``: the CPU cores rank 0
+    may run on and the CUDA devices it may see (a packed sweep gives each job its own)."""
     container = OmegaConf.to_container(cfg, resolve=True)
-    return {**job_record(container, strategy.name, strategy.world_size), "accelerator": strategy.accelerator}
+    placement = {"cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {**job_record(container, strategy.name, strategy.world_size), "accelerator": strategy.accelerator,
+            "placement": placement}
 
 
 def collect(cfg: DictConfig, trainer: Trainer) -> dict:

@@ -26,6 +26,7 @@ from framework.rank.interruption import record_interruption, stopped_after_train
 from framework.rank.logs import configure_rank_logging
 from framework.rank.results import collect, job_fields
 from framework.rank.stages import run_stages
+from framework.rank.strategy_probe import choose_strategy
 from framework.strategies import Strategy, build_strategy
 from framework.strategies.collectives import broadcast_object, is_distributed
 
@@ -57,14 +58,15 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     start = time.perf_counter()
     threads = cpu_threads(cfg, env)
     torch.set_num_threads(threads)
-    strategy = build_strategy(OmegaConf.to_container(cfg, resolve=True), env)
-    strategy.setup_environment()
-    cfg = _join_job_directory(cfg, strategy)
-    results = {**job_fields(cfg, strategy), "threads": threads}
     stops = StopSignals(stop_signals(cfg.trainer.get("stop_on_sigusr1")))
     # The handlers stay through the cleanup: a copy of the stop signal (the launcher passes on
     # what the process group already got) must not kill rank 0 while it writes results.json.
     with stops:
+        cfg, choice = choose_strategy(cfg, env, stops)  # strategy=auto: the candidate it takes
+        strategy = build_strategy(OmegaConf.to_container(cfg, resolve=True), env)
+        strategy.setup_environment()
+        cfg = _join_job_directory(cfg, strategy)
+        results = {**job_fields(cfg, strategy), "threads": threads, **({"strategy_choice": choice} if choice else {})}
         return _run_stages_and_clean_up(cfg, env, strategy, results, stops, start)
 
 

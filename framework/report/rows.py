@@ -8,6 +8,8 @@ from framework.report.compare import add_loss_differences, add_speedups, flag, s
 
 # The sweep's own record (start, end, launcher, objective), written by SweepReport.
 SWEEP_FILE = "sweep.json"
+# hydra/launcher=packed's record of each job's devices and the jobs that ran beside it.
+PACKING_FILE = "packing.json"
 # A job whose timing windows differ by more than this factor did not run at a steady speed.
 NOISY_SPREAD = 1.5
 
@@ -46,10 +48,32 @@ def collect(sweep_dir: Path) -> list[dict]:
             rows.append({"job": job.name, "status": "missing", "reason": "no results.json (interrupted?)"})
             continue
         rows.append(_row(job.name, json.loads(path.read_text())))
+    _flag_packed(rows, sweep_dir)
     swept = swept_keys(rows)
     add_speedups(rows, swept)
     add_loss_differences(rows, swept, sweep_dir)
     return rows
+
+
+def _flag_packed(rows: list[dict], sweep_dir: Path) -> None:
+    """hydra/launcher=packed: a job that ran beside others shared the machine (memory bandwidth,
+    caches, the CPU's clock) while its throughput was measured."""
+    path = sweep_dir / PACKING_FILE
+    jobs = json.loads(path.read_text()).get("jobs", {}) if path.exists() else {}
+    for row in rows:
+        record = jobs.get(row["job"]) or {}
+        row["packed_devices"] = record.get("devices")
+        if record.get("beside"):
+            flag(row, f"measured beside job(s) {', '.join(map(str, record['beside']))} (hydra/launcher=packed), on "
+                      f"devices {record['devices']} of its own")
+
+
+def _strategy_choice(row: dict, r: dict) -> None:
+    """strategy=auto: what it chose, and why."""
+    choice = r.get("strategy_choice")
+    if choice:
+        dropped = [f"{c['strategy']} {c['dropped']}" for c in choice.get("candidates", []) if c.get("dropped")]
+        flag(row, f"auto chose {choice['chosen']} ({choice['by']})" + (f"; dropped: {'; '.join(dropped)}" if dropped else ""))
 
 
 def _row(name: str, r: dict) -> dict:
@@ -74,6 +98,7 @@ def _row(name: str, r: dict) -> dict:
            "fit_time_s": r.get("fit_time_s"), "test_time_s": r.get("test_time_s")}
     if r.get("failed_rank") is not None:
         row["reason"] = f"rank {r['failed_rank']}: {row['reason']}"
+    _strategy_choice(row, r)
     warmup, steps = comm.get("warmup_steps"), r.get("steps")
     if warmup and steps is not None and steps <= warmup:
         flag(row, f"never left its warm-up ({steps} steps <= strategy.warmup_steps={warmup}): it ran as "

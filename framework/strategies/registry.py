@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from framework.config.environment import RankEnv, available_cores, detect_environment, resolve_accelerator
-from framework.config.schemas import StrategyConfig
+from framework.config.schemas import AutoStrategyConfig, StrategyConfig
 from framework.config.topology import Topology, accelerator_problems, batch_problems, launch_problems
 from framework.config.validate import check_schema, import_target, known_valid_keys
 from framework.strategies.bagua import BaguaStrategy
@@ -38,8 +38,20 @@ def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Stra
     return STRATEGIES[name]
 
 
+def concrete(options: dict) -> dict:
+    """The strategy node a run builds: an ``auto`` node the job resolved (job/strategy_choice.py)
+    is its first candidate until the ranks choose; an unresolved one keeps the shared options only."""
+    if options.get("_target_") or options.get("name", "auto") != "auto":
+        return options
+    candidates = options.get("candidates") or []
+    if candidates and isinstance(candidates[0], dict):
+        return candidates[0]
+    return {k: v for k, v in options.items() if k in ("name", "timeout_s")}
+
+
 def selected_class(options: dict, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
     """The class ``strategy._target_`` names, else the built-in one of ``strategy.name``."""
+    options = concrete(options)
     if options.get("_target_"):
         return import_target(str(options["_target_"]))
     return strategy_class(options.get("name", "auto"), devices, num_nodes)
@@ -56,7 +68,7 @@ def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
     for key in ("devices", "num_nodes"):
         if not isinstance(trainer[key], int) or isinstance(trainer[key], bool):
             raise TypeError(f"trainer.{key}: expected int, got {trainer[key]!r}")
-    options = dict(container.get("strategy") or {})
+    options = dict(concrete(container.get("strategy") or {}))
     cls = selected_class(options, trainer["devices"], trainer["num_nodes"])
     typed = cls.schema(**_options(options, cls))
     return cls, typed, cls.make_topology(trainer["devices"], trainer["num_nodes"], typed)
@@ -95,7 +107,7 @@ def _selection_problems(options: dict, devices, nodes) -> tuple[type[Strategy] |
         return None, StrategyConfig, [f"strategy.name: unknown strategy {name!r} (valid: {valid}; or your own "
                                       "Strategy subclass with strategy._target_)"]
     cls = strategy_class(name, devices, nodes) if isinstance(devices, int) and isinstance(nodes, int) else None
-    return cls, cls.schema if cls and name != "auto" else StrategyConfig, []
+    return cls, cls.schema if cls and name != "auto" else AutoStrategyConfig, []
 
 
 def check_strategy(container: dict) -> list[str]:
@@ -109,6 +121,8 @@ def check_strategy(container: dict) -> list[str]:
     check_schema(_options(options, cls) if cls else options, schema, "strategy", problems)
     if cls is None or not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1 or nodes < 1:
         return problems  # bad devices / num_nodes are reported by the trainer schema
+    if options.get("name", "auto") == "auto" and not options.get("_target_"):
+        options = concrete(options)  # the candidates are checked one by one (job/strategy_choice.py)
     # The remaining checks go on with the options that are valid (the others are reported above).
     options = {**known_valid_keys(_options(options, cls), schema), **({"_target_": options["_target_"]}
                                                                       if options.get("_target_") else {})}

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from framework.config.location import config_dir
-from framework.config.schemas import InitConfig, RootConfig, StrategyConfig, TrainerConfig
+from framework.config.schemas import AutoStrategyConfig, InitConfig, RootConfig, TrainerConfig
 from framework.strategies import STRATEGIES
 
 
@@ -45,7 +45,7 @@ def test_each_strategy_yaml_shows_its_schemas_options_and_defaults(path):
     node = _yaml(config_dir() / "strategy" / path)
     name = node.get("name") or path.split("/")[0].removesuffix(".yaml")
     if name == "auto":
-        assert node == {**_defaults(StrategyConfig), "name": "auto"}
+        assert node == {**_defaults(AutoStrategyConfig), "name": "auto"}
         return
     schema = STRATEGIES[name].schema
     assert set(node) <= {f.name for f in dataclasses.fields(schema)}, path

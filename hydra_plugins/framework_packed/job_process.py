@@ -1,0 +1,56 @@
+"""One job of a packed sweep in a process of its own, forked from the launcher: held to its
+devices, then Hydra's ``run_job`` as the basic launcher calls it; its JobReturn goes back
+through a pipe. The fork keeps Hydra's state and the task function without pickling either.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
+
+from framework.config.environment import PACKED_JOB
+from framework.engine.signals import watch_parent
+from framework.launch.fork_server import forget_parents_server
+from hydra_plugins.framework_packed.devices import hold_to
+
+
+def run_packed_job(conn, hydra_context, task_function, sweep_config, kind: str, devices: list[int]) -> None:
+    """The child's whole life: its devices, its signals, its job, its answer."""
+    for signum in (signal.SIGTERM, signal.SIGINT):  # the launcher's handlers are the launcher's
+        signal.signal(signum, signal.SIG_DFL)
+    watch_parent()  # a launcher killed outright: the job stops (last saved) instead of running on alone
+    hold_to(kind, devices)
+    os.environ[PACKED_JOB] = "1"  # the job leaves the sweep's report to the launcher
+    forget_parents_server()
+    setup_globals()
+    code = 0
+    try:
+        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    except SystemExit as stop:  # a job stopped by a signal exits 128 + signal, after recording itself
+        code = stop.code if isinstance(stop.code, int) else 1
+        ret = _failed(sweep_config, RuntimeError(f"the job exited with status {code}"))
+    _send(conn, ret, sweep_config)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # not the launcher's atexit handlers, inherited by the fork
+
+
+def _failed(sweep_config, error: BaseException) -> JobReturn:
+    ret = JobReturn(overrides=list(sweep_config.hydra.overrides.task), cfg=sweep_config, hydra_cfg=sweep_config,
+                    working_dir=os.getcwd())
+    ret.status, ret.return_value = JobStatus.FAILED, error
+    return ret
+
+
+def _send(conn, ret: JobReturn, sweep_config) -> None:
+    try:
+        conn.send(ret)
+    except Exception as err:  # noqa: BLE001 - an exception that does not pickle: send its words
+        conn.send(_failed(sweep_config, RuntimeError(f"{type(ret.return_value).__name__}: {ret.return_value} "
+                                                     f"(not picklable: {err})")))
+    conn.close()

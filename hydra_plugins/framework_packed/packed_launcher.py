@@ -1,0 +1,184 @@
+"""``hydra/launcher=packed``: the sweep's jobs run side by side, each on devices of its own.
+
+The launcher knows this machine's devices (CUDA devices, else CPU cores), starts each job as
+soon as enough of them are free (the largest first, no job starved: schedule.py), and holds
+the job to its devices (devices.py). Hydra's job numbers, job directories and the sweep report
+stay as the basic launcher leaves them; ``<sweep dir>/packing.json`` records which devices each
+job had, when, and which jobs ran beside it (the report flags those jobs' throughput).
+
+A stop signal (SIGTERM, SIGINT) goes on to every running job, which records itself interrupted
+with ``checkpoints/last``; no waiting job starts; the report is written and the sweep exits
+128 + the signal, as a sweep under the basic launcher does.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from omegaconf import OmegaConf, open_dict
+
+from hydra_plugins.framework_packed.devices import pool
+from hydra_plugins.framework_packed.job_process import run_packed_job
+from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
+
+log = logging.getLogger(__name__)
+
+
+
+class PackedLauncher(Launcher):
+    def __init__(self, kind: str = "auto", devices: Any = None, max_skips: Optional[int] = None) -> None:
+        self.kind, self.devices, self.max_skips = kind, devices, max_skips
+        self.config = self.hydra_context = self.task_function = None
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        kind, ids = pool(self.kind, OmegaConf.to_container(self.devices) if OmegaConf.is_config(self.devices)
+                         else self.devices)
+        configs = [self._job_config(initial_job_idx + i, overrides) for i, overrides in enumerate(job_overrides)]
+        _preload()
+        log.info("Launching %d jobs packed onto %d %s device(s) %s", len(configs), len(ids), kind, ids)
+        run = _PackedRun(self, kind, DevicePool(ids, max_skips=self.max_skips or 0), sweep_dir)
+        returns = run.all(configs)
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return returns
+
+    def _job_config(self, num: int, overrides: Sequence[str]):
+        log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = num
+            sweep_config.hydra.job.num = num
+        return sweep_config
+
+
+# Imported once here, before the jobs fork, instead of in every job (seconds each: the first
+# job of a basic sweep pays for them, the others find them loaded). Importing starts no threads.
+PRELOAD = ("framework.job.run", "torch._dynamo", "torch.utils.tensorboard")
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - an optional module: the job imports it itself, or does without
+            pass
+
+
+def _need(sweep_config, available: int) -> int:
+    """The devices a job asks for (trainer.devices; an invalid value is the job's own to refuse)."""
+    devices = OmegaConf.select(sweep_config, "trainer.devices", default=1)
+    need = devices if isinstance(devices, int) and not isinstance(devices, bool) and devices > 0 else 1
+    return min(need, available)
+
+
+class _PackedRun:
+    """One batch of jobs (a grid, or one of a sweeper's batches) from start to its last job's end."""
+
+    def __init__(self, launcher: PackedLauncher, kind: str, devices: DevicePool, sweep_dir: Path) -> None:
+        self.launcher, self.kind, self.devices, self.sweep_dir = launcher, kind, devices, sweep_dir
+        self.running: dict[int, tuple] = {}  # job index -> (process, its pipe's end, Pending, config)
+        self.returns: dict[int, JobReturn] = {}
+        self.records: dict[int, dict] = {}
+        self.signum: Optional[int] = None
+
+    def all(self, configs: list) -> list[JobReturn]:
+        waiting = largest_first([Pending(int(c.hydra.job.num), _need(c, len(self.devices.devices)), i)
+                                 for i, c in enumerate(configs)])
+        previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while self.running or (waiting and self.signum is None):  # after a stop signal, no job starts
+                if self.signum is None:
+                    for job, devices in self.devices.next_jobs(waiting):
+                        self._start(configs[job.index], job, devices)
+                self._wait_for_one()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            self._write_packing()
+        if self.signum is not None:
+            self._end_stopped_sweep()
+        return [self.returns[i] for i in range(len(configs))]
+
+    def _start(self, sweep_config, job: Pending, devices: list[int]) -> None:
+        context = multiprocessing.get_context("fork")
+        parent_end, child_end = context.Pipe(duplex=False)
+        launcher = self.launcher
+        process = context.Process(target=run_packed_job, name=f"packed-job-{job.num}", args=(
+            child_end, launcher.hydra_context, launcher.task_function, sweep_config, self.kind, devices))
+        process.start()
+        child_end.close()
+        self.running[job.index] = (process, parent_end, job, sweep_config)
+        self.records[job.num] = {"devices": devices, "pid": process.pid, "started_at": time.time()}
+        log.info("job #%d started on %s %s (pid %d)", job.num, self.kind, devices, process.pid)
+
+    def _wait_for_one(self) -> None:
+        """Until a job ends (or a signal arrives): its return, its devices back."""
+        ended = wait([process.sentinel for process, *_ in self.running.values()], timeout=0.5)
+        for index, (process, conn, job, sweep_config) in list(self.running.items()):
+            if process.sentinel not in ended:
+                continue
+            ret = conn.recv() if conn.poll() else None
+            process.join()
+            conn.close()
+            del self.running[index]
+            self.devices.give_back(self.records[job.num]["devices"])
+            self.records[job.num].update(ended_at=time.time(), exitcode=process.exitcode)
+            self.returns[index] = ret if ret is not None else _lost(sweep_config, process.exitcode)
+
+    def _stop(self, signum, frame) -> None:
+        """Every running job gets the signal (a copy of one the process group had counts as the same stop)."""
+        first = self.signum is None
+        self.signum = self.signum or signum
+        log.warning("signal %d: %s the running jobs %s", signum, "stopping" if first else "passed on again to",
+                    sorted(job.num for _, _, job, _ in self.running.values()))
+        for process, *_ in self.running.values():
+            if process.is_alive():
+                os.kill(process.pid, signum)
+
+    def _write_packing(self) -> None:
+        from framework.report.rows import PACKING_FILE
+
+        path = self.sweep_dir / PACKING_FILE
+        packing = json.loads(path.read_text()) if path.exists() else {"jobs": {}}
+        for num, record in self.records.items():
+            end = record.get("ended_at") or time.time()
+            record["beside"] = sorted(other for other, r in self.records.items() if other != num and
+                                      r["started_at"] < end and (r.get("ended_at") or time.time()) > record["started_at"])
+        packing["jobs"].update({str(num): record for num, record in self.records.items()})
+        packing.update(kind=self.kind, devices=self.devices.devices)
+        path.write_text(json.dumps(packing, indent=2) + "\n")
+
+    def _end_stopped_sweep(self) -> None:
+        from framework.report import finish_sweep
+
+        finish_sweep(self.sweep_dir)
+        log.error("sweep stopped by signal %d: its running jobs were interrupted, the report covers the jobs so far",
+                  self.signum)
+        sys.exit(128 + self.signum)
+
+
+def _lost(sweep_config, exitcode: Optional[int]) -> JobReturn:
+    """The return of a job whose process ended without answering (killed)."""
+    ret = JobReturn(overrides=list(sweep_config.hydra.overrides.task), cfg=sweep_config, hydra_cfg=sweep_config,
+                    working_dir=os.getcwd())
+    ret.status = JobStatus.FAILED
+    ret.return_value = RuntimeError(f"the job's process ended with exit code {exitcode} before it answered")
+    return ret
