@@ -48,8 +48,13 @@ class PackedLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        kind, ids = pool(self.kind, OmegaConf.to_container(self.devices) if OmegaConf.is_config(self.devices)
-                         else self.devices)
+        try:
+            kind, ids = pool(self.kind, OmegaConf.to_container(self.devices) if OmegaConf.is_config(self.devices)
+                             else self.devices)
+        except ValueError as err:  # before any job starts: the key, the valid choices
+            log.error("%s", err)
+            print(err, file=sys.stderr)
+            sys.exit(2)
         configs = [self._job_config(initial_job_idx + i, overrides) for i, overrides in enumerate(job_overrides)]
         _preload()
         log.info("Launching %d jobs packed onto %d %s device(s) %s", len(configs), len(ids), kind, ids)
