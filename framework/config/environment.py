@@ -39,12 +39,17 @@ PARALLEL_JOBS = "FRAMEWORK_PARALLEL_JOBS"
 PACKED_JOB = "FRAMEWORK_PACKED_JOB"
 
 
-def available_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask; all of the machine's elsewhere)."""
+def cpu_cores() -> list[int]:
+    """The ids of the CPU cores this process may run on (its affinity mask; all of the machine's elsewhere)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
+
+
+def available_cores() -> int:
+    """How many CPU cores this process may run on."""
+    return len(cpu_cores())
 
 
 def resolve_accelerator(name: str) -> str:

@@ -17,7 +17,7 @@ import tempfile
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import RankEnv
-from framework.rank.build import apply_configured_init, build_trainer
+from framework.rank.benchmark_repeats import fit_quietly
 from framework.strategies import build_strategy
 from framework.strategies.collectives import all_gather_object
 
@@ -69,20 +69,16 @@ def _record(plan: dict, chosen: str, steps: int, measured: dict) -> dict:
 
 def _probe(cfg: DictConfig, env: RankEnv, candidate: dict, steps: int, signals, name: str) -> float:
     """The median seconds per step of ``steps`` steps (after the warm-up) through ``candidate``."""
+    probe = _with_strategy(OmegaConf.merge(cfg, {"trainer": {
+        "max_steps": steps + WARMUP_STEPS, "max_epochs": -1, "max_time": None, "limit_val_batches": 0,
+        "num_sanity_val_steps": 0, "enable_progress_bar": False, "enable_model_summary": False,
+        "enable_checkpointing": False, "profiler": None}}), candidate)
+    strategy = build_strategy(OmegaConf.to_container(probe, resolve=True), env)
+    strategy.setup_environment()  # the first candidate joins the job's process group; the others find it
     with tempfile.TemporaryDirectory(prefix="framework-probe-") as scratch:
-        probe = _with_strategy(OmegaConf.merge(cfg, {
-            "callbacks": None, "logger": None, "ckpt_path": None, "output_dir": scratch, "benchmark_repeats": 1,
-            "trainer": {"max_steps": steps + WARMUP_STEPS, "max_time": None, "limit_val_batches": 0,
-                        "num_sanity_val_steps": 0, "enable_progress_bar": False, "enable_model_summary": False,
-                        "enable_checkpointing": False, "profiler": None, "max_epochs": -1}}), candidate)
-        strategy = build_strategy(OmegaConf.to_container(probe, resolve=True), env)
-        strategy.setup_environment()  # the first candidate joins the job's process group; the others find it
-        trainer, parts = build_trainer(probe, env, strategy, signals)
-        apply_configured_init(probe, parts.model)
-        trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler)
-        times = trainer.step_times[WARMUP_STEPS:]
-        del trainer, parts, strategy
-        gc.collect()
+        times = fit_quietly(probe, env, strategy, scratch, signals).step_times[WARMUP_STEPS:]
+    del strategy
+    gc.collect()  # the candidate's wrapped model and optimizer go before the next one is built
     log.info("strategy=auto probe %s: %s s/step over %d steps", name,
              f"{statistics.median(times):.4g}" if times else "?", len(times))
     return statistics.median(times) if times else float("inf")

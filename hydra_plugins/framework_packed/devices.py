@@ -9,6 +9,8 @@ import os
 import shutil
 import subprocess
 
+from framework.config.environment import cpu_cores
+
 
 def cuda_devices() -> list[int]:
     """The CUDA devices this process may use: CUDA_VISIBLE_DEVICES's, else nvidia-smi's list."""
@@ -22,13 +24,6 @@ def cuda_devices() -> list[int]:
     except (OSError, subprocess.SubprocessError):
         return []
     return list(range(sum(line.startswith("GPU ") for line in out.splitlines())))
-
-
-def cpu_cores() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return list(range(os.cpu_count() or 1))
 
 
 def pool(kind: str, devices) -> tuple[str, list[int]]:

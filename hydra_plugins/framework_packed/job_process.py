@@ -32,7 +32,7 @@ def run_packed_job(conn, hydra_context, task_function, sweep_config, kind: str, 
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
     except SystemExit as stop:  # a job stopped by a signal exits 128 + signal, after recording itself
         code = stop.code if isinstance(stop.code, int) else 1
-        ret = _failed(sweep_config, RuntimeError(f"the job exited with status {code}"))
+        ret = failed_return(sweep_config, RuntimeError(f"the job exited with status {code}"))
     _send(conn, ret, sweep_config)
     logging.shutdown()
     sys.stdout.flush()
@@ -40,7 +40,8 @@ def run_packed_job(conn, hydra_context, task_function, sweep_config, kind: str, 
     os._exit(code)  # not the launcher's atexit handlers, inherited by the fork
 
 
-def _failed(sweep_config, error: BaseException) -> JobReturn:
+def failed_return(sweep_config, error: BaseException) -> JobReturn:
+    """The return of a job that did not end in its task function's answer."""
     ret = JobReturn(overrides=list(sweep_config.hydra.overrides.task), cfg=sweep_config, hydra_cfg=sweep_config,
                     working_dir=os.getcwd())
     ret.status, ret.return_value = JobStatus.FAILED, error
@@ -51,6 +52,6 @@ def _send(conn, ret: JobReturn, sweep_config) -> None:
     try:
         conn.send(ret)
     except Exception as err:  # noqa: BLE001 - an exception that does not pickle: send its words
-        conn.send(_failed(sweep_config, RuntimeError(f"{type(ret.return_value).__name__}: {ret.return_value} "
+        conn.send(failed_return(sweep_config, RuntimeError(f"{type(ret.return_value).__name__}: {ret.return_value} "
                                                      f"(not picklable: {err})")))
     conn.close()

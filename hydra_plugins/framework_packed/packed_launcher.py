@@ -23,12 +23,12 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.framework_packed.devices import pool
-from hydra_plugins.framework_packed.job_process import run_packed_job
+from hydra_plugins.framework_packed.job_process import failed_return, run_packed_job
 from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,8 @@ class _PackedRun:
             del self.running[index]
             self.devices.give_back(self.records[job.num]["devices"])
             self.records[job.num].update(ended_at=time.time(), exitcode=process.exitcode)
-            self.returns[index] = ret if ret is not None else _lost(sweep_config, process.exitcode)
+            self.returns[index] = ret if ret is not None else failed_return(sweep_config, RuntimeError(
+                f"the job's process ended with exit code {process.exitcode} before it answered"))
 
     def _stop(self, signum, frame) -> None:
         """Every running job gets the signal (a copy of one the process group had counts as the same stop)."""
@@ -178,12 +179,3 @@ class _PackedRun:
         log.error("sweep stopped by signal %d: its running jobs were interrupted, the report covers the jobs so far",
                   self.signum)
         sys.exit(128 + self.signum)
-
-
-def _lost(sweep_config, exitcode: Optional[int]) -> JobReturn:
-    """The return of a job whose process ended without answering (killed)."""
-    ret = JobReturn(overrides=list(sweep_config.hydra.overrides.task), cfg=sweep_config, hydra_cfg=sweep_config,
-                    working_dir=os.getcwd())
-    ret.status = JobStatus.FAILED
-    ret.return_value = RuntimeError(f"the job's process ended with exit code {exitcode} before it answered")
-    return ret
