@@ -151,6 +151,78 @@ SCENARIOS = {
                                                                     "last_is_step": True}),
     "scancel-during-test-deepspeed": ([*DEEPSPEED, *TESTING], group(signal.SIGTERM), {**AFTER, "exit": 143}),
 }
+# Damage and planted files: a run trained once per layout, a copy of it damaged, then the command a
+# user would run; judged by its exit code, results.json's status and what it says (the damage).
+TP_RUN = [*PP[:5], "strategy=tp", "trainer.devices=2", "trainer.max_steps=4", "trainer.val_check_interval=2"]
+SHORT = ["trainer.max_epochs=2", "trainer.limit_train_batches=3", "callbacks=model_checkpoint",
+         "callbacks.model_checkpoint.monitor=null", "logger=csv"]
+
+
+def _flip(path_in_checkpoint: str):
+    def damage(run: Path) -> None:
+        file = next((run / "checkpoints" / "last").glob(path_in_checkpoint))
+        data = bytearray(file.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        file.write_bytes(bytes(data))
+    return damage
+
+
+def _escaping_metadata(run: Path) -> None:
+    import pickle
+
+    from framework.engine.checkpoint_files import write_manifest
+
+    ckpt = run / "checkpoints" / "last"
+    metadata = pickle.loads((ckpt / ".metadata").read_bytes())
+    for info in metadata.storage_data.values():
+        info.relative_path = f"../../../elsewhere/{info.relative_path}"
+    (ckpt / ".metadata").write_bytes(pickle.dumps(metadata))
+    (ckpt / "manifest.json").unlink()
+    write_manifest(ckpt, step=0, epoch=0, strategy="single", world_size=1)
+
+
+def _planted_link(name: str):
+    def damage(run: Path) -> None:
+        outside = run.parent / f"{run.name}-outside"
+        outside.mkdir()
+        (run / "checkpoints" / name).symlink_to(outside, target_is_directory=True)
+    return damage
+
+
+EVALUATE = ["-m", "framework.evaluate", "ckpt_path={run}/checkpoints/last"]
+RESUME = ["-m", "framework.train", "hydra.run.dir={run}", "ckpt_path=last", "trainer.max_epochs=3"]
+# name: (the run's overrides, the damage, the command, (exit, status, words its error must hold))
+DAMAGES = {
+    "evaluate-flipped-shard-tp": (TP_RUN, _flip("__1_0.distcp"), EVALUATE, (1, "failed", "CRC-32 mismatch")),
+    "evaluate-flipped-metadata": (SHORT, _flip(".metadata"), EVALUATE, (2, None, "CRC-32 mismatch")),
+    "evaluate-truncated-trainer-pt": (SHORT, lambda r: (r / "checkpoints/last/trainer.pt").write_bytes(b"PK\x03\x04"),
+                                      EVALUATE, (2, None, "trainer.pt has 4 bytes")),
+    "evaluate-escaping-metadata": (SHORT, _escaping_metadata, EVALUATE, (2, None, "outside the checkpoint's directory")),
+    "resume-planted-tmp-link": (SHORT, _planted_link(".tmp-last"), RESUME, (0, "completed", "")),
+    "resume-planted-old-link": (SHORT, _planted_link(".old-last"), RESUME, (0, "completed", "")),
+}
+
+
+def damage_scenario(name: str, run_args: list[str], damage, command: list[str], expect: tuple) -> dict:
+    """Train the run, damage it, run ``command`` on it; the outcome and its verdict (good or bad)."""
+    run = Path(tempfile.mkdtemp(prefix=f"drill-{name}-")) / "run"
+    base = [o for o in RUN if not o.startswith(("experiment=", "trainer.max_epochs"))] \
+        if any(o.startswith("experiment=") for o in run_args) else [o for o in RUN if "max_epochs" not in o]
+    subprocess.run([sys.executable, "-m", "framework.train", *base, *run_args, f"hydra.run.dir={run}"],
+                   capture_output=True, check=True)
+    damage(run)
+    proc = subprocess.run([sys.executable, *(a.format(run=run) for a in command)], capture_output=True, text=True)
+    evaluated = sorted(run.glob("eval/*/results.json"))
+    results_file = evaluated[-1] if evaluated else run / "results.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() and (evaluated or command is RESUME) else {}
+    said = results.get("error") or (proc.stderr.strip().splitlines() or [""])[-1]
+    code, status, words = expect
+    outside = run.parent / f"{run.name}-outside"
+    clean = not outside.exists() or not any(outside.iterdir())
+    good = proc.returncode == code and results.get("status") == status and words in said and clean
+    return {"exit": proc.returncode, "status": results.get("status"), "said": said, "verdict": "good" if good else "bad"}
+
+
 FAST_S, SLOW_S = 5.0, 35.0  # a blow is answered within FAST_S (good) or at least within SLOW_S (acceptable)
 
 
@@ -166,17 +238,22 @@ def verdict(row: dict, expect: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="*", default=list(SCENARIOS), choices=list(SCENARIOS))
+    parser.add_argument("--only", nargs="*", default=[*SCENARIOS, *DAMAGES],
+                        choices=[*SCENARIOS, *DAMAGES])
     args = parser.parse_args()
     columns = ["scenario", "exit", "exit_s", "status", "step", "last", "blamed", "error", "left", "verdict"]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     counts = {"good": 0, "acceptable": 0, "bad": 0}
-    for name in args.only:
+    for name in (n for n in args.only if n in SCENARIOS):
         extra, blow, expect = SCENARIOS[name]
         row = scenario(name, extra, blow, wait_for="testing" if TESTING[0] in extra else None)
         row["verdict"] = verdict(row, expect)
         counts[row["verdict"]] += 1
         print("| " + " | ".join(str(row[c]) for c in columns) + " |", flush=True)
+    for name in (n for n in args.only if n in DAMAGES):
+        row = damage_scenario(name, *DAMAGES[name])
+        counts[row["verdict"]] += 1
+        print(f"| {name} | {row['exit']} | {row['status']} | {row['verdict']}: {row['said'][:110]} |", flush=True)
     print(f"\n{len(args.only)} scenarios: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
 
 

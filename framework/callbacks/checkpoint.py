@@ -5,14 +5,13 @@ import logging
 import math
 import os
 import re
-import shutil
 import string
 from pathlib import Path
 from typing import Literal, Optional
 
 from framework.config.ranges import Range, check_arguments
 from framework.engine.checkpoint import copy_checkpoint, save_checkpoint
-from framework.engine.checkpoint_files import remove_leftovers
+from framework.engine.checkpoint_files import remove_entry, remove_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +169,7 @@ class ModelCheckpoint:
                 self._write(trainer, name)
                 saved = name
                 if full and trainer.is_global_zero:
-                    shutil.rmtree(self.dirpath / worst, ignore_errors=True)
+                    remove_entry(self.dirpath / worst)
                 self._link_best(trainer, best)
         if self.save_last:
             if saved:  # the same state: `last` shares its files instead of writing them twice
@@ -194,4 +193,6 @@ class ModelCheckpoint:
             if tmp.is_symlink() or tmp.exists():
                 tmp.unlink()
             os.symlink(best, tmp)
+            if not (self.dirpath / "best").is_symlink():  # a copy of the run made `best` a directory
+                remove_entry(self.dirpath / "best")
             os.replace(tmp, self.dirpath / "best")

@@ -7,10 +7,13 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Callable
 
 from framework.cli import hydra_fast_paths
+from framework.config.group_choices import unknown_options
 from framework.config.overrides import lenient
+from framework.config.writable import unwritable
 from framework.config.environment import detect_environment
 from framework.launch.fork_server import asks_for_several_devices, start_fork_server
 from framework.launch.process_exit import exit_now, finish_program
@@ -63,12 +66,20 @@ def missing_plugins(args: list[str]) -> list[str]:
     return missing
 
 
+def unwritable_run_dirs(args: list[str]) -> list[str]:
+    """``hydra.run.dir`` / ``hydra.sweep.dir`` that cannot be created (Hydra would fail on them with
+    a traceback, creating its log file)."""
+    dirs = {a.lstrip("+").split("=", 1)[0]: a.split("=", 1)[1] for a in args
+            if a.lstrip("+").startswith(("hydra.run.dir=", "hydra.sweep.dir="))}
+    return [p for key, value in dirs.items() if "$" not in value for p in [unwritable(key, Path(value))] if p]
+
+
 def console_entry(hydra_main: Callable[[], None]) -> None:
     """Run a ``@hydra.main`` function from a console script: typo'd keys go to our validator,
     the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
     directory. The entry point calls ``end_program`` once it has cleaned up."""
     sys.argv[1:] = lenient(sys.argv[1:])
-    missing = missing_plugins(sys.argv[1:])
+    missing = missing_plugins(sys.argv[1:]) + unknown_options(sys.argv[1:]) + unwritable_run_dirs(sys.argv[1:])
     if missing:
         print("\n".join(missing), file=sys.stderr)
         exit_now(2)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
 from framework.config.environment import PACKED_JOB, PARALLEL_JOBS, available_cores, detect_environment
+from framework.engine.attempts import ATTEMPTS
 from framework.engine.results import update_json, write_json
 from framework.engine.run_directory import DirectoryBusy
 from framework.engine.signals import Interrupted
@@ -38,7 +39,7 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
         os.environ[PARALLEL_JOBS] = str(parallel_jobs(hydra_cfg))
     started, busy = time.time(), False
     try:
-        results = run_job(cfg, after_validation=lambda: write_hydra_dir(cfg, hydra_cfg, runtime.output_dir))
+        results = run_job(cfg, after_validation=lambda record: write_hydra_dir(cfg, hydra_cfg, record))
     except DirectoryBusy as err:  # another run writes there: nothing of this job goes into that directory
         busy = True
         report_once(err)
@@ -117,15 +118,17 @@ def write_hydra_dir(cfg: DictConfig, hydra_cfg: DictConfig, output_dir: str) -> 
 
 
 def record_job(output_dir: str, hydra_cfg, started: float) -> None:
-    """Add the Hydra job to results.json: its overrides (what the report compares jobs by)
-    and its wall time from composition to the end, rank start-up included."""
+    """Add the Hydra job to results.json (and to its attempt's, engine/attempts.py): its overrides
+    (what the report compares jobs by) and its wall time from composition to the end, rank
+    start-up included."""
     env = detect_environment()
-    path = Path(output_dir) / "results.json"
-    if (env is not None and env.rank != 0) or not path.exists() or path.stat().st_mtime < started:
-        return  # rank 0 owns results.json; and one this job did not write is not touched
-    update_json(path, job={
-        "num": hydra_cfg.job.get("num"), "overrides": list(hydra_cfg.overrides.task),
-        "started_at": started, "time_s": time.time() - started})
+    if env is not None and env.rank != 0:
+        return  # rank 0 owns results.json
+    job = {"num": hydra_cfg.job.get("num"), "overrides": list(hydra_cfg.overrides.task),
+           "started_at": started, "time_s": time.time() - started}
+    for path in [Path(output_dir) / "results.json", *Path(output_dir).glob(f"{ATTEMPTS}/*/results.json")]:
+        if path.exists() and path.stat().st_mtime >= started:  # one this job did not write is not touched
+            update_json(path, job=job)
 
 
 def record_invalid(cfg: DictConfig, output_dir: str, err: ConfigError) -> None:

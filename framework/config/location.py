@@ -26,3 +26,14 @@ def group_names(extra_dirs: Iterable[str] = ()) -> set[str]:
         if directory.is_dir():
             names |= {p.name for p in directory.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
     return names
+
+
+def group_options(group: str, extra_dirs: Iterable[str] = ()) -> set[str]:
+    """The options of config group ``group`` (``strategy`` -> ddp, fsdp, pp/fsdp, ...) in
+    ``framework.conf`` and the user's config directories."""
+    options = set()
+    for directory in (config_dir(), *map(Path, extra_dirs)):
+        folder = directory / group
+        if folder.is_dir():
+            options |= {p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml")}
+    return options

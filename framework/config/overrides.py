@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import re
 
+from framework.config.group_keys import group_keys
 from framework.config.location import group_names
 from framework.config.schemas import ROOT_KEYS, TYPO_CUTOFF
 
@@ -22,15 +23,20 @@ _PLAIN_TOP = re.compile(r"^([A-Za-z_][\w\-]*)=")
 
 
 def lenient(overrides: list[str]) -> list[str]:
-    groups = group_names(user_config_dirs(overrides))
-    return [f"++{o}" if _PLAIN_DOTTED.match(o) or _top_level_typo(o, groups) else o for o in overrides]
+    config_dirs = user_config_dirs(overrides)
+    groups = group_names(config_dirs)
+    return [f"++{o}" if _PLAIN_DOTTED.match(o) or _top_level_typo(o, groups, config_dirs) else o for o in overrides]
 
 
-def _top_level_typo(override: str, groups: set[str]) -> bool:
+def _top_level_typo(override: str, groups: set[str], config_dirs: list[str]) -> bool:
+    """A plain ``key=value`` at the top that is close to a key of ours or is ours under a group
+    (``tokenizer=x`` for ``datamodule.tokenizer``): for the validator to name, not Hydra."""
     match = _PLAIN_TOP.match(override)
     if not match or match.group(1) in groups or match.group(1) in ROOT_KEYS or match.group(1) == "hydra":
         return False
-    return bool(difflib.get_close_matches(match.group(1), ROOT_KEYS | groups, n=1, cutoff=TYPO_CUTOFF))
+    key = match.group(1)
+    return bool(difflib.get_close_matches(key, ROOT_KEYS | groups, n=1, cutoff=TYPO_CUTOFF)) \
+        or key in group_keys(config_dirs)
 
 
 def user_config_dirs(args: list[str]) -> list[str]:

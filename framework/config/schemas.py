@@ -147,7 +147,7 @@ class RootConfig:
 
     name: Optional[str] = None
     # null: a random seed is drawn, logged and written to results.json.
-    seed: Optional[int] = 42
+    seed: Optional[int] = ranged(42, low=0, high=2**32 - 1)  # numpy's seeds
     train: bool = True
     test: bool = True
     # The weights the test after training runs on; null = best when a checkpoint callback
@@ -169,6 +169,9 @@ class RootConfig:
     output_dir: Optional[str] = None
     # A new run may replace the results and checkpoints of a run already in output_dir.
     overwrite: bool = False
+    # Filled in by the entry point: this start's number in output_dir when a run is recorded there
+    # already (a resume: its record in attempts/<n>/ until it trains); null: the first.
+    attempt: Optional[int] = None
     model: dict = field(default_factory=dict)
     datamodule: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import re
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Union
@@ -28,6 +29,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from framework.config.durations import duration_problems
 from framework.config.sizes import size_problems
 from framework.config.errors import ConfigError
+from framework.config.group_keys import group_keys, misplaced_key_message
+from framework.config.intervals import validation_interval_problem
 from framework.config.param_groups import structure_problems
 from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
 from framework.config.schemas import (ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig,
@@ -51,14 +54,17 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     layers above config add theirs: strategy topology, checkpoints, the run directory)."""
     problems: list[str] = []
     container = _resolve(cfg, problems)
+    _drop_settings_of_no_scheduler(container)
 
-    _check_root(container, problems)
+    _check_root(container, problems, referenced_keys(cfg))
     check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
     init = container.get("init") or {}
     check_schema(init, InitConfig, "init", problems)
     if init.get("weights") and init["weights"] != "???" and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)
+    named = {p.split(":")[0] for p in problems}
+    problems.extend(p for p in oversized_integers(container) if p.split(":")[0] not in named)
     _check_component_values(container, problems)
     _check_components(container, problems)
     for check in checks:
@@ -68,12 +74,42 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     return container
 
 
-def _check_root(container: dict, problems: list[str]) -> None:
+def _drop_settings_of_no_scheduler(container: dict) -> None:
+    """``scheduler=none`` under an experiment that sets ``scheduler.interval`` (for its own
+    scheduler) leaves the settings alone, with no scheduler to step: a constant learning rate, as
+    selected, not a scheduler without ``_target_``."""
+    scheduler = container.get("scheduler")
+    if isinstance(scheduler, dict) and "_target_" not in scheduler and set(scheduler) <= FRAMEWORK_KEYS["scheduler"]:
+        container["scheduler"] = None
+
+
+def _check_root(container: dict, problems: list[str], referenced: set[str]) -> None:
     """Top-level keys: ours against RootConfig; the user's own are allowed unless they look
-    like a typo of ours (``sed`` for ``seed``)."""
+    like a typo of ours (``sed`` for ``seed``) or are ours under a group (``tokenizer`` for
+    ``datamodule.tokenizer``) and nothing in the config refers to them (``${lr}``)."""
     user_keys = {k for k in container if k not in ROOT_KEYS and k != "hydra"
                  and not difflib.get_close_matches(k, ROOT_KEYS, n=1, cutoff=TYPO_CUTOFF)}
+    misplaced = group_keys(container=container) if user_keys - referenced else {}
+    for key in sorted(k for k in user_keys - referenced if k in misplaced):
+        problems.append(misplaced_key_message(key, misplaced[key]))
     check_schema(container, RootConfig, "", problems, ignore={"hydra", *user_keys})
+
+
+def oversized_integers(node: Any, path: str = "") -> list[str]:
+    """Integers that no tensor, sampler or RNG holds (beyond 64 bits): refused naming their key,
+    instead of an OverflowError inside the ranks."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in oversized_integers(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in oversized_integers(v, f"{path}[{i}]")]
+    if isinstance(node, int) and not isinstance(node, bool) and not -2**63 <= node < 2**63:
+        return [f"{path}: {node} does not fit in 64 bits"]
+    return []
+
+
+def referenced_keys(cfg: DictConfig) -> set[str]:
+    """The top-level keys that an interpolation of ``cfg`` refers to (``${lr}``, ``${paths.data}``)."""
+    return set(re.findall(r"\$\{\s*([A-Za-z_][\w\-]*)", OmegaConf.to_yaml(cfg, resolve=False)))
 
 
 def _check_components(container: dict, problems: list[str]) -> None:
@@ -226,6 +262,12 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
             problems.append(f"trainer.{low}: {minimum} is above trainer.{high}={maximum}")
     problems.extend(duration_problems(trainer.get("max_time")))
     problems.extend(size_problems("trainer.memory_limit", trainer.get("memory_limit")))
+    limit = trainer.get("limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and not trainer.get("fast_dev_run") \
+            and trainer.get("limit_val_batches") != 0:
+        problem = validation_interval_problem(trainer.get("val_check_interval"), limit,
+                                              " at most (trainer.limit_train_batches)")
+        problems.extend([problem] if problem else [])
 
 
 def _check_component_values(container: dict, problems: list[str]) -> None:

@@ -47,10 +47,15 @@ class DigitsDataModule(BaseDataModule):
     CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
 
     @classmethod
-    def check_config(cls, val_fraction: float = 0.1, test_fraction: float = 0.2, classes=None, **_) -> list[str]:
+    def check_config(cls, val_fraction: float = 0.1, test_fraction: float = 0.2, classes=None,
+                     input_shape=(1, 8, 8), **_) -> list[str]:
         chosen = classes if isinstance(classes, (list, tuple)) else range(10)
         samples = sum(cls.CLASS_COUNTS[c] for c in chosen if isinstance(c, int) and 0 <= c < 10)
-        return split_problems(samples, val_fraction, test_fraction)
+        problems = split_problems(samples, val_fraction, test_fraction)
+        if input_shape is not None and list(input_shape) != [1, 8, 8]:
+            problems.append(f"input_shape: the digits are 1x8x8 images ([1, 8, 8]), not {list(input_shape)}; "
+                            "leave it at [1, 8, 8] (the models read it)")
+        return problems
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:

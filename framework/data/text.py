@@ -65,6 +65,25 @@ def unigram_entropy(tokens: Sequence[int]) -> float:
     return -sum(c / n * math.log(c / n) for c in counts.values())
 
 
+def _window_problems(data_dir: Optional[str], seq_len, val_fraction, test_fraction) -> list[str]:
+    """Too little text for the windows and splits asked for, counted in bytes: a token is at least
+    a byte, so a corpus too short in bytes is too short in any tokenizer's tokens."""
+    if not isinstance(seq_len, int) or seq_len < 2:
+        return []  # the range check names it
+    if data_dir:
+        path = Path(data_dir)
+        files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
+        size = sum(f.stat().st_size for f in files) + 2 * (len(files) - 1)
+    else:
+        size = len(builtin_corpus().encode("utf-8"))
+    windows = (size - 1) // seq_len
+    if windows < 1:
+        return [f"seq_len: the corpus has {size} bytes, not enough for one window of {seq_len} tokens "
+                f"(and its next token); use a shorter seq_len or more text"]
+    return [f"{p} (the corpus makes at most {windows} windows of seq_len={seq_len})"
+            for p in split_problems(windows, val_fraction, test_fraction)]
+
+
 class TextDataModule(BaseDataModule):
     """Windows of ``seq_len + 1`` tokens (inputs, and the same shifted by one as targets), one after
     another through the corpus; ``batch_size`` windows per global batch. ``predict_prompts``: texts
@@ -90,14 +109,27 @@ class TextDataModule(BaseDataModule):
         return self.codec.vocab_size
 
     @classmethod
-    def check_config(cls, data_dir: Optional[str] = None, tokenizer: Optional[str] = None, **_) -> list[str]:
+    def check_config(cls, data_dir: Optional[str] = None, tokenizer: Optional[str] = None,
+                     vocab_size: Optional[int] = None, seq_len: int = 128, val_fraction: float = 0.05,
+                     test_fraction: float = 0.05, **_) -> list[str]:
         problems = []
         if data_dir and not Path(data_dir).exists():
             problems.append(f"data_dir: nothing at '{data_dir}' (a .txt file, or a folder of .txt files)")
         elif data_dir and Path(data_dir).is_dir() and not any(Path(data_dir).glob("*.txt")):
             problems.append(f"data_dir: '{data_dir}' holds no .txt file")
+        else:
+            problems += _window_problems(data_dir, seq_len, val_fraction, test_fraction)
         if tokenizer and not Path(tokenizer).is_file():
             problems.append(f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file; null: bytes)")
+            return problems
+        try:
+            tokens = Codec(tokenizer).vocab_size
+        except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types
+            return [*problems, f"tokenizer: '{tokenizer}' is not a tokenizers JSON file ({str(err).splitlines()[0]})"]
+        if isinstance(vocab_size, int) and vocab_size != tokens:
+            problems.append(f"vocab_size: {vocab_size}, but the tokens number {tokens} "
+                            f"({f'the tokenizer {tokenizer}' if tokenizer else 'UTF-8 bytes'}); "
+                            f"set datamodule.vocab_size={tokens}")
         return problems
 
     def setup(self, stage: str) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from framework.engine.checkpoint_files import (MANIFEST, TRAINER_FILE, CheckpointError, is_checkpoint,
-                                               resolve_ckpt_path, verify_checkpoint, write_manifest)
+                                               remove_entry, resolve_ckpt_path, verify_checkpoint, write_manifest)
 from framework.engine.safe_load import (UntrustedCheckpoint, dcp_planner, dcp_reader, load_file,
                                         read_dcp_metadata)
 from framework.strategies.collectives import barrier
@@ -91,7 +91,7 @@ def save_checkpoint(path: Path, trainer) -> None:
                                      or "No space left on device" in str(err)
                                      or shutil.disk_usage(path.parent).free < 2**20)
         if strategy.is_global_zero:  # nothing half-written stays behind; the committed ones are untouched
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_entry(tmp)
         if full:
             raise OSError(errno.ENOSPC, f"the disk is full: saving checkpoint '{path}' failed and its partial "
                                         f"files are removed; the checkpoints saved before are intact "
@@ -108,7 +108,7 @@ def _write(tmp: Path, trainer) -> None:
     """Every rank's files of a checkpoint into ``tmp`` (collective)."""
     strategy = trainer.strategy
     if strategy.is_global_zero:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_entry(tmp)  # a link there (planted, or left) is removed, never written through
         (tmp / "rng").mkdir(parents=True)
         (tmp / "buffers").mkdir()
     barrier()
@@ -126,11 +126,11 @@ def _write(tmp: Path, trainer) -> None:
 
 def _commit(tmp: Path, path: Path) -> None:
     old = path.parent / f".old-{path.name}"
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
+    remove_entry(old)
+    if path.exists() or path.is_symlink():
         os.replace(path, old)
     os.replace(tmp, path)  # the commit point: a rename within one directory
-    shutil.rmtree(old, ignore_errors=True)
+    remove_entry(old)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -146,7 +146,7 @@ def copy_checkpoint(src: Path, path: Path, trainer) -> None:
     rename as a save (collective)."""
     if trainer.is_global_zero:
         tmp = path.parent / f".tmp-{path.name}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_entry(tmp)
         shutil.copytree(src, tmp, copy_function=_link_or_copy)
         _commit(tmp, path)
     barrier()
@@ -167,9 +167,12 @@ def _reading(path: Path, expected: dict | None = None):
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         checked = "sizes and checksums" if "crc32" in json.loads((path / MANIFEST).read_text()) else \
             "sizes; its manifest has no checksums, so changed contents would not show"
+        differences = _differences(path, expected)
+        cause = f"was it saved with another model or optimizer?{differences}" if differences or not expected else (
+            "its keys and shapes are this run's, so a file's contents are damaged in a way its manifest does not "
+            "show (a manifest written after the damage?)")
         raise CheckpointError(f"checkpoint '{path}' is whole (its files match their {checked}) but cannot be "
-                              f"loaded into this run ({type(err).__name__}: {first}); was it saved with another "
-                              f"model or optimizer?{_differences(path, expected)}") from err
+                              f"loaded into this run ({type(err).__name__}: {first}); {cause}") from err
 
 
 def _shapes(state, prefix: str = "") -> dict[str, tuple]:

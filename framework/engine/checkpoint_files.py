@@ -25,6 +25,23 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used, with the file and the reason."""
 
 
+def remove_entry(path: Path) -> None:
+    """Remove ``path``, whatever it is: a link is unlinked, never followed (a planted
+    ``.tmp-last`` link must not take a save, or its removal, outside the run)."""
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+
+
+def outside(path: Path, directory: Path) -> bool:
+    """Whether ``path``, its links followed, lies outside ``directory``."""
+    return Path(directory).resolve() not in Path(path).resolve().parents
+
+
 def is_checkpoint(path: Path) -> bool:
     return (path / ".metadata").is_file() and (path / TRAINER_FILE).is_file()
 
@@ -93,12 +110,36 @@ def verify_checkpoint(path: Path, contents: bool = False) -> list[str]:
     return problems
 
 
+def size_written(path: Path, name: str) -> int | None:
+    """The size the manifest of the checkpoint ``path`` records for its file ``name`` (None: unknown)."""
+    try:
+        return json.loads((path / MANIFEST).read_text()).get("files", {}).get(name)
+    except (OSError, ValueError):
+        return None
+
+
+def changed_contents(path: Path, name: str) -> str | None:
+    """One file of the checkpoint ``path`` whose contents differ from its manifest's CRC-32 (a flipped
+    byte: its size is the same), said as damage; None when it matches or nothing says."""
+    try:
+        crc = json.loads((path / MANIFEST).read_text()).get("crc32", {}).get(name)
+    except (OSError, ValueError):
+        return None
+    if crc is None or not (path / name).is_file() or crc32(path / name) == crc:
+        return None
+    return f"checkpoint '{path}' is corrupted: the contents of {name} changed since it was written (CRC-32 mismatch)"
+
+
 def check_ckpt_path(value, output_dir) -> list[str]:
     """Problems with ``ckpt_path`` found before any process starts. ``last`` in a directory that
     has none is not one: the run starts fresh (a requeued job can always pass it)."""
     if value is None:
         return []
     path = resolve_ckpt_path(str(value), str(output_dir))
+    if value in ("last", "best") and path.is_symlink() and outside(path, path.parent):
+        return [f"ckpt_path: {path} is a link to '{os.readlink(path)}', outside the run's checkpoints; refused "
+                "(the framework's own last and best never point outside it): remove the link, or name the "
+                "checkpoint directory itself"]
     if value == "last" and not path.exists():
         return []
     if not path.exists() or not (is_checkpoint(path) or (path / MANIFEST).exists()):
@@ -112,13 +153,21 @@ def check_ckpt_path(value, output_dir) -> list[str]:
 
 def remove_leftovers(directory: Path) -> None:
     """Delete what interrupted saves left in a checkpoint directory: ``.tmp-*`` (never committed)
-    and ``.old-*`` whose successor is in place."""
+    and ``.old-*`` whose successor is in place; and links under the names the framework writes
+    that it never makes (``.tmp-*``, ``.old-*``, a ``last`` pointing outside): a save never writes
+    through them."""
     if not directory.is_dir():
         return
     for entry in directory.iterdir():
+        planted = entry.is_symlink() and (entry.name.startswith((".tmp-", ".old-"))
+                                          or (entry.name == "last" and outside(entry, directory)))
         stale = entry.name.startswith(".tmp-") or (
             entry.name.startswith(".old-") and is_checkpoint(directory / entry.name[len(".old-"):]))
-        if stale and entry.is_dir() and not entry.is_symlink():
+        if planted:
+            log.warning("Removing the link %s -> %s: the framework writes a checkpoint there, never through a link",
+                        entry, os.readlink(entry))
+            entry.unlink()
+        elif stale and entry.is_dir():
             log.info("Removing %s, left by an interrupted save", entry)
             shutil.rmtree(entry, ignore_errors=True)
         elif entry.name == ".best-link" and entry.is_symlink():

@@ -8,10 +8,12 @@ import os
 import resource
 import statistics
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from framework.config.environment import resolve_accelerator
+from framework.engine.attempts import attempt_dir, holds_the_top
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,18 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def write_results(run_dir: Path, results: dict) -> Path:
+def write_results(run_dir: Path, results: dict, attempt: Optional[int] = None) -> Path:
     """``run_dir``/results.json, unless that would replace a finished run's results with a failure
-    (a resume that failed): then results.<status>.json beside it. Returns the path written."""
+    (a resume that failed): then results.<status>.json beside it. Returns the path written.
+    ``attempt``: a later attempt in the run directory (engine/attempts.py) writes its own
+    ``attempts/<n>/results.json``, and the top one only once it holds the top record."""
+    if attempt:
+        own = attempt_dir(run_dir, attempt) / "results.json"
+        write_json(own, results)
+        if not holds_the_top(run_dir, attempt):
+            if results.get("status") not in ("completed", "diverged"):  # beside the run's, as it always was
+                write_json(run_dir / f"results.{results.get('status')}.json", results)
+            return own
     path = run_dir / "results.json"
     if results.get("status") not in ("completed", "diverged") and path.exists():
         try:

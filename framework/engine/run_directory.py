@@ -41,7 +41,10 @@ class DirectoryLock:
         return f"pid {pids[0]}" if pids else "another process"
 
     def acquire(self) -> "DirectoryLock":
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError([f"{self.key}: cannot create '{self.path}': {err.strerror}"]) from None
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -93,4 +96,4 @@ def previous_run(directory: Path) -> list[str]:
 # What a run writes into its directory besides train.log (which Hydra has opened already):
 # overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one.
 RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "model.safetensors", "predictions.pt",
-               "predictions.csv", "profile.txt", "tb", "wandb", "checkpoints", "ranks", "profiler", ".hydra")
+               "predictions.csv", "predictions.jsonl", "profile.txt", "tb", "wandb", "checkpoints", "ranks", "profiler", ".hydra", "attempts")

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from framework.engine.checkpoint_files import CheckpointError
+from framework.engine.checkpoint_files import CheckpointError, changed_contents, outside, size_written
 
 TRUST_HINT = "if you trust whoever wrote it, load it with trust_checkpoint=true"
 
@@ -71,10 +71,23 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def read_dcp_metadata(path: Path, trust: bool = False):
-    """The ``.metadata`` of the DCP checkpoint directory ``path``."""
+    """The ``.metadata`` of the DCP checkpoint directory ``path``, every file it names inside ``path``."""
     file = Path(path) / ".metadata"
     with open(file, "rb") as f:
-        return pickle.load(f) if trust else _MetadataUnpickler(f, file).load()
+        metadata = pickle.load(f) if trust else _MetadataUnpickler(f, file).load()
+    check_storage_paths(metadata, Path(path))
+    return metadata
+
+
+def check_storage_paths(metadata, directory: Path) -> None:
+    """Refuse a ``.metadata`` that names a file outside its checkpoint's directory (an absolute or
+    ``../`` storage path would read another run's tensors as this checkpoint's)."""
+    for index, info in (getattr(metadata, "storage_data", None) or {}).items():
+        relative = str(getattr(info, "relative_path", "") or "")
+        if Path(relative).is_absolute() or outside(directory / relative, directory):
+            raise CheckpointError(f"checkpoint file '{directory / '.metadata'}' names '{relative}' for "
+                                  f"{getattr(index, 'fqn', index)}, outside the checkpoint's directory: refused "
+                                  "(every file of a checkpoint lies inside it)")
 
 
 def load_file(path, trust: bool = False, map_location: Any = "cpu", description: str = "") -> Any:
@@ -86,6 +99,10 @@ def load_file(path, trust: bool = False, map_location: Any = "cpu", description:
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"GLOBAL ([\w.]+)", str(err)) or re.search(r"global '?([\w.]+)", str(err))
+        if not found and "weights_only" not in str(err).lower().replace(" ", "_"):
+            # not a refused object: a file whose bytes do not make a pickle at all
+            raise CheckpointError(f"{description or f'checkpoint file {str(path)!r}'} is damaged: it is not a "
+                                  f"readable torch.save file ({str(err).splitlines()[0]})") from None
         needs = found.group(1) if found else "an object outside the allowlist"
         needs = needs if "." in needs or not found else f"builtins.{needs}"  # torch names builtins bare
         raise refusal(description or f"checkpoint file '{path}'", needs) from None
@@ -101,6 +118,15 @@ def unsafe_globals(path: Path) -> list[str]:
     return [name for name in found if name not in allowed]
 
 
+def _damaged_archive(path: Path) -> bool:
+    """A file that starts as a torch.save archive (a zip) but is not a readable one: damage, not a
+    legacy pickle (which would need ``trust_checkpoint``)."""
+    import zipfile
+
+    with open(path, "rb") as f:
+        return f.read(4) == b"PK\x03\x04" and not zipfile.is_zipfile(path)
+
+
 def dcp_reader(path: Path, trust: bool = False):
     """A torch.distributed.checkpoint storage reader whose metadata is read as data."""
     from torch.distributed.checkpoint import FileSystemReader
@@ -108,7 +134,9 @@ def dcp_reader(path: Path, trust: bool = False):
     class _Reader(FileSystemReader):
         def read_metadata(self, *args, **kwargs):
             if trust:
-                return super().read_metadata(*args, **kwargs)
+                metadata = super().read_metadata(*args, **kwargs)
+                check_storage_paths(metadata, Path(path))
+                return metadata
             metadata = read_dcp_metadata(Path(path))
             from torch.distributed.checkpoint.metadata import StorageMeta
 
@@ -143,14 +171,19 @@ def scan_checkpoint(path: Path) -> list[str]:
     files = [path] if path.is_file() else [path / "trainer.pt", *sorted(path.glob("rng/*.pt")),
                                            *sorted(path.glob("buffers/*.pt"))]
     problems = []
-    for file in files:
-        if file.is_file():
-            problems += [str(refusal(f"checkpoint file '{file}'", needs)) for needs in unsafe_globals(file)[:1]]
+    for file in (f for f in files if f.is_file()):
+        if _damaged_archive(file):  # damage, not a refused object: trust_checkpoint would not help
+            if not path.is_dir() or size_written(path, str(file.relative_to(path))) == file.stat().st_size:
+                problems.append(f"checkpoint file '{file}' is damaged: a torch.save archive that cannot be read "
+                                "(truncated or overwritten)")  # (another size: the manifest's check names it)
+            continue
+        problems += [str(refusal(f"checkpoint file '{file}'", needs)) for needs in unsafe_globals(file)[:1]]
     if path.is_dir() and (path / ".metadata").is_file():
         try:
             read_dcp_metadata(path)
-        except UntrustedCheckpoint as err:
+        except CheckpointError as err:  # code it would run, or a file it names outside the checkpoint
             problems.append(str(err))
-        except Exception as err:  # noqa: BLE001 - a damaged file is named by the checks of its size and CRC
-            problems.append(f"checkpoint file '{path / '.metadata'}' cannot be read: {type(err).__name__}: {err}")
+        except Exception as err:  # noqa: BLE001 - a damaged file: its CRC says so when its manifest knows it
+            problems.append(changed_contents(path, ".metadata") or
+                            f"checkpoint file '{path / '.metadata'}' cannot be read: {type(err).__name__}: {err}")
     return problems

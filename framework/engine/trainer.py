@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
+from framework.config.intervals import validation_interval_problem
 from framework.config.schemas import TrainerConfig
 from framework.engine.callback_list import CallbackList
 from framework.engine.data_loaders import RankLoaders, limit_batches
@@ -173,6 +174,9 @@ class Trainer:
         if self.config.limit_val_batches != 0:
             val_loader = self.loaders.make(datamodule.val_dataloader(), train=False)
         self.num_training_batches = limit_batches(len(train_loader), self.config.limit_train_batches)
+        problem = validation_interval_problem(self.config.val_check_interval, self.num_training_batches)
+        if problem and val_loader is not None and not self.config.fast_dev_run:
+            raise ValueError(problem)  # the epoch's length is the data's: known only now
         if scheduler is not None:
             self.scheduler = scheduler.build(self.optimizer, self._scheduler_intervals(scheduler.interval))
             self.scheduler_spec = scheduler

@@ -18,6 +18,8 @@ from framework.config.validate import check_target, import_target
 from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, resolve_ckpt_path
 from framework.engine.safe_load import scan_checkpoint
 from framework.engine.protocols import contract_problems
+from framework.job.cross_checks import (check_init_names, check_task_fits_data, check_tokens, check_writable,
+                                       meta_model)
 from framework.job.overwrite import check_output_dir
 from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
@@ -28,6 +30,7 @@ def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
     return validate(cfg, checks=[check_strategy, candidate_problems, check_strategy_on_model, check_rank_start, check_contracts, check_predict,
+                                 check_tokens, check_task_fits_data, check_init_names, check_writable,
                                  check_model_names,
                                  check_task_metrics, test_ckpt_problems,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
@@ -82,7 +85,7 @@ def check_model_names(container: dict) -> list[str]:
         return []
     from framework.engine.activation_checkpointing import checkpoint_problems
 
-    model = _meta_model(container)  # only a run that names parameters or classes pays for it before its ranks start
+    model = meta_model(container)  # only a run that names parameters or classes pays for it before its ranks start
     if model is None:
         return []
     problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
@@ -195,21 +198,10 @@ def check_strategy_on_model(container: dict) -> list[str]:
         return []
     if cls.model_problems.__func__ is Strategy.model_problems.__func__ or not isinstance(container.get("model"), dict):
         return []
-    model = _meta_model(container)
+    if check_strategy(container):
+        return []  # options of the wrong type or range (strategy.microbatches=abc): reported by check_strategy
+    model = meta_model(container)
     return cls.model_problems(model, options, topology, container) if model is not None else []
-
-
-def _meta_model(container: dict):
-    """The configured model on the meta device (no memory, no weights), or None when it does not build
-    (its own errors surface when the ranks build it)."""
-    import torch
-    from hydra.utils import instantiate
-
-    try:
-        with torch.device("meta"):
-            return instantiate(container["model"], _convert_="all")
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def check_rank_start(container: dict) -> list[str]:

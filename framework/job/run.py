@@ -5,6 +5,7 @@ Shared by the Hydra entry point (``python -m framework.train``) and the Python A
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import shutil
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from framework.config import ConfigError
 from framework.config.environment import detect_environment
+from framework.engine.attempts import attempt_dir, next_attempt
 from framework.engine.run_directory import DirectoryLock
 from framework.engine.signals import Interrupted
 from framework.launch.start import launch, start_ranks_early
@@ -24,11 +27,11 @@ from framework.strategies import resolved_options
 log = logging.getLogger(__name__)
 
 
-def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = None) -> dict:
+def run_job(cfg: DictConfig, after_validation: Optional[Callable[[Path], None]] = None) -> dict:
     """Validate ``cfg`` (raises ConfigError listing every problem, before anything is written
     but the log), take the run directory (one writer at a time: a run already writing there is
-    refused), write ``config.yaml`` to ``cfg.output_dir`` (and, on rank 0, whatever
-    ``after_validation`` writes), train; return the results."""
+    refused), write ``config.yaml`` to this attempt's record in ``cfg.output_dir`` (and, on rank 0,
+    whatever ``after_validation`` writes into that record's directory), train; return the results."""
     start_ranks_early(cfg)
     env = detect_environment()
     owner = env is None or env.rank == 0  # SLURM tasks share the job's directory; rank 0 writes
@@ -41,19 +44,33 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[], None]] = No
         container["strategy"] = auto_node(container) or resolved_options(container)
         if owner:
             _remove_previous_run(container)
+            # A later attempt in a run's directory (a resume) records itself beside the run's record,
+            # which it replaces only once it trains (engine/attempts.py).
+            container["attempt"] = next_attempt(Path(container["output_dir"]))
         cfg = OmegaConf.create(container)
         output_dir = Path(cfg.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         if owner:
-            OmegaConf.save(cfg, output_dir / "config.yaml")
-            if after_validation is not None:
-                after_validation()
+            _write_record(cfg, attempt_dir(output_dir, cfg.get("attempt")), after_validation)
         log.info("Experiment '%s', output in %s", cfg.name, output_dir)
         results = launch(cfg)
     _log_outcome(cfg, results, output_dir)
     if results.get("status") == "interrupted":
         raise Interrupted(results["signal_number"], results)
     return results
+
+
+def _write_record(cfg: DictConfig, record: Path, after_validation: Optional[Callable[[Path], None]]) -> None:
+    """This attempt's config.yaml (and what ``after_validation`` writes) into ``record``; a disk that
+    is full or read-only from the start is named before any process starts, not a traceback."""
+    try:
+        record.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, record / "config.yaml")
+        if after_validation is not None:
+            after_validation(record)
+    except OSError as err:
+        raise ConfigError([f"output_dir: cannot write the run's config.yaml to '{record}': {err.strerror or err}"
+                           + (" (the disk is full)" if err.errno == errno.ENOSPC else "")]) from None
 
 
 def _log_outcome(cfg: DictConfig, results: dict, output_dir: Path) -> None:

@@ -72,9 +72,12 @@ def launch_elastic(container: dict, nprocs: int, fork: bool = False) -> dict:
     except ChildFailedError as err:
         results = read_results(container)
         killed = any(f.exitcode < 0 for f in err.failures.values())  # a rank died of a signal it did not handle
-        if results.get("status") == "interrupted" and not killed:  # a signal to the ranks, not to this process
+        # A rank that failed of its own (a damaged shard: exit 1) ends the job, and the agent's SIGTERM
+        # to the others is only its teardown: its error wins over rank 0's "interrupted".
+        failed = {r: f for r, f in err.failures.items() if f.exitcode > 0 and not _stopped(f.exitcode)}
+        if results.get("status") == "interrupted" and not killed and not failed:  # a signal to the ranks
             raise Interrupted(results["signal_number"], results) from None
-        rank, message = _root_failure(err.failures)
+        rank, message = _root_failure(failed or err.failures)
         if needs_main(container) and message.startswith(_STARTED_BADLY):
             message += f"; {STARTUP_HINT}"
         raise job_failed(container, nprocs, rank, message) from None
@@ -113,6 +116,11 @@ def _stop_agent(signum: int, frame) -> None:
 
 
 _STARTED_BADLY = "exited while starting, before the framework ran in it"
+
+
+def _stopped(exitcode: int) -> bool:
+    """A rank's exit code after a stop signal (128 + SIGTERM, SIGINT or SIGUSR1: signals.py)."""
+    return exitcode - 128 in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
 def _root_failure(failures: dict) -> tuple[int, str]:

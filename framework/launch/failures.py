@@ -7,14 +7,20 @@ import logging
 from pathlib import Path
 
 from framework.engine.checkpoint_files import resolve_ckpt_path, saved_step
+from framework.engine.attempts import attempt_dir
 from framework.engine.results import job_record, write_results
 
 log = logging.getLogger(__name__)
 
 
 def read_results(container: dict) -> dict:
-    path = Path(container["output_dir"]) / "results.json"
+    """What this attempt's rank 0 wrote (engine/attempts.py), or nothing."""
+    path = attempt_dir(Path(container["output_dir"]), container.get("attempt")) / "results.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+# What a rank records of a stop signal (rank/interruption.py).
+_STOP_FIELDS = ("signal", "signal_number", "after_training", "cause", "requeued")
 
 
 class JobFailed(RuntimeError):
@@ -27,9 +33,11 @@ def job_failed(container: dict, nprocs: int, rank: int, message: str) -> JobFail
     rank wrote what before); return the error to raise."""
     run_dir = Path(container["output_dir"])
     written = read_results(container)  # rank 0's record of this run, unless it kept a finished one's
-    if written.get("status") in ("completed", "diverged"):
+    if written.get("status") in ("completed", "diverged") and not container.get("attempt"):
         failed = run_dir / "results.failed.json"
         written = json.loads(failed.read_text()) if failed.exists() else {}
+    if written.get("status") == "interrupted":  # rank 0 took the teardown's SIGTERM for a stop: it was not one
+        written = {k: v for k, v in written.items() if k not in _STOP_FIELDS}
     results = {**job_record(container, container["strategy"]["name"], nprocs), **written}
     last = resolve_ckpt_path("last", str(run_dir))
     step = saved_step(last)
@@ -37,6 +45,6 @@ def job_failed(container: dict, nprocs: int, rank: int, message: str) -> JobFail
         results.update(checkpoint=str(last), checkpoint_step=step)
         message += f"; {last} holds step {step}: resume with ckpt_path=last"
     results.update(status="failed", failed_rank=rank, error=message)
-    write_results(run_dir, results)
+    write_results(run_dir, results, container.get("attempt"))
     log.error("rank %d failed first: %s", rank, message)  # the verdict, in the job's train.log too
     return JobFailed(f"rank {rank} failed: {message}")

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from framework.callbacks.profiler import PROFILERS
+from framework.rank.attempt_record import AttemptRecord
 from framework.config.durations import parse_duration
 from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import SchedulerConfig, TrainerConfig
@@ -82,6 +83,8 @@ def build_callbacks(cfg: DictConfig) -> dict:
     """The configured callbacks by config name, with those the trainer keys ask for (progress bar,
     model summary, timer, profiler) and without those they turn off."""
     callbacks = {name: _make(node, f"callback '{name}'") for name, node in (cfg.get("callbacks") or {}).items() if node}
+    if cfg.get("attempt"):  # first: the run's record is this attempt's before any callback writes into the run
+        callbacks = {"attempt_record": AttemptRecord(cfg.output_dir, cfg.attempt), **callbacks}
     trainer = cfg.trainer
     _switch(callbacks, trainer.enable_progress_bar, ProgressBar, "progress_bar", ProgressBar)
     _switch(callbacks, trainer.get("enable_model_summary", True), ModelSummary, "model_summary", ModelSummary)

@@ -50,4 +50,4 @@ def cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, e
 
 def _write_results(cfg: DictConfig, strategy: Strategy, results: dict) -> None:
     if strategy.is_global_zero:
-        write_results(Path(cfg.output_dir), results)
+        write_results(Path(cfg.output_dir), results, cfg.get("attempt"))

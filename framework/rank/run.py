@@ -22,6 +22,7 @@ from framework.engine.signals import StopNow, StopSignals, stop_signals, watch_p
 from framework.rank.benchmark_repeats import repeat_timing
 from framework.rank.build import build_trainer
 from framework.rank.cleanup import cleanup, lost_peer
+from framework.rank.known_warnings import quiet_known_warnings
 from framework.rank.interruption import record_interruption, stopped_after_training
 from framework.rank.logs import configure_rank_logging
 from framework.rank.results import collect, job_fields
@@ -31,6 +32,9 @@ from framework.strategies import Strategy, build_strategy
 from framework.strategies.collectives import broadcast_object, is_distributed
 
 log = logging.getLogger(__name__)
+
+# Below this many parameters a rank trains on one thread by default (model_threads).
+SMALL_MODEL_PARAMETERS = 1_000_000
 
 
 def run_launched(container: dict, env: RankEnv) -> dict:
@@ -53,11 +57,23 @@ def cpu_threads(cfg: DictConfig, env: RankEnv) -> int:
     return max(1, available_cores() // (env.local_world_size * max(1, jobs)))
 
 
+def model_threads(cfg: DictConfig, threads: int, model: torch.nn.Module) -> int:
+    """The threads for training ``model``: one below ``SMALL_MODEL_PARAMETERS`` unless
+    ``trainer.num_threads`` or OMP_NUM_THREADS says otherwise, else ``threads`` (the cores' share).
+    A small model's step is too short for a second thread to pay (the quick start takes as long
+    with 1 as with 2 on an idle machine), and beside another job each extra thread waits for a
+    core (4x slower): benchmarks/threads.py."""
+    if cfg.trainer.get("num_threads") or os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return threads
+    return 1 if sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMETERS else threads
+
+
 def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     """Train and/or test the experiment ``cfg`` (resolved, validated) on this rank; return its results."""
     start = time.perf_counter()
     threads = cpu_threads(cfg, env)
     torch.set_num_threads(threads)
+    quiet_known_warnings(env.rank)
     stops = StopSignals(stop_signals(cfg.trainer.get("stop_on_sigusr1")))
     # The handlers stay through the cleanup: a copy of the stop signal (the launcher passes on
     # what the process group already got) must not kill rank 0 while it writes results.json.
@@ -75,6 +91,8 @@ def _run_stages_and_clean_up(cfg: DictConfig, env: RankEnv, strategy: Strategy, 
     trainer, parts, error = None, None, None
     try:
         trainer, parts = build_trainer(cfg, env, strategy, stops)
+        results["threads"] = model_threads(cfg, results["threads"], parts.model)
+        torch.set_num_threads(results["threads"])
         results["seed"] = trainer.seed
         results.update(run_stages(cfg, trainer, parts, stops))
         results.update(collect(cfg, trainer))

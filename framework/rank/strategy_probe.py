@@ -38,19 +38,28 @@ def choose_strategy(cfg: DictConfig, env: RankEnv, signals=None) -> tuple[DictCo
     if len(labels) != len(candidates):  # a config.yaml edited by hand: the candidates' own names
         labels = [c["name"] for c in candidates]
     steps = int(node.get("probe_steps") or 0)
-    measured = {}
+    measured, spreads = {}, {}
     if steps > 0 and len(candidates) > 1:
-        times = [_probe(cfg, env, candidate, steps, signals, name) for candidate, name in zip(candidates, labels)]
-        slowest = [max(ts) for ts in zip(*all_gather_object(times))]  # every rank: the same figures
-        measured = dict(zip(labels, slowest))
-        chosen = min(range(len(candidates)), key=lambda i: slowest[i])
+        probes = [_probe(cfg, env, candidate, steps, signals, name) for candidate, name in zip(candidates, labels)]
+        ranks = all_gather_object(probes)  # every rank: the same figures, the slowest rank's
+        measured = {label: max(r[i][0] for r in ranks) for i, label in enumerate(labels)}
+        spreads = {label: max(r[i][1] for r in ranks) for i, label in enumerate(labels)}
+        chosen = _simplest_within_noise(labels, measured, spreads)
     else:
         chosen = 0
-    record = _record(plan, labels[chosen], steps, measured)
+    record = _record(plan, labels[chosen], steps, measured, spreads)
     for line in decision_lines(plan, measured, record["chosen"]):
         log.info("%s", line)
     log.info("strategy=auto chose %s (%s)", record["chosen"], record["by"])
     return _with_strategy(cfg, candidates[chosen]), record
+
+
+def _simplest_within_noise(labels: list[str], times: dict, spreads: dict) -> int:
+    """The first candidate (they come in order of preference: the simplest first) whose step time
+    the probe cannot tell from the fastest's: slower by no more than either one's spread."""
+    fastest = min(labels, key=times.get)
+    return next(i for i, label in enumerate(labels)
+                if label == fastest or times[label] / times[fastest] - 1 <= max(spreads[label], spreads[fastest]))
 
 
 def _with_strategy(cfg: DictConfig, node: dict) -> DictConfig:
@@ -59,16 +68,32 @@ def _with_strategy(cfg: DictConfig, node: dict) -> DictConfig:
     return OmegaConf.create(container)
 
 
-def _record(plan: dict, chosen: str, steps: int, measured: dict) -> dict:
-    rows = [{**row, "step_time_s": measured.get(row["strategy"])} for row in plan.get("candidates", [])]
-    by = f"the fastest of {len(measured)} by {steps} probe steps each" if measured else \
-        "the first candidate that fits" + ("" if steps else " (strategy.probe_steps=0)")
-    return {**{k: v for k, v in plan.items() if k != "candidates"}, "chosen": chosen, "by": by,
-            "probe_steps": steps if measured else 0, "candidates": rows}
+def _record(plan: dict, chosen: str, steps: int, measured: dict, spreads: dict) -> dict:
+    rows = [{**row, "step_time_s": measured.get(row["strategy"]), "step_time_spread": spreads.get(row["strategy"])}
+            for row in plan.get("candidates", [])]
+    return {**{k: v for k, v in plan.items() if k != "candidates"}, "chosen": chosen,
+            "by": _reason(chosen, steps, measured, spreads), "probe_steps": steps if measured else 0,
+            "within_noise": bool(measured) and chosen != min(measured, key=measured.get), "candidates": rows}
 
 
-def _probe(cfg: DictConfig, env: RankEnv, candidate: dict, steps: int, signals, name: str) -> float:
-    """The median seconds per step of ``steps`` steps (after the warm-up) through ``candidate``."""
+def _reason(chosen: str, steps: int, measured: dict, spreads: dict) -> str:
+    """Why ``chosen``, in words: the fastest (by how much), or as fast as the probe can tell."""
+    if not measured:
+        return "the first candidate that fits" + ("" if steps else " (strategy.probe_steps=0)")
+    fastest = min(measured, key=measured.get)
+    if chosen != fastest:
+        margin = measured[chosen] / measured[fastest] - 1
+        return (f"{fastest} was {margin:.1%} faster by {steps} probe steps each, within the probe's noise "
+                f"(step times spread {max(spreads[chosen], spreads[fastest]):.1%}): the simpler strategy is kept")
+    others = {k: v for k, v in measured.items() if k != chosen}
+    runner_up = min(others, key=others.get)
+    return (f"the fastest of {len(measured)} by {steps} probe steps each, {measured[runner_up] / measured[chosen] - 1:.1%} "
+            f"ahead of {runner_up} (step times spread {max(spreads[chosen], spreads[runner_up]):.1%})")
+
+
+def _probe(cfg: DictConfig, env: RankEnv, candidate: dict, steps: int, signals, name: str) -> tuple[float, float]:
+    """The median seconds per step of ``steps`` steps (after the warm-up) through ``candidate``, and
+    their spread (the median absolute deviation scaled to a standard deviation, over the median)."""
     probe = _with_strategy(OmegaConf.merge(cfg, {"trainer": {
         "max_steps": steps + WARMUP_STEPS, "max_epochs": -1, "max_time": None, "limit_val_batches": 0,
         "num_sanity_val_steps": 0, "enable_progress_bar": False, "enable_model_summary": False,
@@ -81,7 +106,10 @@ def _probe(cfg: DictConfig, env: RankEnv, candidate: dict, steps: int, signals, 
     gc.collect()  # the candidate's wrapped model and optimizer go before the next one is built
     log.info("strategy=auto probe %s: %s s/step over %d steps", name,
              f"{statistics.median(times):.4g}" if times else "?", len(times))
-    return statistics.median(times) if times else float("inf")
+    if not times:
+        return float("inf"), 0.0
+    median = statistics.median(times)
+    return median, 1.4826 * statistics.median(abs(t - median) for t in times) / median if median > 0 else 0.0
 
 
 def mib(value: float | None) -> str:

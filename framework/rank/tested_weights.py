@@ -13,7 +13,9 @@ log = logging.getLogger(__name__)
 
 
 def _checkpoint_callbacks(container: dict) -> list[dict]:
-    if container.get("trainer", {}).get("enable_checkpointing") is False:
+    """The checkpoint callbacks that run (fast_dev_run runs none, as Lightning's)."""
+    trainer = container.get("trainer") or {}
+    if trainer.get("enable_checkpointing") is False or trainer.get("fast_dev_run"):
         return []
     return [node for node in (container.get("callbacks") or {}).values()
             if isinstance(node, dict) and str(node.get("_target_", "")).endswith("ModelCheckpoint")]

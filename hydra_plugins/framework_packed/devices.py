@@ -39,10 +39,18 @@ def pool(kind: str, devices) -> tuple[str, list[int]]:
         return kind, found
     if isinstance(devices, int) and not isinstance(devices, bool) and 0 < devices <= len(found):
         return kind, found[:devices]
-    if isinstance(devices, (list, tuple)) and devices and all(d in found for d in devices):
+    if isinstance(devices, (list, tuple)) and devices and all(d in found for d in devices) \
+            and len(set(devices)) == len(devices):
         return kind, sorted(devices)
     raise ValueError(f"hydra.launcher.devices: expected null, a count from 1 to {len(found)} or a list of "
-                     f"{kind} device ids among {found}, got {devices!r}")
+                     f"{kind} device ids among {found}, each once, got {devices!r}")
+
+
+def max_skips_problem(value) -> str | None:
+    """``hydra.launcher.max_skips``: null or a count >= 0."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return None
+    return f"hydra.launcher.max_skips: expected null (the device count) or a count >= 0, got {value!r}"
 
 
 def hold_to(kind: str, devices: list[int]) -> None:

@@ -27,7 +27,7 @@ from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_g
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
 
-from hydra_plugins.framework_packed.devices import pool
+from hydra_plugins.framework_packed.devices import max_skips_problem, pool
 from hydra_plugins.framework_packed.job_process import failed_return, run_packed_job
 from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
 
@@ -51,8 +51,10 @@ class PackedLauncher(Launcher):
         try:
             kind, ids = pool(self.kind, OmegaConf.to_container(self.devices) if OmegaConf.is_config(self.devices)
                              else self.devices)
-        except ValueError as err:  # before any job starts: the key, the valid choices
-            log.error("%s", err)
+            problem = max_skips_problem(self.max_skips)
+            if problem:
+                raise ValueError(problem)
+        except ValueError as err:  # before any job starts: the key, the valid choices; once (no log line beside it)
             print(err, file=sys.stderr)
             sys.exit(2)
         configs = [self._job_config(initial_job_idx + i, overrides) for i, overrides in enumerate(job_overrides)]

@@ -19,8 +19,10 @@ def test_the_builtin_corpus_makes_shifted_windows_split_the_same_way_every_time(
     assert 3.0 < unigram_entropy(builtin_corpus().encode()) < 3.5  # nats per byte (README: 3.26)
 
 
-def test_a_folder_of_texts_and_a_tokenizer_file(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
+def _texts_and_word_tokenizer(tmp_path):
+    """Three .txt files of 8 words, and a word-level tokenizers file of them (9 tokens with [UNK])."""
+    import tokenizers
+
     (tmp_path / "texts").mkdir()
     for i in range(3):
         (tmp_path / "texts" / f"{i}.txt").write_text("the quick brown fox jumps over the lazy dog " * 50)
@@ -29,6 +31,11 @@ def test_a_folder_of_texts_and_a_tokenizer_file(tmp_path):
     tokenizer.train([str(p) for p in (tmp_path / "texts").glob("*.txt")],
                     tokenizers.trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
     tokenizer.save(str(tmp_path / "tokenizer.json"))
+    return tokenizer
+
+
+def test_a_folder_of_texts_and_a_tokenizer_file(tmp_path):
+    tokenizer = _texts_and_word_tokenizer(tmp_path)
     dm = TextDataModule(seq_len=8, data_dir=str(tmp_path / "texts"), tokenizer=str(tmp_path / "tokenizer.json"),
                         vocab_size=tokenizer.get_vocab_size())
     dm.setup("fit")
@@ -36,3 +43,24 @@ def test_a_folder_of_texts_and_a_tokenizer_file(tmp_path):
     assert dm.codec.decode(dm.codec.encode("the lazy dog")) == "the lazy dog"
     with pytest.raises(ValueError, match="datamodule.vocab_size: 256, but the tokens number 9"):
         TextDataModule(tokenizer=str(tmp_path / "tokenizer.json"), vocab_size=256)
+
+
+def test_the_tokenizers_vocabulary_against_the_data_and_the_model_is_checked_before_start(tmp_path):
+    from framework import compose
+    from framework.config import ConfigError
+    from framework.job.preflight import preflight
+
+    _texts_and_word_tokenizer(tmp_path)
+    (tmp_path / "broken.json").write_text("{not json")
+    base = ["experiment=gpt_text", "model=gpt/tiny", f"datamodule.data_dir={tmp_path / 'texts'}"]
+    cases = [([f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}"],  # vocab_size forgotten: 256
+              "datamodule.vocab_size: 256, but the tokens number 9 (the tokenizer"),
+             ([f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}", "datamodule.vocab_size=9", "model.vocab_size=5"],
+              "model.vocab_size: 5, but the data's token ids run to 8"),
+             ([f"datamodule.tokenizer={tmp_path / 'broken.json'}"], "datamodule.tokenizer: '"),
+             (["datamodule.vocab_size=300"], "datamodule.vocab_size: 300, but the tokens number 256 (UTF-8 bytes)")]
+    for overrides, message in cases:
+        with pytest.raises(ConfigError) as err:
+            preflight(compose([*base, *overrides]))
+        assert any(message in problem for problem in err.value.problems), err.value.problems
+    preflight(compose([*base, f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}", "datamodule.vocab_size=9"]))

@@ -143,3 +143,62 @@ def test_a_value_dcp_stored_as_bytes_is_read_as_data(tmp_path):
     with pytest.raises(UntrustedCheckpoint, match="optim.param_groups"):
         planner.load_bytes(Item, buffer)
     assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("escape", ["absolute", "relative"])
+def test_a_metadata_naming_files_outside_its_checkpoint_is_refused_naming_the_entry(clean_run, tmp_path, escape):
+    """Only allowed classes, its manifest rewritten to match: still another run's tensors."""
+    run, other = tmp_path / "run", tmp_path / "other"
+    shutil.copytree(clean_run, run)
+    shutil.copytree(clean_run, other)
+    ckpt = run / "checkpoints" / "last"
+    with open(ckpt / ".metadata", "rb") as f:
+        metadata = pickle.load(f)
+    for info in metadata.storage_data.values():
+        target = other / "checkpoints" / "last" / info.relative_path
+        info.relative_path = str(target) if escape == "absolute" else f"../../../other/checkpoints/last/{target.name}"
+    with open(ckpt / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    (ckpt / "manifest.json").unlink()
+    write_manifest(ckpt, step=3, epoch=0, strategy="single", world_size=1)
+    with pytest.raises(ConfigError) as err:
+        evaluate(str(ckpt), output_dir=str(tmp_path / "eval"))
+    text = "\n".join(err.value.problems)
+    assert "outside the checkpoint's directory" in text and "other/checkpoints/last/" in text and "' for " in text
+
+
+def test_links_planted_under_a_save_s_names_are_never_written_through(clean_run, tmp_path):
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    shutil.copytree(clean_run, run)
+    shutil.copytree(clean_run / "checkpoints" / "last", outside / "copy")
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    checkpoints = run / "checkpoints"
+    (checkpoints / ".tmp-last").symlink_to(outside / "empty", target_is_directory=True)
+    (checkpoints / ".old-last").symlink_to(outside / "copy", target_is_directory=True)
+    resume_from = checkpoints / "epoch0-step3"
+    shutil.copytree(checkpoints / "last", resume_from)
+    shutil.rmtree(checkpoints / "last")
+    (checkpoints / "last").symlink_to(outside / "copy", target_is_directory=True)
+
+    with pytest.raises(ConfigError, match="is a link to .*outside the run's checkpoints"):
+        fit(compose([*RUN, "ckpt_path=last", "trainer.max_epochs=2"]), output_dir=str(run))
+    results = fit(compose([*RUN, f"ckpt_path={resume_from}", "trainer.max_epochs=3"]), output_dir=str(run))
+    assert results["status"] == "completed" and results["steps"] == 9
+    assert not (checkpoints / "last").is_symlink() and (checkpoints / "last" / "manifest.json").is_file()
+    assert not any(p.name.startswith((".tmp-", ".old-")) for p in checkpoints.iterdir())
+    assert not (outside / "empty").exists()
+    assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+
+
+def test_a_shard_damaged_behind_a_rewritten_manifest_is_named_as_damage_not_another_model(clean_run, tmp_path):
+    from framework.engine.checkpoint_files import CheckpointError
+
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run, symlinks=True)
+    ckpt = run / "checkpoints" / "last"
+    shard = next(ckpt.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:len(shard.read_bytes()) // 2])
+    (ckpt / "manifest.json").unlink()
+    write_manifest(ckpt, step=3, epoch=0, strategy="single", world_size=1)
+    with pytest.raises(CheckpointError, match="its keys and shapes are this run's, so a file's contents are damaged"):
+        fit(compose([*RUN, f"ckpt_path={ckpt}", "trainer.max_epochs=2"]), output_dir=str(tmp_path / "resume"))

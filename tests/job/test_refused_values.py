@@ -3,6 +3,8 @@ the message. The first 16 were accepted (or failed late, without the key) before
 their neighbours."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from framework import compose
@@ -11,6 +13,7 @@ from framework.job.preflight import preflight
 from tests.helpers.configs import TINY
 
 SYNTHETIC = ["datamodule=synthetic", "datamodule.input_shape=[8]", "model=mlp"]
+TEXT = ["model=gpt/tiny", "datamodule=text", "task=language_modeling"]
 CASES = [
     # what was accepted, or refused late without its key
     (["trainer.fast_dev_run=-1"], "trainer.fast_dev_run: must be >= 0, got -1"),
@@ -68,6 +71,31 @@ CASES = [
     (["strategy=ddp", "trainer.devices=2", "strategy.powersgd_rank=0"], "strategy.powersgd_rank: must be >= 1, got 0"),
     (["strategy=hsdp", "trainer.devices=2", "strategy.replicate=0"], "strategy.replicate(0) * strategy.shard(-1)"),
     (["trainer.oversubscribe=maybe"], "trainer.oversubscribe: expected bool"),
+    # keys of ours under a group, given at the top (with or without +): named where they belong
+    (["+tokenizer=x"], "tokenizer: not a top-level key; did you mean datamodule.tokenizer?"),
+    (["tokenizer=x"], "tokenizer: not a top-level key; did you mean datamodule.tokenizer?"),
+    (["+max_epochs=3"], "max_epochs: not a top-level key; did you mean trainer.max_epochs?"),
+    (["devices=2"], "devices: not a top-level key; did you mean trainer.devices?"),
+    (["+lr=0.1"], "lr: not a top-level key; did you mean optimizer.lr?"),
+    # values that failed after the ranks started, with a traceback (issue 38)
+    ([*TEXT, "strategy=pp", "trainer.devices=2", "strategy.microbatches=abc"],
+     "strategy.microbatches: expected int or null, got str 'abc'"),
+    ([*TEXT, "datamodule.seq_len=256", "model.max_seq_len=64"],
+     "datamodule.seq_len: windows of 256 tokens, but the model holds positions for 64 (model.max_seq_len)"),
+    ([*TEXT, f"datamodule.tokenizer={Path(__file__).parent / 'broken_tokenizer.json'}"],
+     "datamodule.tokenizer: '" + str(Path(__file__).parent / "broken_tokenizer.json") + "' is not a tokenizers JSON file"),
+    ([*TEXT, "model.vocab_size=100"], "model.vocab_size: 100, but the data's token ids run to 255"),
+    ([*TEXT, "datamodule.vocab_size=10"], "datamodule.vocab_size: 10, but the tokens number 256 (UTF-8 bytes)"),
+    (["task=language_modeling"], "LanguageModelingTask trains on windows of tokens, but datamodule DigitsDataModule"),
+    ([*TEXT, f"datamodule.data_dir={Path(__file__).parent / 'twelve_bytes.txt'}"],
+     "datamodule.seq_len: the corpus has 12 bytes, not enough for one window of 128 tokens"),
+    (["datamodule.batch_size=12345678901234567890123"], "datamodule.batch_size: 12345678901234567890123 does not fit in 64 bits"),
+    (["datamodule.input_shape=[1,8]"], "datamodule.input_shape: the digits are 1x8x8 images ([1, 8, 8]), not [1, 8]"),
+    (["callbacks.model_checkpoint.dirpath=/proc/forbidden"], "callbacks.model_checkpoint.dirpath: cannot write to '/proc/forbidden'"),
+    (["seed=-1"], "seed: must be in [0, 4294967295], got -1"),
+    (["seed=12345678901234567890"], "seed: must be in [0, 4294967295], got 12345678901234567890"),
+    (["init.reset=[nope]"], "init.reset: the model has no submodule 'nope' (top-level submodules: body, head)"),
+    (["init.freeze=[nope]"], "init.freeze: the model has no submodule 'nope' (top-level submodules: body, head)"),
 ]
 
 
@@ -80,3 +108,13 @@ def test_a_bad_value_is_refused_before_anything_starts_with_its_key(overrides, m
 
 def test_at_least_the_sixteen_reported_and_twenty_more():
     assert len(CASES) >= 36
+
+
+def test_a_top_level_key_of_the_users_own_is_kept_and_one_an_interpolation_uses_too():
+    preflight(compose([*TINY, "+my_setting=3"]))
+    preflight(compose([*TINY, "+lr=0.01", "optimizer.lr=${lr}"]))  # lightning-hydra-template's idiom
+
+
+def test_an_experiments_scheduler_settings_do_not_break_scheduler_none():
+    container = preflight(compose(["experiment=gpt_text", "model=gpt/tiny", "scheduler=none"]))
+    assert container["scheduler"] is None

@@ -113,3 +113,22 @@ def test_a_failed_ddp_resume_keeps_the_completed_results(tmp_path):
         fit(compose([*run, "trainer.max_epochs=2", "ckpt_path=last"]), output_dir=str(tmp_path))
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "completed"
     assert json.loads((tmp_path / "results.failed.json").read_text())["status"] == "failed"
+
+
+def test_a_damaged_shard_under_a_multi_rank_evaluate_is_a_failure_named_by_its_rank_not_an_interruption(tmp_path):
+    """The rank that finds the damage fails; the agent's SIGTERM to the others is its teardown, not a stop."""
+    from framework.evaluate import evaluate
+    from tests.helpers.configs import GPT_TINY
+
+    run = ["experiment=gpt_text", *GPT_TINY, "strategy=tp", "trainer.devices=2", "trainer.max_steps=2",
+           "trainer.val_check_interval=2", "predict=false", "callbacks=model_checkpoint",
+           "callbacks.model_checkpoint.monitor=null"]
+    fit(compose(run), output_dir=str(tmp_path / "run"))
+    shard = tmp_path / "run" / "checkpoints" / "last" / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="rank [01] failed: .*the contents of __1_0.distcp changed"):
+        evaluate(str(tmp_path / "run" / "checkpoints" / "last"), output_dir=str(tmp_path / "eval"))
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert results["status"] == "failed" and "CRC-32 mismatch" in results["error"] and "signal" not in results

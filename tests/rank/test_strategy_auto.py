@@ -37,9 +37,26 @@ def test_the_probe_chooses_the_fastest_and_the_run_is_the_chosen_strategys(tmp_p
     choice = results["strategy_choice"]
     times = {row["strategy"]: row["step_time_s"] for row in choice["candidates"]}
     assert set(times) == {"ddp", "fsdp"} and all(t > 0 for t in times.values())
-    assert choice["chosen"] == min(times, key=times.get) == results["strategy"]
+    fastest = min(times, key=times.get)
+    if choice["within_noise"]:  # as fast as the probe can tell: the simpler (first) candidate
+        assert choice["chosen"] == "ddp" != fastest and "within the probe's noise" in choice["by"]
+    else:
+        assert choice["chosen"] == fastest
+    assert choice["chosen"] == results["strategy"]
     assert results["steps"] == 6  # the probe's steps are not the run's
     alone = fit(compose([*BASE, f"strategy={choice['chosen']}", "trainer.devices=2", "strategy.timeout_s=60"]),
                 output_dir=str(tmp_path / "alone"))
     assert train_losses(tmp_path / "auto") == train_losses(tmp_path / "alone")  # exactly: the same run
     assert results["metrics"]["val/loss"] == alone["metrics"]["val/loss"]
+
+
+def test_a_margin_within_the_probes_noise_keeps_the_simpler_strategy_and_says_so():
+    from framework.rank.strategy_probe import _reason, _simplest_within_noise
+
+    times = {"ddp": 1.05, "fsdp": 1.2, "tp": 1.0}
+    assert _simplest_within_noise(["ddp", "fsdp", "tp"], times, {"ddp": 0.08, "fsdp": 0.02, "tp": 0.06}) == 0
+    assert "tp was 5.0% faster by 3 probe steps each, within the probe's noise (step times spread 8.0%)" in \
+        _reason("ddp", 3, times, {"ddp": 0.08, "fsdp": 0.02, "tp": 0.06})
+    assert _simplest_within_noise(["ddp", "fsdp", "tp"], times, {"ddp": 0.01, "fsdp": 0.01, "tp": 0.01}) == 2
+    assert _reason("tp", 3, times, {"ddp": 0.01, "fsdp": 0.01, "tp": 0.01}).startswith(
+        "the fastest of 3 by 3 probe steps each, 5.0% ahead of ddp")

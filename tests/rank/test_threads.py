@@ -47,3 +47,14 @@ def test_what_the_user_or_the_launcher_set_wins(eight_cores, monkeypatch):
 def test_a_sweeps_jobs_at_once(eight_cores, launcher, n_jobs, parallel):
     hydra_cfg = OmegaConf.create({"launcher": {"_target_": launcher, **({"n_jobs": n_jobs} if n_jobs else {})}})
     assert hydra_job.parallel_jobs(hydra_cfg) == parallel
+
+
+def test_a_small_model_trains_on_one_thread_unless_told_otherwise(eight_cores, monkeypatch):
+    import torch
+
+    small, large = torch.nn.Linear(100, 10), torch.nn.Linear(1000, 1000)  # 1k and 1M parameters
+    unset = OmegaConf.create({"trainer": {"num_threads": None}})
+    assert run.model_threads(unset, 8, small) == 1 and run.model_threads(unset, 8, large) == 8
+    assert run.model_threads(OmegaConf.create({"trainer": {"num_threads": 4}}), 4, small) == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert run.model_threads(unset, 2, small) == 2

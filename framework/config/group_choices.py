@@ -1,0 +1,64 @@
+"""Group selections on the command line (``strategy=tpp``) checked before Hydra composes: an
+option that does not exist is named with the closest one and the valid choices, as a misspelled
+key is, instead of Hydra's bare "Could not find"."""
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+
+import yaml
+
+from framework.config.location import group_names, group_options
+from framework.config.overrides import user_config_dirs
+
+_SELECTION = re.compile(r"^\+?([A-Za-z_][\w\-]*(?:/[\w\-]+)*)(@[\w.]+)?=(.*)$")
+
+
+def unknown_options(args: list[str]) -> list[str]:
+    """A problem per selected option that is not in its group (groups of Hydra's own, sweep
+    functions and interpolations are left to Hydra)."""
+    dirs = user_config_dirs(args) + _primary_searchpath(args)
+    groups = group_names(dirs)
+    problems = []
+    for arg in args:
+        match = _SELECTION.match(arg)
+        if not match or match.group(1).split("/")[0] not in groups or match.group(1).startswith("hydra"):
+            continue
+        group, value = match.group(1), match.group(3)
+        if any(c in value for c in "()$"):
+            continue
+        options = group_options(group, dirs)
+        if not options:  # a key of a group node (callbacks.x=...), not a selection
+            continue
+        for choice in (v.strip().strip("'\"") for v in value.strip("[]").split(",")):
+            if choice and choice != "null" and choice not in options:
+                problems.append(_message(group, choice, options))
+    return problems
+
+
+def _primary_searchpath(args: list[str]) -> list[str]:
+    """The file:// entries of ``hydra.searchpath`` in the primary config that ``--config-dir`` and
+    ``--config-name`` name (framework.evaluate's, a resume's, the user's own)."""
+    dirs, name = user_config_dirs(args), None
+    for i, arg in enumerate(args):
+        if arg in ("--config-name", "-cn") and i + 1 < len(args):
+            name = args[i + 1]
+        elif arg.startswith("--config-name="):
+            name = arg.split("=", 1)[1]
+    found = []
+    for directory in dirs if name else ():
+        path = Path(directory) / f"{name.removesuffix('.yaml')}.yaml"
+        try:
+            node = yaml.safe_load(path.read_text()) if path.is_file() else None
+        except (OSError, yaml.YAMLError):
+            node = None
+        entries = ((node or {}).get("hydra") or {}).get("searchpath") or [] if isinstance(node, dict) else []
+        found += [str(e).removeprefix("file://") for e in entries if not str(e).startswith("pkg://")]
+    return found
+
+
+def _message(group: str, choice: str, options: set[str]) -> str:
+    close = difflib.get_close_matches(choice, sorted(options), n=1, cutoff=0.6)
+    hint = f"; did you mean '{group}={close[0]}'?" if close else ""
+    return f"{group}: no option '{choice}'{hint} (options: {', '.join(sorted(options))})"

@@ -1,0 +1,86 @@
+"""Checks across groups, before any process starts: what one group's values say of another's (the
+data's tokens against the model's embedding and positions, the task against the data, the init's
+submodule names against the model) and the directories a run will write to."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from framework.config.writable import unwritable
+
+_LANGUAGE_MODELING = "LanguageModelingTask"
+
+
+def meta_model(container: dict):
+    """The configured model on the meta device (no memory, no weights), or None when it does not build
+    (its own errors surface when the ranks build it)."""
+    import torch
+    from hydra.utils import instantiate
+
+    try:
+        with torch.device("meta"):
+            return instantiate(container["model"], _convert_="all")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def check_tokens(container: dict) -> list[str]:
+    """A model's embedding holds every token id the data has, and its positions every token of a
+    window (``model.vocab_size`` / ``max_seq_len`` against ``datamodule.vocab_size`` / ``seq_len``,
+    when both say it): a larger id or a longer window fails inside the ranks."""
+    model, data = (container.get(g) or {} for g in ("model", "datamodule"))
+    problems = []
+    ours, theirs = model.get("vocab_size"), data.get("vocab_size")
+    if _ints(ours, theirs) and ours < theirs:
+        problems.append(f"model.vocab_size: {ours}, but the data's token ids run to {theirs - 1} (datamodule.vocab_size: "
+                        f"{theirs}); set model.vocab_size={theirs}, or leave it at ${{datamodule.vocab_size}}")
+    longest, window = model.get("max_seq_len"), data.get("seq_len")
+    if _ints(longest, window) and window > longest:
+        problems.append(f"datamodule.seq_len: windows of {window} tokens, but the model holds positions for "
+                        f"{longest} (model.max_seq_len); set model.max_seq_len={window} or datamodule.seq_len={longest}")
+    return problems
+
+
+def check_task_fits_data(container: dict) -> list[str]:
+    """task=language_modeling needs windows of tokens and a model that returns logits per token."""
+    task, data, model = (container.get(g) or {} for g in ("task", "datamodule", "model"))
+    if not str(task.get("_target_", "")).endswith(_LANGUAGE_MODELING):
+        return []
+    problems, key = [], f"task._target_: {task['_target_']}"
+    if "vocab_size" not in data:
+        problems.append(f"{key} trains on windows of tokens, but datamodule "
+                        f"{str(data.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
+                        "choose datamodule=text (or a datamodule of tokens of your own)")
+    if "vocab_size" not in model:
+        problems.append(f"{key} needs logits per token, but model "
+                        f"{str(model.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
+                        "choose model=gpt (or a language model of your own)")
+    return problems
+
+
+def check_init_names(container: dict) -> list[str]:
+    """``init.reset`` / ``init.freeze`` name submodules of the model (built on the meta device)."""
+    init = container.get("init") or {}
+    named = {key: [str(n) for n in init.get(key) or []] for key in ("reset", "freeze")
+             if isinstance(init.get(key), list) and init.get(key)}
+    if not named or not isinstance(container.get("model"), dict):
+        return []
+    model = meta_model(container)
+    if model is None:
+        return []
+    modules = {name for name, _ in model.named_modules() if name}
+    top = ", ".join(name for name, _ in model.named_children())
+    return [f"init.{key}: the model has no submodule {name!r} (top-level submodules: {top})"
+            for key, names in named.items() for name in names if name not in modules]
+
+
+def check_writable(container: dict) -> list[str]:
+    """The run's directory and the checkpoint callback's can be created and written."""
+    places = [("output_dir", container.get("output_dir"))]
+    for name, node in (container.get("callbacks") or {}).items():
+        if isinstance(node, dict) and str(node.get("_target_", "")).endswith("ModelCheckpoint"):
+            places.append((f"callbacks.{name}.dirpath", node.get("dirpath")))
+    return [problem for key, path in places if path for problem in [unwritable(key, Path(str(path)))] if problem]
+
+
+def _ints(*values) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)

@@ -1,0 +1,40 @@
+"""Bad values that only the command line (Hydra's run directory, the packed launcher) or the
+machine (a full disk) see: each refused before anything starts, with its key, said once."""
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from tests.e2e.test_cli import train
+from tests.helpers.configs import TINY
+
+
+def test_a_run_directory_that_cannot_be_created_is_named_not_a_traceback(tmp_path):
+    proc = train("hydra.run.dir=/dev/null/x")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("hydra.run.dir: cannot create '/dev/null/x': '/dev/null' is a file") == 1
+
+
+@pytest.mark.parametrize("value, message", [
+    ("hydra.launcher.max_skips=abc", "hydra.launcher.max_skips: expected null (the device count) or a count >= 0, got 'abc'"),
+    ("hydra.launcher.max_skips=-1", "hydra.launcher.max_skips: expected null (the device count) or a count >= 0, got -1"),
+    ("hydra.launcher.devices=[0,0]", "hydra.launcher.devices: expected null, a count from 1 to"),
+])
+def test_the_packed_launcher_refuses_its_bad_values_once(tmp_path, value, message):
+    proc = train("-m", "hydra/launcher=packed", value, f"hydra.sweep.dir={tmp_path / 'sweep'}", *TINY)
+    assert proc.returncode == 2 and proc.stderr.count(message) == 1, proc.stderr
+
+
+def test_a_full_disk_from_the_start_is_named_before_any_process_starts(tmp_path, monkeypatch):
+    from framework import compose, fit
+    from framework.config import ConfigError
+    from framework.job import run
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run.OmegaConf, "save", full)
+    with pytest.raises(ConfigError, match=r"output_dir: cannot write the run's config.yaml .*\(the disk is full\)"):
+        fit(compose(TINY), output_dir=str(tmp_path / "run"))
+    assert not (tmp_path / "run" / "results.json").exists()
