@@ -15,25 +15,29 @@ from framework.config.overrides import user_config_dirs
 _SELECTION = re.compile(r"^\+?([A-Za-z_][\w\-]*(?:/[\w\-]+)*)(@[\w.]+)?=(.*)$")
 
 
+def selections(args: list[str]) -> list[tuple[str, str]]:
+    """(group, option) of each option a ``group=option`` of the command line selects (a list or a
+    sweep: each of its options); sweep functions, interpolations and ``null`` are left out."""
+    found = []
+    for match in filter(None, map(_SELECTION.match, args)):
+        value = match.group(3)
+        if not any(c in value for c in "()$"):
+            found += [(match.group(1), choice) for choice in (v.strip().strip("'\"") for v in value.strip("[]").split(","))
+                      if choice and choice != "null"]
+    return found
+
+
 def unknown_options(args: list[str]) -> list[str]:
-    """A problem per selected option that is not in its group (groups of Hydra's own, sweep
-    functions and interpolations are left to Hydra)."""
+    """A problem per selected option that is not in its group (groups of Hydra's own are left to Hydra)."""
     dirs = user_config_dirs(args) + _primary_searchpath(args)
     groups = group_names(dirs)
     problems = []
-    for arg in args:
-        match = _SELECTION.match(arg)
-        if not match or match.group(1).split("/")[0] not in groups or match.group(1).startswith("hydra"):
-            continue
-        group, value = match.group(1), match.group(3)
-        if any(c in value for c in "()$"):
+    for group, choice in selections(args):
+        if group.split("/")[0] not in groups or group.startswith("hydra"):
             continue
         options = group_options(group, dirs)
-        if not options:  # a key of a group node (callbacks.x=...), not a selection
-            continue
-        for choice in (v.strip().strip("'\"") for v in value.strip("[]").split(",")):
-            if choice and choice != "null" and choice not in options:
-                problems.append(_message(group, choice, options))
+        if options and choice not in options:  # (no options: a key of a group node, callbacks.x=..., not a selection)
+            problems.append(_message(group, choice, options))
     return problems
 
 

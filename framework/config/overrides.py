@@ -12,7 +12,9 @@ close to a framework key and is not a config group. Group selections (``model=ml
 from __future__ import annotations
 
 import difflib
+import functools
 import re
+from typing import Callable
 
 from framework.config.group_keys import group_keys
 from framework.config.location import group_names
@@ -25,10 +27,11 @@ _PLAIN_TOP = re.compile(r"^([A-Za-z_][\w\-]*)=")
 def lenient(overrides: list[str]) -> list[str]:
     config_dirs = user_config_dirs(overrides)
     groups = group_names(config_dirs)
-    return [f"++{o}" if _PLAIN_DOTTED.match(o) or _top_level_typo(o, groups, config_dirs) else o for o in overrides]
+    ours = functools.cache(lambda: group_keys(config_dirs))  # read from the YAML files once, if at all
+    return [f"++{o}" if _PLAIN_DOTTED.match(o) or _top_level_typo(o, groups, ours) else o for o in overrides]
 
 
-def _top_level_typo(override: str, groups: set[str], config_dirs: list[str]) -> bool:
+def _top_level_typo(override: str, groups: set[str], ours: Callable[[], dict]) -> bool:
     """A plain ``key=value`` at the top that is close to a key of ours or is ours under a group
     (``tokenizer=x`` for ``datamodule.tokenizer``): for the validator to name, not Hydra."""
     match = _PLAIN_TOP.match(override)
@@ -36,7 +39,7 @@ def _top_level_typo(override: str, groups: set[str], config_dirs: list[str]) -> 
         return False
     key = match.group(1)
     return bool(difflib.get_close_matches(key, ROOT_KEYS | groups, n=1, cutoff=TYPO_CUTOFF)) \
-        or key in group_keys(config_dirs)
+        or key in ours()
 
 
 def user_config_dirs(args: list[str]) -> list[str]:

@@ -8,6 +8,9 @@ from pathlib import Path
 from framework.config.writable import unwritable
 
 _LANGUAGE_MODELING = "LanguageModelingTask"
+# The last model built on meta and the model node it was built from: the checks of one preflight
+# (parameter groups, the strategy's plan, init names) share one build.
+_built: list = [None, None]
 
 
 def meta_model(container: dict):
@@ -16,11 +19,16 @@ def meta_model(container: dict):
     import torch
     from hydra.utils import instantiate
 
+    node = container["model"]
+    if _built[0] is node:
+        return _built[1]
     try:
         with torch.device("meta"):
-            return instantiate(container["model"], _convert_="all")
+            model = instantiate(node, _convert_="all")
     except Exception:  # noqa: BLE001
-        return None
+        model = None
+    _built[:] = [node, model]
+    return model
 
 
 def check_tokens(container: dict) -> list[str]:

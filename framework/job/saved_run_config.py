@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
+from framework.config.group_choices import selections
 from framework.config.location import HYDRA_CONFIG_PATH, config_dir, group_names
 from framework.config.overrides import user_config_dirs
 from framework.config.relocate import relocate
@@ -116,11 +117,5 @@ def _selects_a_composition(args: list[str]) -> bool:
     """Whether ``args`` select an option that sets the whole config (``# @package _global_``: an
     experiment, a debug mode, a search), which only a full composition can apply."""
     dirs = [config_dir(), *map(Path, user_config_dirs(args))]
-    for arg in args:
-        match = _SELECTION.match(arg.lstrip("+"))
-        value = arg.split("=", 1)[1] if match else ""
-        for option in (v.strip() for v in value.strip("[]").split(",") if match):
-            files = [d / match.group(1) / f"{option}.yaml" for d in dirs]
-            if any(f.is_file() and "@package _global_" in f.read_text()[:200] for f in files):
-                return True
-    return False
+    files = [d / group / f"{option}.yaml" for group, option in selections(args) for d in dirs]
+    return any(f.is_file() and "@package _global_" in f.read_text()[:200] for f in files)
