@@ -6,7 +6,8 @@
 #    fsdp bf16 params, fsdp cpu_offload, torch.compile; samples/s, MFU, peak memory;
 #    an FSDP checkpoint evaluated from disk; a device count above the GPUs is rejected;
 # 2b. the transformer under tensor parallelism (tp, fsdp_tp with 2+ GPUs), tokens/s;
-# 3. benchmarks/overhead.py on the GPU (engine vs hand-written loop);
+# 3. benchmarks/overhead.py on the GPU (engine vs hand-written loop); 3b. hf_transformer.py (a
+#    transformers Llama, engine vs hand-written loop) when transformers is installed;
 # 4. a packed sweep (hydra/launcher=packed) of 2 one-GPU jobs beside each other when the node
 #    has 2+ GPUs (else one after the other on its one GPU): each job's CUDA_VISIBLE_DEVICES and
 #    the wall time; and strategy=auto with a probe on every GPU (2+), what it chose.
@@ -159,6 +160,18 @@ if [ "${SMOKE:-0}" = 1 ]; then
   $PY benchmarks/overhead.py --accelerator "$ACCEL" --steps 20 --repeats 1 || status=1
 else
   $PY benchmarks/overhead.py --accelerator "$ACCEL" --steps 300 --repeats 5 || status=1
+fi
+
+# 3b. A transformers Llama in the engine vs a hand-written transformers loop (when .[hf] is installed).
+if $PY -c "import transformers" 2>/dev/null; then
+  DEV=$([ "$ACCEL" = cpu ] && echo cpu || echo cuda)
+  if [ "${SMOKE:-0}" = 1 ]; then
+    (cd benchmarks && $PY hf_transformer.py --device "$DEV" --steps 10 --repeats 1) || status=1
+  else
+    (cd benchmarks && $PY hf_transformer.py --device "$DEV" --steps 100 --repeats 3) || status=1
+  fi
+else
+  echo "skip hf_transformer.py: transformers is not installed (pip install '.[hf]')"
 fi
 
 # 4. Packed sweep: 2 one-device jobs on the node's devices, and strategy=auto's probe.

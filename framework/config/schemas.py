@@ -154,8 +154,9 @@ class RootConfig:
     # monitors a metric, else final (framework/test_weights.py).
     test_ckpt: Optional[Literal["best", "last", "final"]] = None
     export_weights: bool = False
-    # model.pt (torch.save, read back as data) or model.safetensors (a format that holds only tensors).
-    export_format: Literal["pt", "safetensors"] = "pt"
+    # model.pt (torch.save, read back as data), model.safetensors (a format that holds only tensors), or
+    # hf: model_hf/, a directory transformers' from_pretrained loads (model=hf/*).
+    export_format: Literal["pt", "safetensors", "hf"] = "pt"
     # After fit/test: the predict loop over predict_dataloader(), written to predictions.<format>.
     predict: bool = False
     predict_format: Literal["pt", "csv", "jsonl"] = "pt"

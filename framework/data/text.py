@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
+from framework.config.package_paths import resolve_path
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_dataset, split_problems
 from framework.data.batched import GatheringTensorDataset
@@ -36,15 +37,27 @@ def read_corpus(data_dir: Optional[str]) -> str:
     return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
 
 
+def tokenizer_file(tokenizer: str) -> Path:
+    """A ``tokenizers`` JSON file, or a model directory (``pkg://`` too) holding its ``tokenizer.json``."""
+    path = resolve_path(tokenizer)
+    return path / "tokenizer.json" if path.is_dir() else path
+
+
+def load_tokenizer(tokenizer: str):
+    """The tokenizer, its own padding and truncation off (the datamodule cuts and pads)."""
+    from tokenizers import Tokenizer
+
+    loaded = Tokenizer.from_file(str(tokenizer_file(tokenizer)))
+    loaded.no_padding()
+    loaded.no_truncation()
+    return loaded
+
+
 class Codec:
-    """Text <-> token ids: UTF-8 bytes, or a ``tokenizers`` tokenizer file."""
+    """Text <-> token ids: UTF-8 bytes, or a ``tokenizers`` tokenizer (a file, or a model's directory)."""
 
     def __init__(self, tokenizer: Optional[str] = None):
-        self.tokenizer = None
-        if tokenizer:
-            from tokenizers import Tokenizer
-
-            self.tokenizer = Tokenizer.from_file(str(tokenizer))
+        self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
 
     @property
     def vocab_size(self) -> int:
@@ -56,6 +69,16 @@ class Codec:
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(i) for i in ids]
         return self.tokenizer.decode(ids) if self.tokenizer else bytes(ids).decode("utf-8", errors="replace")
+
+
+def tokenizer_problems(tokenizer: Optional[str]) -> list[str]:
+    """``tokenizer`` names a tokenizers JSON file, or a directory that holds one."""
+    try:
+        found = tokenizer_file(tokenizer).is_file() if tokenizer else True
+    except FileNotFoundError as err:
+        return [f"tokenizer: {err}"]
+    return [] if found else [f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file, or a model "
+                             "directory holding tokenizer.json; null: bytes)"]
 
 
 def unigram_entropy(tokens: Sequence[int]) -> float:
@@ -119,9 +142,8 @@ class TextDataModule(BaseDataModule):
             problems.append(f"data_dir: '{data_dir}' holds no .txt file")
         else:
             problems += _window_problems(data_dir, seq_len, val_fraction, test_fraction)
-        if tokenizer and not Path(tokenizer).is_file():
-            problems.append(f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file; null: bytes)")
-            return problems
+        if tokenizer_problems(tokenizer):
+            return problems + tokenizer_problems(tokenizer)
         try:
             tokens = Codec(tokenizer).vocab_size
         except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types

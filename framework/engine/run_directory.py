@@ -95,5 +95,5 @@ def previous_run(directory: Path) -> list[str]:
 
 # What a run writes into its directory besides train.log (which Hydra has opened already):
 # overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one.
-RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "model.safetensors", "predictions.pt",
+RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "model.safetensors", "model_hf", "predictions.pt",
                "predictions.csv", "predictions.jsonl", "profile.txt", "tb", "wandb", "checkpoints", "ranks", "profiler", ".hydra", "attempts")

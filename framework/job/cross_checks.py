@@ -31,21 +31,78 @@ def meta_model(container: dict):
     return model
 
 
+def _declared_sizes(model: dict):
+    """The model class's ``declared_sizes`` (a Hugging Face model's: read from its config), or None."""
+    from framework.config.validate import import_target
+
+    try:
+        declared = getattr(import_target(str(model.get("_target_"))), "declared_sizes", None)
+    except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
+        return None
+    return declared if callable(declared) else None
+
+
+def _model_sizes(model: dict) -> dict:
+    """The model node's keys, with the sizes a model declares of itself where the node does not say them."""
+    declared = _declared_sizes(model)
+    try:
+        sizes = declared(**{k: v for k, v in model.items() if k != "_target_"}) if declared else {}
+    except Exception:  # noqa: BLE001 - a model that does not load is reported by its own check
+        sizes = {}
+    return {**sizes, **model}
+
+
+def _data_vocabulary(data: dict):
+    """``datamodule.vocab_size``, or the size of its ``tokenizer`` when it names one and no vocab_size."""
+    if "vocab_size" in data or not data.get("tokenizer"):
+        return data.get("vocab_size")
+    from framework.data.text import Codec
+
+    try:
+        return Codec(str(data["tokenizer"])).vocab_size
+    except Exception:  # noqa: BLE001 - an unreadable tokenizer is reported by the datamodule's check
+        return None
+
+
 def check_tokens(container: dict) -> list[str]:
     """A model's embedding holds every token id the data has, and its positions every token of a
-    window (``model.vocab_size`` / ``max_seq_len`` against ``datamodule.vocab_size`` / ``seq_len``,
-    when both say it): a larger id or a longer window fails inside the ranks."""
+    window (``model.vocab_size`` / ``max_seq_len``, or what a Hugging Face model's config says,
+    against ``datamodule.vocab_size`` or its tokenizer's / ``seq_len``): a larger id or a longer
+    window fails inside the ranks."""
     model, data = (container.get(g) or {} for g in ("model", "datamodule"))
-    problems = []
-    ours, theirs = model.get("vocab_size"), data.get("vocab_size")
+    sizes, problems = _model_sizes(model), []
+    ours, theirs = sizes.get("vocab_size"), _data_vocabulary(data)
+    key = "model.vocab_size" if "vocab_size" in model else "model (its config's vocab_size)"
     if _ints(ours, theirs) and ours < theirs:
-        problems.append(f"model.vocab_size: {ours}, but the data's token ids run to {theirs - 1} (datamodule.vocab_size: "
-                        f"{theirs}); set model.vocab_size={theirs}, or leave it at ${{datamodule.vocab_size}}")
-    longest, window = model.get("max_seq_len"), data.get("seq_len")
+        problems.append(f"{key}: {ours}, but the data's token ids run to {theirs - 1} (datamodule's vocabulary: "
+                        f"{theirs}); set model.vocab_size={theirs}, or leave it at ${{datamodule.vocab_size}}"
+                        if "vocab_size" in model else
+                        f"{key}: an embedding of {ours} tokens, but the tokenizer datamodule.tokenizer has {theirs}: "
+                        "give the model's own tokenizer (its directory)")
+    longest, window = sizes.get("max_seq_len"), data.get("seq_len")
     if _ints(longest, window) and window > longest:
+        held, fix = (("model.max_seq_len", f"set model.max_seq_len={window} or datamodule.seq_len={longest}")
+                     if "max_seq_len" in model else
+                     ("its config's max_position_embeddings", f"set datamodule.seq_len={longest} or less"))
         problems.append(f"datamodule.seq_len: windows of {window} tokens, but the model holds positions for "
-                        f"{longest} (model.max_seq_len); set model.max_seq_len={window} or datamodule.seq_len={longest}")
+                        f"{longest} ({held}); {fix}")
     return problems
+
+
+def check_export_format(container: dict) -> list[str]:
+    """``export_format=hf`` needs a model that knows its Hugging Face form (``save_hf``)."""
+    from framework.config.validate import import_target
+
+    if container.get("export_format") != "hf":
+        return []
+    target = str((container.get("model") or {}).get("_target_", "?"))
+    try:
+        known = callable(getattr(import_target(target), "save_hf", None))
+    except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
+        return []
+    return [] if known else [f"export_format: hf writes a directory transformers loads, from a Hugging Face model "
+                             f"(model=hf/causal_lm, hf/sequence_classification); {target.rsplit('.', 1)[-1]} is "
+                             "not one: choose export_format=pt or safetensors"]
 
 
 def check_task_fits_data(container: dict) -> list[str]:
@@ -58,7 +115,7 @@ def check_task_fits_data(container: dict) -> list[str]:
         problems.append(f"{key} trains on windows of tokens, but datamodule "
                         f"{str(data.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
                         "choose datamodule=text (or a datamodule of tokens of your own)")
-    if "vocab_size" not in model:
+    if "vocab_size" not in model and _declared_sizes(model) is None:
         problems.append(f"{key} needs logits per token, but model "
                         f"{str(model.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
                         "choose model=gpt (or a language model of your own)")

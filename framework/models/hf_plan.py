@@ -1,0 +1,73 @@
+"""The tensor-parallel plan of a Hugging Face decoder (Llama, Qwen2, Mistral and the other families
+whose config declares ``base_model_tp_plan``): the config's colwise/rowwise layers, and, as
+torchtitan's Llama plan does, the embedding split by rows, the head by columns, and with sequence
+parallelism the norms and the residual stream sharded along the sequence between them."""
+from __future__ import annotations
+
+import fnmatch
+
+from torch import nn
+
+SUPPORTED = ("colwise", "rowwise")
+
+
+def declared_plan(hf_config) -> dict[str, str]:
+    """The config's own plan, ``{module pattern: style}`` (``layers.*.self_attn.q_proj: colwise``)."""
+    return dict(getattr(hf_config, "base_model_tp_plan", None) or {})
+
+
+def plan_problems(model: nn.Module, hf_config) -> list[str]:
+    """A family without a plan, a style this plan does not apply, or a pattern that names a module
+    the model lacks (a config edited by hand, or a family whose modules moved)."""
+    declared = declared_plan(hf_config)
+    family = getattr(hf_config, "model_type", "?")
+    if not declared:
+        return [f"model: the {family} family declares no tensor-parallel plan (its config's base_model_tp_plan): "
+                "strategy=tp and fsdp_tp cannot split it; choose ddp, fsdp or pp"]
+    names = [n for n, _ in model.named_modules() if n]
+    problems = [f"model: the {family} plan's {pattern}: {style!r} is not applied here (only {', '.join(SUPPORTED)}); "
+                "choose ddp, fsdp or pp for this model" for pattern, style in declared.items() if style not in SUPPORTED]
+    problems += [f"model: the {family} plan names {pattern}, which matches no module of the model; "
+                 "choose ddp, fsdp or pp for this model" for pattern in declared
+                 if not any(fnmatch.fnmatchcase(n, pattern) for n in names)]
+    return problems
+
+
+def _block_plan(block: nn.Module, prefix: str, between, sequence_parallel: bool) -> dict:
+    """A decoder layer's norms (SequenceParallel) and the inputs of its attention and MLP gathered
+    from the sequence shards."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
+
+    if not sequence_parallel:
+        return {}
+    plan = {f"{prefix}.{name}": SequenceParallel() for name, child in block.named_children()
+            if type(child).__name__.endswith(("RMSNorm", "LayerNorm"))}
+    for name, child in block.named_children():
+        if name in ("self_attn", "attention"):  # called with hidden_states=...
+            plan[f"{prefix}.{name}"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": between},
+                                                          desired_input_kwarg_layouts={"hidden_states": Replicate()})
+        elif name in ("mlp", "feed_forward"):
+            plan[f"{prefix}.{name}"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    return plan
+
+
+def build_plan(model: nn.Module, hf_config, sequence_parallel: bool) -> dict:
+    """Module name -> ParallelStyle for the modules this rank's (possibly pipeline-cut) model has."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    between = Shard(1) if sequence_parallel else Replicate()
+    plan = {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
+            "lm_head": ColwiseParallel(input_layouts=between, output_layouts=Replicate(), use_local_output=True)}
+    if sequence_parallel:
+        plan["norm"] = SequenceParallel()
+    plan = {name: style for name, style in plan.items() if getattr(model, name, None) is not None}
+    names = [n for n, _ in model.named_modules() if n.startswith("layers.")]
+    for pattern, style in declared_plan(hf_config).items():
+        for name in names:
+            if fnmatch.fnmatchcase(name, pattern):
+                plan[name] = ColwiseParallel() if style == "colwise" else RowwiseParallel(output_layouts=between)
+    for key, block in model.layers.items():
+        plan.update(_block_plan(block, f"layers.{key}", between, sequence_parallel))
+    return plan
