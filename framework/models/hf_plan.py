@@ -8,7 +8,8 @@ import fnmatch
 
 from torch import nn
 
-SUPPORTED = ("colwise", "rowwise")
+# replicated_with_grad_allreduce: a norm over each head's features (Qwen3's q_norm, k_norm) of a head-split input
+SUPPORTED = ("colwise", "rowwise", "replicated_with_grad_allreduce")
 
 
 def declared_plan(hf_config) -> dict[str, str]:
@@ -27,6 +28,11 @@ def plan_problems(model: nn.Module, hf_config) -> list[str]:
     names = [n for n, _ in model.named_modules() if n]
     problems = [f"model: the {family} plan's {pattern}: {style!r} is not applied here (only {', '.join(SUPPORTED)}); "
                 "choose ddp, fsdp or pp for this model" for pattern, style in declared.items() if style not in SUPPORTED]
+    modules = dict(model.named_modules())
+    problems += [f"model: the {family} plan's {pattern}: {style!r} is applied to norms only, and {name} is a "
+                 f"{type(modules[name]).__name__}; choose ddp, fsdp or pp for this model"
+                 for pattern, style in declared.items() if style == "replicated_with_grad_allreduce"
+                 for name in names if fnmatch.fnmatchcase(name, pattern) and "Norm" not in type(modules[name]).__name__][:3]
     problems += [f"model: the {family} plan names {pattern}, which matches no module of the model; "
                  "choose ddp, fsdp or pp for this model" for pattern in declared
                  if not any(fnmatch.fnmatchcase(n, pattern) for n in names)]
@@ -52,6 +58,19 @@ def _block_plan(block: nn.Module, prefix: str, between, sequence_parallel: bool)
     return plan
 
 
+def _style(style: str, between):
+    """The ParallelStyle of one of the config's style names."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    if style == "colwise":
+        return ColwiseParallel()
+    if style == "rowwise":
+        return RowwiseParallel(output_layouts=between)
+    # a norm of [batch, seq, heads, head_dim] with the heads split: its weight whole on every rank, its
+    # gradient summed over them (what SequenceParallel does along a dimension the op keeps apart)
+    return SequenceParallel(sequence_dim=2, use_local_output=True)
+
+
 def build_plan(model: nn.Module, hf_config, sequence_parallel: bool) -> dict:
     """Module name -> ParallelStyle for the modules this rank's (possibly pipeline-cut) model has."""
     from torch.distributed.tensor import Replicate, Shard
@@ -67,7 +86,7 @@ def build_plan(model: nn.Module, hf_config, sequence_parallel: bool) -> dict:
     for pattern, style in declared_plan(hf_config).items():
         for name in names:
             if fnmatch.fnmatchcase(name, pattern):
-                plan[name] = ColwiseParallel() if style == "colwise" else RowwiseParallel(output_layouts=between)
+                plan[name] = _style(style, between)
     for key, block in model.layers.items():
         plan.update(_block_plan(block, f"layers.{key}", between, sequence_parallel))
     return plan

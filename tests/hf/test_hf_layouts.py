@@ -139,3 +139,18 @@ def test_the_gpt2_family_trains_as_one_device_too(layout, gpt2_dir, gpt2_single,
     results = fit(compose([*hf_tiny(gpt2_dir), *EQUIVALENCE, *LAYOUTS[layout]]), output_dir=str(tmp_path))
     assert results["status"] == "completed"
     assert train_losses(tmp_path) == pytest.approx(train_losses(single_dir), rel=1e-5)
+
+
+def test_qwen3s_head_norms_train_tensor_parallel_as_one_device(tmp_path):
+    # its plan's q_norm / k_norm are replicated_with_grad_allreduce: whole on each rank, gradients summed
+    config = transformers.Qwen3Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                      max_position_embeddings=64, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    transformers.Qwen3ForCausalLM(config).save_pretrained(tmp_path / "qwen3")
+    run = [*hf_tiny(tmp_path / "qwen3"), "callbacks=none", "trainer.max_steps=6", "test=false",
+           "trainer.limit_val_batches=0"]
+    for layout in ("single", "tp"):
+        assert fit(compose([*run, *LAYOUTS[layout]]), output_dir=str(tmp_path / layout))["status"] == "completed"
+    assert train_losses(tmp_path / "tp") == pytest.approx(train_losses(tmp_path / "single"), rel=1e-5)
+    assert len(train_losses(tmp_path / "tp")) == 6
