@@ -71,6 +71,9 @@ class FSDPSharding:
     needs_process_group = True
     process_per_device = True
     lockstep_forward = True
+    # a model that initialises itself (init_weights) is built on the meta device and materialised shard
+    # by shard: no rank ever holds it whole (a pretrained one reads only its shards of the saved tensors)
+    builds_on_meta = True
 
     @classmethod
     def check(cls, topology: Topology, options: FSDPConfig, accelerator: str) -> list[str]:
