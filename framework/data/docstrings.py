@@ -4,6 +4,7 @@ each labelled by the chapter of the Library Reference its module belongs to. Abo
 in 6 classes on CPython 3.11; nothing is downloaded. A text seen under two chapters keeps the first."""
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from typing import Iterator
@@ -32,8 +33,10 @@ def _docstrings(module) -> Iterator[object]:
                         if not attr_name.startswith("_"))
 
 
-def labelled_docstrings() -> list[tuple[str, str]]:
-    """(text, chapter) pairs in a fixed order."""
+@functools.lru_cache(maxsize=1)
+def labelled_docstrings() -> tuple[tuple[str, str], ...]:
+    """(text, chapter) pairs in a fixed order; read once per process (the check before start and
+    the datamodule's setup both ask)."""
     seen, pairs = set(), []
     for chapter, modules in CHAPTERS.items():
         for name in modules:
@@ -44,4 +47,4 @@ def labelled_docstrings() -> list[tuple[str, str]]:
                 if len(text) >= SHORTEST and text not in seen:
                     seen.add(text)
                     pairs.append((text, chapter))
-    return pairs
+    return tuple(pairs)

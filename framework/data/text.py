@@ -142,8 +142,9 @@ class TextDataModule(BaseDataModule):
             problems.append(f"data_dir: '{data_dir}' holds no .txt file")
         else:
             problems += _window_problems(data_dir, seq_len, val_fraction, test_fraction)
-        if tokenizer_problems(tokenizer):
-            return problems + tokenizer_problems(tokenizer)
+        unreadable = tokenizer_problems(tokenizer)
+        if unreadable:
+            return problems + unreadable
         try:
             tokens = Codec(tokenizer).vocab_size
         except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types

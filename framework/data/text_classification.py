@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 def read_documents(data_file: Optional[str]) -> list[tuple[str, str]]:
     """(text, label) pairs: the file's rows, or the built-in docstrings."""
     if not data_file:
-        return labelled_docstrings()
+        return list(labelled_docstrings())
     path = Path(data_file)
     with path.open(encoding="utf-8", newline="") as handle:
         rows = [json.loads(line) for line in handle if line.strip()] if path.suffix == ".jsonl" \
@@ -51,9 +51,8 @@ class TextClassificationDataModule(BaseDataModule):
         self.seq_len, self.data_file, self.split_seed = seq_len, data_file, split_seed
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.tokenizer = load_tokenizer(tokenizer)
-        padding = self.tokenizer.token_to_id("[PAD]") if self.tokenizer.token_to_id("[PAD]") is not None else \
-            self.tokenizer.token_to_id("<pad>")
-        self.pad_id = padding if padding is not None else 0
+        ids = (self.tokenizer.token_to_id(token) for token in ("[PAD]", "<pad>"))
+        self.pad_id = next((i for i in ids if i is not None), 0)
         self.class_names: list[str] = []
 
     @classmethod
