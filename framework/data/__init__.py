@@ -1,11 +1,21 @@
 """DataModules: setup(stage) and *_dataloader(); the engine supplies the sampler (a component
-layer, with the sampler and batched fetching). May import: config."""
-from framework.data.base import BaseDataModule
-from framework.data.digits import DigitsDataModule
-from framework.data.synthetic import SyntheticDataModule
-from framework.data.text import TextDataModule
-from framework.data.text_classification import TextClassificationDataModule
-from framework.data.vision import CIFAR10DataModule, ImageFolderDataModule, MNISTDataModule
+layer, with the sampler and batched fetching). May import: config.
 
-__all__ = ["BaseDataModule", "DigitsDataModule", "SyntheticDataModule", "MNISTDataModule",
-           "CIFAR10DataModule", "ImageFolderDataModule", "TextDataModule", "TextClassificationDataModule"]
+The datamodules import when first named (``framework.data.TextDataModule``), not with the package:
+``framework-prepare-data``'s worker processes import its modules without torch or torchvision."""
+from __future__ import annotations
+
+import importlib
+
+_MODULES = {"BaseDataModule": "base", "DigitsDataModule": "digits", "SyntheticDataModule": "synthetic",
+            "MNISTDataModule": "vision", "CIFAR10DataModule": "vision", "ImageFolderDataModule": "vision",
+            "TextDataModule": "text", "TextClassificationDataModule": "text_classification",
+            "TokensDataModule": "tokens"}
+
+__all__ = list(_MODULES)
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return getattr(importlib.import_module(f"framework.data.{_MODULES[name]}"), name)
+    raise AttributeError(f"module 'framework.data' has no attribute {name!r}")

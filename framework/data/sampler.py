@@ -44,7 +44,9 @@ class ShardedSampler(Sampler[int]):
             order = torch.randperm(self.length, generator=g)
         else:
             order = torch.arange(self.length)
-        return iter(order[: self._used()][self.rank :: self.num_replicas][self.start :].tolist())
+        mine = order[: self._used()][self.rank :: self.num_replicas][self.start :]
+        # In chunks: a corpus of many millions of windows never becomes one list of Python ints.
+        return (i for chunk in mine.split(1 << 16) for i in chunk.tolist())
 
     def __len__(self) -> int:
         used = self._used()

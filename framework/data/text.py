@@ -16,10 +16,10 @@ from typing import Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
-from framework.config.package_paths import resolve_path
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_dataset, split_problems
 from framework.data.batched import GatheringTensorDataset
+from framework.data.tokenizer_files import load_tokenizer, tokenizer_problems
 
 
 def builtin_corpus() -> str:
@@ -35,22 +35,6 @@ def read_corpus(data_dir: Optional[str]) -> str:
     path = Path(data_dir)
     files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
     return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
-
-
-def tokenizer_file(tokenizer: str) -> Path:
-    """A ``tokenizers`` JSON file, or a model directory (``pkg://`` too) holding its ``tokenizer.json``."""
-    path = resolve_path(tokenizer)
-    return path / "tokenizer.json" if path.is_dir() else path
-
-
-def load_tokenizer(tokenizer: str):
-    """The tokenizer, its own padding and truncation off (the datamodule cuts and pads)."""
-    from tokenizers import Tokenizer
-
-    loaded = Tokenizer.from_file(str(tokenizer_file(tokenizer)))
-    loaded.no_padding()
-    loaded.no_truncation()
-    return loaded
 
 
 class Codec:
@@ -69,16 +53,6 @@ class Codec:
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(i) for i in ids]
         return self.tokenizer.decode(ids) if self.tokenizer else bytes(ids).decode("utf-8", errors="replace")
-
-
-def tokenizer_problems(tokenizer: Optional[str]) -> list[str]:
-    """``tokenizer`` names a tokenizers JSON file, or a directory that holds one."""
-    try:
-        found = tokenizer_file(tokenizer).is_file() if tokenizer else True
-    except FileNotFoundError as err:
-        return [f"tokenizer: {err}"]
-    return [] if found else [f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file, or a model "
-                             "directory holding tokenizer.json; null: bytes)"]
 
 
 def unigram_entropy(tokens: Sequence[int]) -> float:

@@ -19,7 +19,7 @@ from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_dataset, split_problems
 from framework.data.batched import GatheringTensorDataset
 from framework.data.docstrings import labelled_docstrings
-from framework.data.text import load_tokenizer, tokenizer_problems
+from framework.data.tokenizer_files import load_tokenizer, tokenizer_problems
 
 FORMATS = (".jsonl", ".csv")
 log = logging.getLogger(__name__)

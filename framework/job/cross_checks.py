@@ -89,6 +89,51 @@ def check_tokens(container: dict) -> list[str]:
     return problems
 
 
+def check_document_boundaries(container: dict) -> list[str]:
+    """``datamodule.document_boundaries`` gives the model each token's position in its document: its
+    forward must take ``positions`` (the built-in GPT's and a Hugging Face causal LM's do)."""
+    import inspect
+
+    from framework.config.validate import import_target
+
+    if not (container.get("datamodule") or {}).get("document_boundaries"):
+        return []
+    target = str((container.get("model") or {}).get("_target_", "?"))
+    try:
+        forward = inspect.signature(import_target(target).forward).parameters
+    except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
+        return []
+    if "positions" in forward or any(p.kind is p.VAR_KEYWORD for p in forward.values()):
+        return []
+    return [f"datamodule.document_boundaries: the batches carry each token's position in its document, but "
+            f"{target.rsplit('.', 1)[-1]}.forward takes no 'positions'; set document_boundaries=false, or use "
+            "model=gpt or hf/causal_lm (or give your model's forward a positions argument)"]
+
+
+def check_prepared_tokenizer(container: dict) -> list[str]:
+    """A prepared corpus (``datamodule.path``) was tokenized by the tokenizer of a Hugging Face model
+    that names its directory (``model.path`` holding tokenizer.json)."""
+    from framework.data.token_shards import read_index, tokenizer_fingerprint
+
+    data, model = (container.get(g) or {} for g in ("datamodule", "model"))
+    if not data.get("path") or not model.get("path") or not model.get("pretrained", True):
+        return []
+    try:
+        from framework.data.tokenizer_files import tokenizer_file
+
+        theirs, ours = read_index(str(data["path"]))["tokenizer"], tokenizer_file(str(model["path"]))
+        if not ours.is_file():
+            return []
+        fingerprint = tokenizer_fingerprint(ours)
+    except (OSError, ValueError):
+        return []  # a missing corpus or model is named by its own check
+    if fingerprint == theirs["fingerprint"]:
+        return []
+    return [f"datamodule.path: the corpus at {data['path']} was prepared with {theirs['file'] or 'UTF-8 bytes'} "
+            f"(fingerprint {theirs['fingerprint']}), not model.path's tokenizer {ours} ({fingerprint}); prepare it "
+            f"again with tokenizer={model['path']}"]
+
+
 def check_export_format(container: dict) -> list[str]:
     """``export_format=hf`` needs a model that knows its Hugging Face form (``save_hf``)."""
     from framework.config.validate import import_target

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from framework.config.ranges import Range
+from framework.models.documents import document_mask
 
 
 class RMSNorm(nn.Module):
@@ -45,7 +46,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """Rotate pairs of ``x`` ([batch, seq, heads, head_dim]) by the position's angles."""
     pairs = x.float().reshape(*x.shape[:-1], -1, 2)
     first, second = pairs[..., 0], pairs[..., 1]
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    # tables [seq, head_dim / 2], or [batch, seq, head_dim / 2] for positions of their own
+    cos, sin = (cos[None, :, None, :], sin[None, :, None, :]) if cos.dim() == 2 else (cos[:, :, None], sin[:, :, None])
     rotated = torch.stack([first * cos - second * sin, first * sin + second * cos], dim=-1)
     return rotated.flatten(-2).type_as(x)
 
@@ -60,19 +62,21 @@ class Attention(nn.Module):
         self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         batch, seq, _ = x.shape
         # the tables of the first ``seq`` positions: here the whole sequence, also where the blocks
         # between see a sequence-parallel shard of it (a later pipeline stage gets only that)
-        cos, sin = cos[:seq], sin[:seq]
+        if cos.dim() == 2:
+            cos, sin = cos[:seq], sin[:seq]
         # -1: the heads this rank holds (all of them, or its tensor-parallel share)
         q = apply_rotary(self.wq(x).view(batch, seq, -1, self.head_dim), cos, sin)
         k = apply_rotary(self.wk(x).view(batch, seq, -1, self.head_dim), cos, sin)
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
         if self.group > 1:  # grouped-query attention: each key/value head serves `group` query heads
             k, v = k.repeat_interleave(self.group, dim=2), v.repeat_interleave(self.group, dim=2)
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                                             dropout_p=self.dropout if self.training else 0.0, is_causal=mask is None)
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -94,8 +98,9 @@ class Block(nn.Module):
         self.feed_forward = FeedForward(dim, ffn_hidden)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin))
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin, mask=mask))
         return x + self.dropout(self.feed_forward(self.ffn_norm(x)))
 
 
@@ -187,10 +192,15 @@ class GPT(nn.Module):
     # blocks deleted from ``layers``): forward then runs what is left, from tokens or hidden states.
     pipeline_splittable = True
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``positions`` (each token's position in its document, 0 where one starts): rotary angles of
+        those positions, and attention within each document only."""
         h = self.dropout(self.tok_embeddings(tokens)) if self.tok_embeddings is not None else tokens
+        cos, sin, mask = self.rope_cos, self.rope_sin, None
+        if positions is not None:
+            cos, sin, mask = cos[positions], sin[positions], document_mask(positions)
         for block in self.layers.values():
-            h = block(h, self.rope_cos, self.rope_sin)
+            h = block(h, cos, sin) if mask is None else block(h, cos, sin, mask=mask)
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
 

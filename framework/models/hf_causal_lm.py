@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from framework.models import hf_files, hf_layouts, hf_plan
+from framework.models.documents import additive_mask, document_mask
 from framework.models.gpt import _copy_into
 from framework.models.hf_source import HFSource
 
@@ -77,19 +78,24 @@ class HFCausalLM(HFSource, nn.Module):
         meshes = (getattr(p, "device_mesh", None) for p in self.parameters())
         return next((m["tp"].size() for m in meshes if m is not None and "tp" in (m.mesh_dim_names or ())), 1)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``positions`` (each token's position in its document, 0 where one starts): position ids
+        of those positions, and attention within each document only."""
         first = self.embed_tokens is not None
-        # (a later pipeline stage's input is hidden states, with sequence parallelism this rank's shard of them)
-        seq = tokens.shape[1] * (1 if first else self._sequence_shards())
-        positions = torch.arange(seq, device=tokens.device).unsqueeze(0)
+        mask = None if positions is None else document_mask(positions)
+        if positions is None:
+            # (a later pipeline stage's input is hidden states, with sequence parallelism this rank's shard of them)
+            seq = tokens.shape[1] * (1 if first else self._sequence_shards())
+            positions = torch.arange(seq, device=tokens.device).unsqueeze(0)
         h = self._embed(tokens, positions) if first else tokens
+        extra = {} if mask is None else {"attention_mask": additive_mask(mask, h.dtype)}
         if self._rotary_class is None:
             for layer in self.layers.values():
-                h = layer(h)
+                h = layer(h, **extra)
         else:
             cos_sin = self._rotary_for(tokens.device)(h, positions)
             for layer in self.layers.values():
-                h = layer(h, position_embeddings=cos_sin, position_ids=positions)
+                h = layer(h, position_embeddings=cos_sin, position_ids=positions, **extra)
         h = self.norm(h) if self.norm is not None else h
         return self.lm_head(h) if self.lm_head is not None else h
 

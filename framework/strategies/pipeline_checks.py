@@ -50,6 +50,9 @@ def _batch_problems(options, topology: Topology, container: dict) -> list[str]:
 def _engine_problems(container: dict) -> list[str]:
     trainer, task = container.get("trainer") or {}, container.get("task") or {}
     problems = []
+    if (container.get("datamodule") or {}).get("document_boundaries"):
+        problems.append("datamodule.document_boundaries: a pipeline's stages pass hidden states on, not each token's "
+                        "place in its document; set document_boundaries=false, or train with ddp, fsdp, tp or fsdp_tp")
     if trainer.get("precision") == "16-mixed":
         problems.append("trainer.precision: 16-mixed needs a gradient scaler around backward, which the pipeline's "
                         "schedule runs itself; use 32-true or bf16-mixed with strategy=pp")

@@ -43,7 +43,7 @@ class Perplexity:
 
 
 class LanguageModelingTask:
-    """``step(model, (tokens, targets), stage)``: the mean cross-entropy of every target token
+    """``step(model, (tokens, targets[, positions]), stage)``: the mean cross-entropy of every target token
     (``ignore_index`` ones left out) and ``acc``, the share of tokens predicted exactly. Perplexity
     (``ppl``, exp of the mean loss over the whole pass, over every rank's tokens) is an epoch metric
     beside ``metrics``. ``predict_step`` continues each prompt by
@@ -61,8 +61,8 @@ class LanguageModelingTask:
         self.epoch_metrics = EpochMetrics({"ppl": Perplexity(ignore_index), **(metrics or {})}, stages)
 
     def step(self, model: torch.nn.Module, batch, stage: str):
-        tokens, targets = batch
-        logits = model(tokens)
+        tokens, targets, *positions = batch  # positions: datamodule.document_boundaries
+        logits = model(tokens, positions=positions[0]) if positions else model(tokens)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=self.ignore_index)
         if self.epoch_metrics.tracks(stage):
             self.epoch_metrics.update(stage, logits.detach().float(), targets)

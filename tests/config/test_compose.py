@@ -12,6 +12,7 @@ from pathlib import Path
 from framework.config import ConfigError
 from framework.config.location import HYDRA_CONFIG_PATH, config_dir
 from framework.job.preflight import preflight
+from tests.helpers.corpora import prepared_help
 
 CONF_DIR = config_dir()
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,7 @@ NEEDS_DATA[("model", "gpt")] = "Interpolation key 'datamodule.vocab_size' not fo
 NEEDS_DATA[("datamodule", "text")] = "Interpolation key 'datamodule.input_shape' not found"
 NEEDS_DATA[("strategy", "fsdp_tp")] = "cannot make world size 1"
 NEEDS_DATA[("datamodule", "text_classification")] = "Interpolation key 'model.path' not found"
+NEEDS_DATA[("datamodule", "tokens")] = "datamodule.path: missing value"
 NEEDS_DATA[("task", "language_modeling")] = "trains on windows of tokens, but datamodule DigitsDataModule"
 NEEDS_DATA[("strategy", "tp")] = "CNN has no tensor-parallel plan"
 NEEDS_DATA[("strategy", "pp")] = "CNN cannot be split into pipeline stages"
@@ -68,7 +70,8 @@ def test_every_experiment_composes_validates_and_runs(experiment, tmp_path):
     from framework import fit
 
     # An experiment may ask for an input (???): the fine-tuning one needs a checkpoint, here none.
-    needs = {"digits_finetune_5to9": ["init.weights=null"]}.get(experiment, [])
+    needs = {"digits_finetune_5to9": ["init.weights=null"],
+             "gpt_tokens": [f"datamodule.path={prepared_help(tmp_path)}"]}.get(experiment, [])
     cfg = compose([f"experiment={experiment}", "trainer.fast_dev_run=2", "trainer.enable_progress_bar=false", *needs])
     assert cfg.name == experiment
     preflight(cfg)

@@ -1,0 +1,161 @@
+"""``framework-prepare-data``: a corpus tokenized once, into token shards and an index that
+``datamodule=tokens`` reads (token_shards.py describes the files).
+
+The inputs are cut into pieces (token_sources.py) that worker processes tokenize and write
+independently, each piece's marker last. So a run that is stopped resumes where it was (the pieces
+with a marker are kept), a run over the same inputs changes nothing, and a run with new inputs
+appends their pieces to the corpus; an input changed since it was prepared, another tokenizer or
+other settings are refused, naming what differs. The index is written last.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from framework.data.prepare_pieces import init_worker, prepare_piece
+from framework.data.token_shards import (FORMAT, INDEX, SPLITS, read_index, token_dtype, tokenizer_fingerprint,
+                                         write_index)
+from framework.data.token_sources import input_files, plan_pieces
+
+# Tried in order when eos_token is "auto": the end-of-text tokens of GPT-2, Llama and Mistral, Qwen.
+_EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|im_end|>", "<eos>")
+
+
+@dataclass
+class PrepareSettings:
+    """``framework-prepare-data``'s keys."""
+    input: list = field(default_factory=list)  # files, folders or globs of .txt, .jsonl, .parquet
+    output: str = ""                            # the corpus's directory
+    tokenizer: Optional[str] = None             # a tokenizers JSON file or a model directory; null: UTF-8 bytes
+    workers: int = 0                            # tokenizing processes; 0: one per CPU core
+    val_fraction: float = 0.01                  # of the documents, drawn by split_seed
+    test_fraction: float = 0.01
+    split_seed: int = 0
+    document_separator: str = "\n\n"            # between a .txt file's documents
+    text_key: str = "text"                      # a .jsonl line's or .parquet row's text field
+    eos_token: Optional[str] = "auto"           # appended to every document; auto: the tokenizer's own, if any
+    piece_mb: float = 16.0                      # MB of input per piece of work
+
+
+# The settings an output keeps: preparing into it again with another value is refused.
+KEPT = ("val_fraction", "test_fraction", "split_seed", "document_separator", "text_key", "eos_token")
+
+
+def _tokenizer_facts(settings: PrepareSettings) -> dict:
+    if not settings.tokenizer:
+        return {"file": None, "fingerprint": "bytes", "vocab_size": 256, "eos_id": None}
+    from framework.data.tokenizer_files import load_tokenizer, tokenizer_file
+
+    path = tokenizer_file(settings.tokenizer)
+    tokenizer = load_tokenizer(str(path))
+    eos = settings.eos_token
+    if eos == "auto":
+        eos = next((t for t in _EOS_CANDIDATES if tokenizer.token_to_id(t) is not None), None)
+    if eos is not None and tokenizer.token_to_id(eos) is None:
+        raise ValueError(f"eos_token: '{eos}' is not a token of {path} (auto: one of {', '.join(_EOS_CANDIDATES)} "
+                         "when the tokenizer has it; null: none)")
+    return {"file": str(path), "fingerprint": tokenizer_fingerprint(path), "vocab_size": tokenizer.get_vocab_size(),
+            "eos_id": tokenizer.token_to_id(eos) if eos is not None else None}
+
+
+def _record(path: Path) -> dict:
+    stat = path.stat()
+    return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _reconcile(output: Path, files: list[Path], settings: PrepareSettings, tokenizer: dict) -> list[dict]:
+    """The inputs in their order in the output (those prepared before first); ValueError naming what
+    differs from what the output was prepared with."""
+    kept_path = output / "pieces" / "settings.json"
+    kept = json.loads(kept_path.read_text()) if kept_path.is_file() else None
+    ours = {**{k: getattr(settings, k) for k in KEPT}, "tokenizer": tokenizer["fingerprint"]}
+    if kept is not None:
+        for key, value in ours.items():
+            if kept.get(key) != value:
+                raise ValueError(f"{key}: {value!r}, but {output} was prepared with {kept.get(key)!r}; prepare into a "
+                                 "new output (or remove this one)")
+    before = read_index(output)["inputs"] if (output / INDEX).is_file() else []
+    known = {r["path"]: r for r in before}
+    for path in files:
+        old, now = known.get(str(path)), _record(path)
+        if old is not None and (old["size"], old["mtime_ns"]) != (now["size"], now["mtime_ns"]):
+            raise ValueError(f"input: '{path}' changed since {output} was prepared from it (size {old['size']} -> "
+                             f"{now['size']}); prepare into a new output")
+    (output / "pieces").mkdir(parents=True, exist_ok=True)
+    if kept is None:
+        kept_path.write_text(json.dumps(ours))
+    return before + [_record(p) for p in files if str(p) not in known]
+
+
+def _done(output: Path, piece, source: dict) -> Optional[dict]:
+    """The piece's marker, when it was written for this very piece of this very input."""
+    path = output / "pieces" / f"{piece.name}.json"
+    if not path.is_file():
+        return None
+    marker = json.loads(path.read_text())
+    same = marker.get("source") == source and (marker.get("start"), marker.get("end")) == (piece.start, piece.end)
+    return marker if same else None
+
+
+def _run(jobs: list, workers: int, total_bytes: int) -> list[dict]:
+    """Every job through ``prepare_piece``: in this process, or over ``workers`` processes."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not jobs)
+    done = []
+    try:
+        if workers <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                done.append(prepare_piece(job))
+                bar.update(max(done[-1]["bytes"], 1))
+            return done
+        with multiprocessing.get_context("spawn").Pool(workers, init_worker, (True,)) as pool:
+            for marker in pool.imap_unordered(prepare_piece, jobs):
+                done.append(marker)
+                bar.update(max(marker["bytes"], 1))
+        return done
+    finally:
+        bar.close()
+
+
+def _index(settings: PrepareSettings, tokenizer: dict, inputs: list[dict], markers: list[dict]) -> dict:
+    splits = {split: [m["splits"][split] for m in markers if split in m["splits"]] for split in SPLITS}
+    return {"format": FORMAT, "dtype": token_dtype(tokenizer["vocab_size"]),
+            "tokenizer": {"fingerprint": tokenizer["fingerprint"], "file": tokenizer["file"],
+                          "vocab_size": tokenizer["vocab_size"]},
+            "vocab_size": tokenizer["vocab_size"], "eos_id": tokenizer["eos_id"],
+            "settings": {k: getattr(settings, k) for k in KEPT}, "inputs": inputs,
+            "documents": sum(m["documents"] for m in markers),
+            "tokens": {split: sum(s["tokens"] for s in shards) for split, shards in splits.items()},
+            "splits": splits}
+
+
+def prepare(settings: PrepareSettings) -> dict:
+    """Prepare (or resume, or append to) ``settings.output``; its index."""
+    output = Path(settings.output)
+    files = input_files([str(i) for i in settings.input])
+    tokenizer = _tokenizer_facts(settings)
+    output.mkdir(parents=True, exist_ok=True)
+    inputs = _reconcile(output, files, settings, tokenizer)
+    if (output / INDEX).is_file() and read_index(output)["inputs"] == inputs:
+        print(f"{output}: up to date ({len(inputs)} inputs prepared before); nothing to do")
+        return read_index(output)
+    piece_bytes = max(1, int(settings.piece_mb * 1e6))
+    pieces = [(p, source) for number, source in enumerate(inputs)
+              for p in plan_pieces(number, Path(source["path"]), piece_bytes, settings.document_separator)]
+    shared = {**{k: getattr(settings, k) for k in KEPT}, "tokenizer_file": tokenizer["file"],
+              "eos_id": tokenizer["eos_id"], "dtype": token_dtype(tokenizer["vocab_size"])}
+    markers = {p.name: _done(output, p, source) for p, source in pieces}
+    jobs = [(p, str(output), shared, source) for p, source in pieces if markers[p.name] is None]
+    if len(jobs) < len(pieces):
+        print(f"{output}: {len(pieces) - len(jobs)} of {len(pieces)} pieces prepared before, kept")
+    workers = settings.workers or os.cpu_count() or 1
+    for marker in _run(jobs, min(workers, len(jobs)), sum(p.end - p.start for p, *_ in jobs)):
+        markers[marker["piece"]] = marker
+    index = _index(settings, tokenizer, inputs, [markers[p.name] for p, _ in pieces])
+    write_index(output, index)
+    return index

@@ -1,0 +1,95 @@
+"""``datamodule=tokens``: a corpus that ``framework-prepare-data`` tokenized once, read window by
+window (``seq_len`` tokens) from its shards (token_windows.py), so it may be far larger than memory.
+
+The engine's sampler deals the windows to the data-parallel ranks without overlap, shuffled by
+(seed, epoch), and a checkpoint's loop position resumes the stream exactly, under any world size: the
+global order of windows is the same, only its split across ranks differs. ``document_boundaries``:
+batches carry each token's position in its document, and the model attends within documents only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from framework.config.ranges import Range
+from framework.data.base import BaseDataModule
+from framework.data.token_shards import SPLITS, read_index, shard_problems, split_tokens, tokenizer_fingerprint
+from framework.data.token_windows import TokenWindows
+
+
+def _index_or_problem(path: Optional[str]) -> tuple[Optional[dict], list[str]]:
+    if not path:
+        return None, ["path: missing; the directory framework-prepare-data wrote (its output=)"]
+    try:
+        return read_index(path), []
+    except (FileNotFoundError, ValueError) as err:
+        return None, [f"path: {err}"]
+
+
+def _tokenizer_problems(index: dict, tokenizer: Optional[str]) -> list[str]:
+    """``tokenizer`` (when given) is the one the corpus was prepared with."""
+    from framework.data.tokenizer_files import tokenizer_file
+
+    if not tokenizer:
+        return []
+    try:
+        ours = tokenizer_fingerprint(tokenizer_file(tokenizer))
+    except (OSError, ValueError) as err:
+        return [f"tokenizer: '{tokenizer}' is not a tokenizers JSON file or a directory holding one ({err})"]
+    prepared = index["tokenizer"]
+    if ours == prepared["fingerprint"]:
+        return []
+    return [f"tokenizer: '{tokenizer}' is not the tokenizer the corpus was prepared with "
+            f"({prepared['file'] or 'UTF-8 bytes'}, fingerprint {prepared['fingerprint']} against {ours}); "
+            "prepare the corpus with this tokenizer, or train with that one"]
+
+
+class TokensDataModule(BaseDataModule):
+    """Batches of (inputs, targets) windows [batch, seq_len], with positions [batch, seq_len] when
+    ``document_boundaries``. ``vocab_size`` is the prepared corpus's (read from its index)."""
+
+    argument_ranges = {"seq_len": Range(low=1)}
+
+    def __init__(self, path: str, batch_size: int = 32, seq_len: int = 128, num_workers: int = 0,
+                 vocab_size: Optional[int] = None, tokenizer: Optional[str] = None,
+                 document_boundaries: bool = False):
+        super().__init__(batch_size, num_workers)
+        self.path, self.seq_len, self.document_boundaries = path, seq_len, document_boundaries
+        self.index = read_index(path)
+        if vocab_size is not None and vocab_size != self.index["vocab_size"]:
+            raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the corpus at {path} has "
+                             f"{self.index['vocab_size']} tokens")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.index["vocab_size"]
+
+    @classmethod
+    def check_config(cls, path: Optional[str] = None, seq_len: int = 128, vocab_size: Optional[int] = None,
+                     tokenizer: Optional[str] = None, **_) -> list[str]:
+        index, problems = _index_or_problem(path)
+        if index is None:
+            return problems
+        problems += [f"path: {p}" for p in shard_problems(path, index)]
+        problems += _tokenizer_problems(index, tokenizer)
+        if isinstance(vocab_size, int) and vocab_size != index["vocab_size"]:
+            problems.append(f"vocab_size: {vocab_size}, but the corpus at {path} has {index['vocab_size']} tokens; "
+                            "leave it to the corpus's index (the default)")
+        train = split_tokens(index, "train")
+        if isinstance(seq_len, int) and seq_len >= 1 and train <= seq_len:
+            problems.append(f"seq_len: the corpus's train split has {train} tokens, not enough for one window of "
+                            f"{seq_len} (and its next token)")
+        return problems
+
+    def setup(self, stage: str) -> None:
+        if self.train_set is not None:
+            return
+        problems = shard_problems(self.path, self.index)
+        if problems:
+            raise FileNotFoundError("datamodule.path: " + "; ".join(problems))
+        sets = {split: TokenWindows(self.path, self.index["splits"].get(split, []), self.index["dtype"], self.seq_len,
+                                    self.document_boundaries) for split in SPLITS}
+        self.train_set, self.val_set, self.test_set = (sets[s] if len(sets[s]) else None for s in SPLITS)
+
+    def __repr__(self) -> str:
+        return f"TokensDataModule({Path(self.path)}, seq_len={self.seq_len})"

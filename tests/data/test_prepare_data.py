@@ -1,0 +1,146 @@
+"""framework-prepare-data: the shards hold the corpus's tokens exactly, whatever the number of
+workers; a second run changes nothing, a stopped run resumes, new inputs append, and what differs
+from the prepared corpus is refused, naming it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from framework.config import ConfigError
+from framework.cli.prepare_data import parse
+from framework.data import prepare_pieces
+from framework.data.prepare import PrepareSettings, prepare
+from framework.data.token_shards import read_index
+from tests.helpers.corpora import bpe_tokenizer, help_text
+
+pa = pytest.importorskip("pyarrow")
+
+
+def stream(directory, split: str = "train") -> np.ndarray:
+    index = read_index(directory)
+    parts = [np.fromfile(directory / s["file"], dtype=index["dtype"]) for s in index["splits"][split]]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=index["dtype"])
+
+
+def files_of(directory) -> dict:
+    return {p.name: p.read_bytes() for p in sorted((directory / "shards").iterdir())}
+
+
+def test_bytes_of_a_text_file_are_the_file_and_workers_change_no_byte(tmp_path):
+    text = help_text(tmp_path)
+    one = prepare(PrepareSettings(input=[str(text)], output=str(tmp_path / "one"), workers=1, piece_mb=0.05,
+                                  val_fraction=0, test_fraction=0))
+    assert one["dtype"] == "uint16" and one["vocab_size"] == 256 and len(one["splits"]["train"]) > 5
+    assert stream(tmp_path / "one").astype(np.uint8).tobytes() == text.read_bytes()
+    # documents are the paragraphs: their offsets in the stream are where each paragraph starts
+    starts = [np.load(tmp_path / "one" / s["file"].replace(".bin", ".docs.npy")) for s in one["splits"]["train"]]
+    assert sum(len(s) for s in starts) == one["documents"] == text.read_text().count("\n\n") + 1
+    two = prepare(PrepareSettings(input=[str(text)], output=str(tmp_path / "two"), workers=2, piece_mb=0.05,
+                                  val_fraction=0, test_fraction=0))
+    assert files_of(tmp_path / "one") == files_of(tmp_path / "two") and one["splits"] == two["splits"]
+
+
+def test_splits_are_by_document_and_a_second_run_is_a_no_op(tmp_path, capsys):
+    settings = PrepareSettings(input=[str(help_text(tmp_path))], output=str(tmp_path / "out"), workers=1,
+                               val_fraction=0.1, test_fraction=0.1)
+    index = prepare(settings)
+    counts = index["tokens"]
+    assert counts["val"] > 0 and counts["test"] > 0 and sum(counts.values()) == (tmp_path / "help.txt").stat().st_size
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*")}
+    assert prepare(settings) == index
+    assert "up to date" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*")} == before
+
+
+def test_a_stopped_run_resumes_with_the_pieces_it_had(tmp_path, monkeypatch, capsys):
+    settings = PrepareSettings(input=[str(help_text(tmp_path))], output=str(tmp_path / "out"), workers=1,
+                               piece_mb=0.1)
+    done = []
+    real = prepare_pieces.prepare_piece
+
+    def stopped_after_two(job):
+        if len(done) == 2:
+            raise KeyboardInterrupt
+        done.append(real(job))
+        return done[-1]
+
+    monkeypatch.setattr("framework.data.prepare.prepare_piece", stopped_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(settings)
+    assert not (tmp_path / "out" / "index.json").exists()
+    kept = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "shards").iterdir()}
+    monkeypatch.setattr("framework.data.prepare.prepare_piece", real)
+    resumed = prepare(settings)
+    assert "2 of 5 pieces prepared before, kept" in capsys.readouterr().out
+    assert all(p.stat().st_mtime_ns == t for p, t in kept.items())
+    fresh = prepare(PrepareSettings(**{**settings.__dict__, "output": str(tmp_path / "fresh")}))
+    assert resumed["splits"] == fresh["splits"] and files_of(tmp_path / "out") == files_of(tmp_path / "fresh")
+
+
+def test_new_inputs_append_and_a_changed_input_or_tokenizer_is_refused(tmp_path):
+    first, second = help_text(tmp_path, "a.txt", slice(0, 40)), help_text(tmp_path, "b.txt", slice(40, None))
+    out = tmp_path / "out"
+    before = prepare(PrepareSettings(input=[str(first)], output=str(out), workers=1))
+    shards = files_of(out)
+    after = prepare(PrepareSettings(input=[str(tmp_path / "*.txt")], output=str(out), workers=1))
+    assert [i["path"] for i in after["inputs"]] == [str(first), str(second)]
+    assert after["splits"]["train"][:len(before["splits"]["train"])] == before["splits"]["train"]
+    assert all(files_of(out)[name] == data for name, data in shards.items())
+    both = prepare(PrepareSettings(input=[str(first), str(second)], output=str(tmp_path / "both"), workers=1))
+    assert both["splits"] == after["splits"]
+    first.write_text(first.read_text() + "\n\nmore")
+    with pytest.raises(ValueError, match=r"input: '.*a.txt' changed since .* was prepared from it"):
+        prepare(PrepareSettings(input=[str(first)], output=str(out), workers=1))
+    tokenizer = bpe_tokenizer(tmp_path)
+    with pytest.raises(ValueError, match="tokenizer: .* was prepared with 'bytes'"):
+        prepare(PrepareSettings(input=[str(second)], output=str(out), tokenizer=str(tokenizer), workers=1))
+    with pytest.raises(ValueError, match="val_fraction: 0.3, but .* was prepared with 0.01"):
+        prepare(PrepareSettings(input=[str(second)], output=str(out), val_fraction=0.3, workers=1))
+
+
+def test_jsonl_and_parquet_through_pyarrow_with_a_tokenizer(tmp_path):
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    texts = help_text(tmp_path).read_text().split("\n\n")[:200]
+    with open(tmp_path / "docs.jsonl", "w") as f:
+        f.writelines(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts[:100]))
+    pq.write_table(pa.table({"text": texts[100:], "n": list(range(100))}), tmp_path / "docs.parquet", row_group_size=30)
+    tokenizer = bpe_tokenizer(tmp_path)
+    index = prepare(PrepareSettings(input=[str(tmp_path / "docs.jsonl"), str(tmp_path / "docs.parquet")],
+                                    output=str(tmp_path / "out"), tokenizer=str(tokenizer), workers=2,
+                                    val_fraction=0, test_fraction=0))
+    eos = Tokenizer.from_file(str(tokenizer)).token_to_id("<|endoftext|>")
+    expected = [i for t in texts if t for i in [*Tokenizer.from_file(str(tokenizer)).encode(t).ids, eos]]
+    assert index["documents"] == 200 and index["eos_id"] == eos and index["vocab_size"] == 384
+    assert stream(tmp_path / "out").tolist() == expected
+    assert len(index["splits"]["train"]) == 1 + 4  # the jsonl in one piece, the parquet's 4 row groups
+
+
+def test_a_vocabulary_beyond_uint16_is_stored_as_uint32(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = {f"w{i}": i for i in range(70_000)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(tmp_path / "wide.json"))
+    (tmp_path / "t.txt").write_text("w1 w69999 w65536\n\nw3")
+    index = prepare(PrepareSettings(input=[str(tmp_path / "t.txt")], output=str(tmp_path / "out"), workers=1,
+                                    tokenizer=str(tmp_path / "wide.json"), val_fraction=0, test_fraction=0))
+    assert index["dtype"] == "uint32" and stream(tmp_path / "out").tolist() == [1, 69999, 65536, 3]
+
+
+def test_the_command_line_names_a_bad_key_and_its_valid_ones(tmp_path):
+    with pytest.raises(ConfigError, match="bogus=1: expected key=value with a key among input, output, tokenizer"):
+        parse(["input=x", "output=y", "bogus=1"])
+    with pytest.raises(ConfigError, match="output: missing"):
+        parse(["input=x"])
+    with pytest.raises(ConfigError, match="val_fraction: must be in"):
+        parse(["input=x", "output=y", "val_fraction=2"])
+    done = subprocess.run([sys.executable, "-m", "framework.cli.prepare_data", f"input={tmp_path}/none/*.txt",
+                           f"output={tmp_path}/out"], capture_output=True, text=True)
+    assert done.returncode == 2 and "input: " in done.stderr and "names no .txt, .jsonl, .parquet file" in done.stderr
