@@ -37,8 +37,10 @@ def parse(args: list[str]):
             raise ConfigError([f"{key}: must be in [0, 1), got {getattr(settings, key)}"])
     if settings.val_fraction + settings.test_fraction >= 1:
         raise ConfigError(["val_fraction + test_fraction: must stay below 1 (training needs documents)"])
-    if settings.workers < 0 or settings.piece_mb <= 0:
-        raise ConfigError(["workers: must be >= 0 (0: one per core); piece_mb: must be > 0"])
+    problems = [f"workers: must be >= 0 (0: one per core), got {settings.workers}"] if settings.workers < 0 else []
+    problems += [f"piece_mb: must be > 0, got {settings.piece_mb}"] if settings.piece_mb <= 0 else []
+    if problems:
+        raise ConfigError(problems)
     return settings
 
 
@@ -47,8 +49,10 @@ def main() -> None:
     if {"-h", "--help"} & set(args):
         from framework.data.prepare import PrepareSettings
 
-        fields = "\n".join(f"  {f.name}" for f in dataclasses.fields(PrepareSettings))
-        print(f"usage: {__doc__}\nkeys:\n{fields}")
+        shown = {None: "null", "": "(required)"}
+        keys = (f"  {f.name}={shown.get(f.default, repr(f.default))}: {f.metadata['help']}"
+                if f.name != "input" else f"  input=[...]: {f.metadata['help']}" for f in dataclasses.fields(PrepareSettings))
+        print(f"usage: {__doc__.replace('``', '')}\nkeys (default):\n" + "\n".join(keys))
         return
     try:
         from framework.data.prepare import prepare

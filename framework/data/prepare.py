@@ -25,20 +25,25 @@ from framework.data.token_sources import input_files, plan_pieces
 _EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|im_end|>", "<eos>")
 
 
+def _key(default, what: str):
+    return field(default_factory=default, metadata={"help": what}) if callable(default) else \
+        field(default=default, metadata={"help": what})
+
+
 @dataclass
 class PrepareSettings:
-    """``framework-prepare-data``'s keys."""
-    input: list = field(default_factory=list)  # files, folders or globs of .txt, .jsonl, .parquet
-    output: str = ""                            # the corpus's directory
-    tokenizer: Optional[str] = None             # a tokenizers JSON file or a model directory; null: UTF-8 bytes
-    workers: int = 0                            # tokenizing processes; 0: one per CPU core
-    val_fraction: float = 0.01                  # of the documents, drawn by split_seed
-    test_fraction: float = 0.01
-    split_seed: int = 0
-    document_separator: str = "\n\n"            # between a .txt file's documents
-    text_key: str = "text"                      # a .jsonl line's or .parquet row's text field
-    eos_token: Optional[str] = "auto"           # appended to every document; auto: the tokenizer's own, if any
-    piece_mb: float = 16.0                      # MB of input per piece of work
+    """``framework-prepare-data``'s keys (their help: ``--help``)."""
+    input: list = _key(list, "files, folders or globs of .txt, .jsonl, .parquet")
+    output: str = _key("", "the prepared corpus's directory (datamodule.path)")
+    tokenizer: Optional[str] = _key(None, "a tokenizers JSON file or a model directory; null: UTF-8 bytes")
+    workers: int = _key(0, "tokenizing processes; 0: one per CPU core")
+    val_fraction: float = _key(0.01, "the share of documents for validation, drawn by split_seed")
+    test_fraction: float = _key(0.01, "the share of documents for testing")
+    split_seed: int = _key(0, "the seed of the split by document")
+    document_separator: str = _key("\n\n", "what separates a .txt file's documents")
+    text_key: str = _key("text", "the text field of a .jsonl line or a .parquet row")
+    eos_token: Optional[str] = _key("auto", "appended to every document; auto: the tokenizer's own, if it has one")
+    piece_mb: float = _key(16.0, "MB of input per piece of work (the unit a stopped run resumes from)")
 
 
 # The settings an output keeps: preparing into it again with another value is refused.
@@ -48,10 +53,16 @@ KEPT = ("val_fraction", "test_fraction", "split_seed", "document_separator", "te
 def _tokenizer_facts(settings: PrepareSettings) -> dict:
     if not settings.tokenizer:
         return {"file": None, "fingerprint": "bytes", "vocab_size": 256, "eos_id": None}
-    from framework.data.tokenizer_files import load_tokenizer, tokenizer_file
+    from framework.data.tokenizer_files import load_tokenizer, tokenizer_file, tokenizer_problems
 
+    problems = tokenizer_problems(settings.tokenizer)
+    if problems:
+        raise ValueError(problems[0])
     path = tokenizer_file(settings.tokenizer)
-    tokenizer = load_tokenizer(str(path))
+    try:
+        tokenizer = load_tokenizer(str(path))
+    except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types
+        raise ValueError(f"tokenizer: '{path}' is not a tokenizers JSON file ({str(err).splitlines()[0]})") from err
     eos = settings.eos_token
     if eos == "auto":
         eos = next((t for t in _EOS_CANDIDATES if tokenizer.token_to_id(t) is not None), None)
