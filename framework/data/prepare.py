@@ -133,14 +133,19 @@ def _run(jobs: list, workers: int, total_bytes: int) -> list[dict]:
         bar.close()
 
 
-def _index(settings: PrepareSettings, tokenizer: dict, inputs: list[dict], markers: list[dict]) -> dict:
-    splits = {split: [m["splits"][split] for m in markers if split in m["splits"]] for split in SPLITS}
+def _index(settings: PrepareSettings, tokenizer: dict, inputs: list[dict], before: Optional[dict],
+           markers: list[dict]) -> dict:
+    """The index of the corpus: what ``before`` (the index of the inputs prepared earlier) held, then
+    the new pieces' shards in order."""
+    old = before["splits"] if before else {}
+    splits = {split: old.get(split, []) + [m["splits"][split] for m in markers if split in m["splits"]]
+              for split in SPLITS}
     return {"format": FORMAT, "dtype": token_dtype(tokenizer["vocab_size"]),
             "tokenizer": {"fingerprint": tokenizer["fingerprint"], "file": tokenizer["file"],
                           "vocab_size": tokenizer["vocab_size"]},
             "vocab_size": tokenizer["vocab_size"], "eos_id": tokenizer["eos_id"],
             "settings": {k: getattr(settings, k) for k in KEPT}, "inputs": inputs,
-            "documents": sum(m["documents"] for m in markers),
+            "documents": (before["documents"] if before else 0) + sum(m["documents"] for m in markers),
             "tokens": {split: sum(s["tokens"] for s in shards) for split, shards in splits.items()},
             "splits": splits}
 
@@ -152,11 +157,14 @@ def prepare(settings: PrepareSettings) -> dict:
     tokenizer = _tokenizer_facts(settings)
     output.mkdir(parents=True, exist_ok=True)
     inputs = _reconcile(output, files, settings, tokenizer)
-    if (output / INDEX).is_file() and read_index(output)["inputs"] == inputs:
+    before = read_index(output) if (output / INDEX).is_file() else None
+    if before is not None and before["inputs"] == inputs:
         print(f"{output}: up to date ({len(inputs)} inputs prepared before); nothing to do")
-        return read_index(output)
+        return before
+    # (the inputs an index lists are whole: only the others are planned, so theirs need not exist here)
+    known = len(before["inputs"]) if before else 0
     piece_bytes = max(1, int(settings.piece_mb * 1e6))
-    pieces = [(p, source) for number, source in enumerate(inputs)
+    pieces = [(p, source) for number, source in enumerate(inputs) if number >= known
               for p in plan_pieces(number, Path(source["path"]), piece_bytes, settings.document_separator)]
     shared = {**{k: getattr(settings, k) for k in KEPT}, "tokenizer_file": tokenizer["file"],
               "eos_id": tokenizer["eos_id"], "dtype": token_dtype(tokenizer["vocab_size"])}
@@ -164,9 +172,9 @@ def prepare(settings: PrepareSettings) -> dict:
     jobs = [(p, str(output), shared, source) for p, source in pieces if markers[p.name] is None]
     if len(jobs) < len(pieces):
         print(f"{output}: {len(pieces) - len(jobs)} of {len(pieces)} pieces prepared before, kept")
-    workers = settings.workers or os.cpu_count() or 1
+    workers = settings.workers or len(os.sched_getaffinity(0))
     for marker in _run(jobs, min(workers, len(jobs)), sum(p.end - p.start for p, *_ in jobs)):
         markers[marker["piece"]] = marker
-    index = _index(settings, tokenizer, inputs, [markers[p.name] for p, _ in pieces])
+    index = _index(settings, tokenizer, inputs, before, [markers[p.name] for p, _ in pieces])
     write_index(output, index)
     return index

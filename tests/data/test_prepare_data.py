@@ -100,6 +100,12 @@ def test_new_inputs_append_and_a_changed_input_or_tokenizer_is_refused(tmp_path)
         prepare(PrepareSettings(input=[str(second)], output=str(out), tokenizer=str(tokenizer), workers=1))
     with pytest.raises(ValueError, match="val_fraction: 0.3, but .* was prepared with 0.01"):
         prepare(PrepareSettings(input=[str(second)], output=str(out), val_fraction=0.3, workers=1))
+    # the inputs prepared before need not be there to append another
+    second.unlink()
+    third = help_text(tmp_path, "c.txt", slice(0, 5))
+    appended = prepare(PrepareSettings(input=[str(third)], output=str(out), workers=1))
+    assert [i["path"] for i in appended["inputs"]] == [str(first), str(second), str(third)]
+    assert appended["splits"]["train"][:len(after["splits"]["train"])] == after["splits"]["train"]
 
 
 def test_jsonl_and_parquet_through_pyarrow_with_a_tokenizer(tmp_path):
