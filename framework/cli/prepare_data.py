@@ -30,8 +30,9 @@ def parse(args: list[str]):
         given["input"] = [given["input"]]
     try:
         settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PrepareSettings), given))
-    except Exception as err:  # noqa: BLE001 - OmegaConf's validation errors name the key
-        raise ConfigError([str(err).splitlines()[0]]) from err
+    except Exception as err:  # noqa: BLE001 - OmegaConf's validation errors carry the key
+        key = getattr(err, "full_key", None)
+        raise ConfigError([f"{key}: {str(err).splitlines()[0]}" if key else str(err).splitlines()[0]]) from err
     for key in ("val_fraction", "test_fraction"):
         if not 0 <= getattr(settings, key) < 1:
             raise ConfigError([f"{key}: must be in [0, 1), got {getattr(settings, key)}"])
@@ -54,11 +55,14 @@ def main() -> None:
                 if f.name != "input" else f"  input=[...]: {f.metadata['help']}" for f in dataclasses.fields(PrepareSettings))
         print(f"usage: {__doc__.replace('``', '')}\nkeys (default):\n" + "\n".join(keys))
         return
-    try:
-        from framework.data.prepare import prepare
+    from framework.data.prepare import Stopped, prepare
 
+    try:
         settings = parse(args)
         index = prepare(settings)
+    except Stopped as err:
+        print(f"framework-prepare-data: stopped: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
     except (ValueError, FileNotFoundError, ImportError) as err:
         print(f"framework-prepare-data: {err}", file=sys.stderr)
         sys.exit(2)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationToMissingValueError
 
 from framework.config.durations import duration_problems
 from framework.config.sizes import size_problems
@@ -155,9 +156,11 @@ def _resolve(node: Any, problems: list[str], path: str = "") -> Any:
         try:
             value = node[key]
         except Exception as err:  # omegaconf raises several types; all mean "does not resolve"
+            out[key] = None
+            if isinstance(err, InterpolationToMissingValueError):
+                continue  # what it points to is missing: that key's own problem names it
             reason = str(err).split("\n")[0]
             problems.append(f"{full}: cannot resolve {OmegaConf.to_container(node, resolve=False)[key]!r}: {reason}")
-            out[key] = None
             continue
         out[key] = _resolve(value, problems, full) if isinstance(value, (DictConfig, ListConfig)) else value
     return out

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from framework.data.prepare_pieces import init_worker, prepare_piece
 from framework.data.token_shards import (FORMAT, INDEX, SPLITS, read_index, token_dtype, tokenizer_fingerprint,
@@ -112,25 +113,61 @@ def _done(output: Path, piece, source: dict) -> Optional[dict]:
     return marker if same else None
 
 
+class Stopped(Exception):
+    """Preparation stopped before every piece was done (a signal, or a worker that died); the pieces
+    done are kept, and the same command resumes. ``exit_code``: 130 for a signal, else 1."""
+
+    def __init__(self, why: str, exit_code: int = 1):
+        super().__init__(why)
+        self.exit_code = exit_code
+
+
+def _stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _in_workers(jobs: list, workers: int) -> Iterator[dict]:
+    """The jobs' markers as ``workers`` spawned processes finish them; a worker that dies (killed,
+    out of memory) stops the run instead of leaving it waiting for a piece that never comes."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), init_worker, (True,))
+    try:
+        pending = {pool.submit(prepare_piece, job) for job in jobs}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+    except BrokenProcessPool as err:
+        raise Stopped("a worker process died (killed, or out of memory?)") from err
+    finally:
+        for process in list(getattr(pool, "_processes", {}).values()):  # (no public way before Python 3.14)
+            process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _run(jobs: list, workers: int, total_bytes: int) -> list[dict]:
-    """Every job through ``prepare_piece``: in this process, or over ``workers`` processes."""
+    """Every job through ``prepare_piece``: in this process, or over ``workers`` processes. SIGINT
+    and SIGTERM stop it, keeping the pieces done."""
     from tqdm import tqdm
 
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not jobs)
-    done = []
+    done, before = [], signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        if workers <= 1 or len(jobs) <= 1:
-            for job in jobs:
-                done.append(prepare_piece(job))
-                bar.update(max(done[-1]["bytes"], 1))
-            return done
-        with multiprocessing.get_context("spawn").Pool(workers, init_worker, (True,)) as pool:
-            for marker in pool.imap_unordered(prepare_piece, jobs):
-                done.append(marker)
-                bar.update(max(marker["bytes"], 1))
+        markers = (prepare_piece(job) for job in jobs) if workers <= 1 or len(jobs) <= 1 else \
+            _in_workers(jobs, workers)
+        for marker in markers:
+            done.append(marker)
+            bar.update(marker["bytes"])
         return done
+    except KeyboardInterrupt as err:
+        raise Stopped("interrupted", 130) from err
     finally:
+        signal.signal(signal.SIGTERM, before)
         bar.close()
+        if len(done) < len(jobs):
+            print(f"{len(done)} of {len(jobs)} pieces done this time, kept; run the same command again to resume")
 
 
 def _index(settings: PrepareSettings, tokenizer: dict, inputs: list[dict], before: Optional[dict],
@@ -173,8 +210,12 @@ def prepare(settings: PrepareSettings) -> dict:
     if len(jobs) < len(pieces):
         print(f"{output}: {len(pieces) - len(jobs)} of {len(pieces)} pieces prepared before, kept")
     workers = settings.workers or len(os.sched_getaffinity(0))
-    for marker in _run(jobs, min(workers, len(jobs)), sum(p.end - p.start for p, *_ in jobs)):
+    for marker in _run(jobs, min(workers, len(jobs)), sum(p.size for p, *_ in jobs)):
         markers[marker["piece"]] = marker
     index = _index(settings, tokenizer, inputs, before, [markers[p.name] for p, _ in pieces])
+    if not index["tokens"]["train"]:
+        raise ValueError(f"input: the inputs hold no text for training ({index['documents']} documents, "
+                         f"{sum(index['tokens'].values())} tokens): empty files, or text_key={settings.text_key!r} "
+                         "names no field of theirs")
     write_index(output, index)
     return index

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -20,7 +21,8 @@ _tokenizers: dict = {}
 
 def init_worker(one_thread: bool) -> None:
     """A worker process among several: the tokenizer's own thread pool kept to one thread (the
-    processes are the parallelism)."""
+    processes are the parallelism); Ctrl-C left to the parent, which stops the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if one_thread:
         os.environ["RAYON_NUM_THREADS"] = "1"
 
@@ -92,7 +94,7 @@ def prepare_piece(job: tuple) -> dict:
         offsets = np.concatenate([[0], np.cumsum(split_lengths)[:-1]])
         written[split] = write_shard(Path(output), f"{piece.name}.{split}", tokens[token_splits == number], offsets)
     marker = {"piece": piece.name, "source": source, "start": piece.start, "end": piece.end,
-              "bytes": piece.end - piece.start if not piece.path.endswith(".parquet") else 0,
+              "bytes": piece.size,
               "documents": int(len(lengths)), "splits": written}
     markers = Path(output) / "pieces"
     markers.mkdir(parents=True, exist_ok=True)

@@ -95,9 +95,24 @@ def shard_problems(directory, index: dict) -> list[str]:
                 problems.append(f"shard '{path}' has {path.stat().st_size} bytes, the index says "
                                 f"{shard['tokens']} tokens of {index['dtype']} ({shard['tokens'] * width} bytes): "
                                 "it is truncated or not this corpus's; prepare the corpus again")
-            elif not docs.is_file():
-                problems.append(f"missing document offsets '{docs}'")
+            else:
+                problems += _offsets_problems(docs, shard["documents"])
     return problems
+
+
+def _offsets_problems(docs: Path, documents: int) -> list[str]:
+    """The document offsets of a shard: an int64 array of one offset per document (its header read,
+    not its numbers)."""
+    if not docs.is_file():
+        return [f"missing document offsets '{docs}'"]
+    try:
+        offsets = np.load(docs, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError):
+        return [f"document offsets '{docs}' are not a whole saved array (damaged, or cut short): prepare the corpus again"]
+    if offsets.dtype != np.int64 or offsets.shape != (documents,):
+        return [f"document offsets '{docs}' hold {offsets.shape} {offsets.dtype}, the index says {documents} int64: "
+                "prepare the corpus again"]
+    return []
 
 
 def split_tokens(index: dict, split: str) -> int:

@@ -19,12 +19,13 @@ SUFFIXES = (".txt", ".jsonl", ".parquet")
 @dataclass(frozen=True)
 class Piece:
     """Piece ``number`` of input ``input_number``: bytes [start, end) of a text file, or row group
-    ``start`` of a parquet file."""
+    ``start`` of a parquet file; ``size``: its bytes (a row group's uncompressed), for progress."""
     input_number: int
     number: int
     path: str
     start: int
     end: int
+    size: int
 
     @property
     def name(self) -> str:
@@ -85,11 +86,12 @@ def plan_pieces(input_number: int, path: Path, piece_bytes: int, separator: str)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        groups = pq.ParquetFile(path).num_row_groups
-        return [Piece(input_number, g, str(path), g, g + 1) for g in range(groups)]
+        metadata = pq.ParquetFile(path).metadata
+        return [Piece(input_number, g, str(path), g, g + 1, metadata.row_group(g).total_byte_size)
+                for g in range(metadata.num_row_groups)]
     delimiter = b"\n" if path.suffix == ".jsonl" else separator.encode("utf-8")
     ends = _aligned_ends(path, piece_bytes, delimiter)
-    return [Piece(input_number, n, str(path), start, end) for n, (start, end) in enumerate(zip([0, *ends], ends))]
+    return [Piece(input_number, n, str(path), start, end, end - start) for n, (start, end) in enumerate(zip([0, *ends], ends))]
 
 
 def _paragraphs(text: str, separator: str) -> list[str]:
@@ -98,24 +100,40 @@ def _paragraphs(text: str, separator: str) -> list[str]:
     return [d for d in documents if d]
 
 
+def _texts(table, path: Path, piece: Piece, text_key: str) -> list[str]:
+    texts = table.column(text_key).to_pylist()
+    if texts and all(t is None for t in texts):
+        raise ValueError(f"text_key: no row of '{path}' (piece {piece.name}) has a '{text_key}' field")
+    return [t for t in texts if t]
+
+
 def read_documents(piece: Piece, separator: str, text_key: str) -> list[str]:
-    """The documents of one piece, in order."""
+    """The documents of one piece, in order; ValueError naming the file and the key for a parquet
+    file without the column, a .jsonl whose lines lack it, or a line that is not JSON."""
+    import pyarrow as pa
+
     path = Path(piece.path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        table = pq.ParquetFile(path).read_row_group(piece.start, columns=[text_key])
-        return [t for t in table.column(text_key).to_pylist() if t]
+        parquet = pq.ParquetFile(path)
+        if text_key not in parquet.schema_arrow.names:
+            raise ValueError(f"text_key: '{path}' has no column '{text_key}' (its columns: "
+                             f"{', '.join(parquet.schema_arrow.names)})")
+        return _texts(parquet.read_row_group(piece.start, columns=[text_key]), path, piece, text_key)
     with open(path, "rb") as f:
         f.seek(piece.start)
         raw = f.read(piece.end - piece.start)
     if path.suffix == ".txt":
         return _paragraphs(raw.decode("utf-8"), separator)
-    import pyarrow as pa
     import pyarrow.json as pj
 
     if not raw.strip():
         return []
     options = pj.ParseOptions(explicit_schema=pa.schema([(text_key, pa.string())]), unexpected_field_behavior="ignore")
-    table = pj.read_json(pa.BufferReader(raw), parse_options=options)
-    return [t for t in table.column(text_key).to_pylist() if t]
+    try:
+        table = pj.read_json(pa.BufferReader(raw), parse_options=options)
+    except pa.ArrowInvalid as err:
+        raise ValueError(f"input: '{path}' (bytes {piece.start}-{piece.end}) is not JSON lines with a text "
+                         f"'{text_key}': {err}") from err
+    return _texts(table, path, piece, text_key)

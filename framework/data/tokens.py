@@ -18,6 +18,8 @@ from framework.data.token_windows import TokenWindows
 
 
 def _index_or_problem(path: Optional[str]) -> tuple[Optional[dict], list[str]]:
+    if path == "???":
+        return None, []  # named as a missing value
     if not path:
         return None, ["path: missing; the directory framework-prepare-data wrote (its output=)"]
     try:
@@ -80,6 +82,14 @@ class TokensDataModule(BaseDataModule):
             problems.append(f"seq_len: the corpus's train split has {train} tokens, not enough for one window of "
                             f"{seq_len} (and its next token)")
         return problems
+
+    @classmethod
+    def train_samples(cls, path: Optional[str] = None, seq_len: int = 128, **_) -> Optional[int]:
+        """The training windows of the corpus, known before start from its index (None when unknown)."""
+        index, problems = _index_or_problem(path)
+        if index is None or not isinstance(seq_len, int) or seq_len < 1:
+            return None
+        return max(0, split_tokens(index, "train") - 1) // seq_len
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:

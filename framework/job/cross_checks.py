@@ -134,6 +134,31 @@ def check_prepared_tokenizer(container: dict) -> list[str]:
             f"again with tokenizer={model['path']}"]
 
 
+def check_validation_interval(container: dict) -> list[str]:
+    """An int ``trainer.val_check_interval`` within an epoch, for a datamodule that knows its training
+    samples before start (``train_samples``, as datamodule=tokens does from its index)."""
+    from framework.config.intervals import validation_interval_problem
+    from framework.config.validate import import_target
+    from framework.engine.data_loaders import limit_batches
+
+    data, trainer = (container.get(g) or {} for g in ("datamodule", "trainer"))
+    batch, limit = data.get("batch_size"), trainer.get("limit_train_batches", 1.0)
+    if trainer.get("fast_dev_run") or trainer.get("limit_val_batches") == 0 or not _ints(batch) or batch < 1 \
+            or isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        return []
+    try:
+        counter = getattr(import_target(str(data.get("_target_"))), "train_samples", None)
+        samples = counter(**{k: v for k, v in data.items() if k != "_target_"}) if callable(counter) else None
+    except Exception:  # noqa: BLE001 - an unknown target or bad data is reported by its own check
+        return []
+    if not _ints(samples):
+        return []
+    batches = limit_batches(samples // batch, limit)
+    problem = validation_interval_problem(trainer.get("val_check_interval"), batches,
+                                          f" ({samples:,} training samples in global batches of {batch})")
+    return [problem] if problem else []
+
+
 def check_export_format(container: dict) -> list[str]:
     """``export_format=hf`` needs a model that knows its Hugging Face form (``save_hf``)."""
     from framework.config.validate import import_target

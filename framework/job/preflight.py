@@ -19,8 +19,8 @@ from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, re
 from framework.engine.safe_load import scan_checkpoint
 from framework.engine.protocols import contract_problems
 from framework.job.cross_checks import (check_document_boundaries, check_export_format, check_init_names,
-                                       check_prepared_tokenizer, check_task_fits_data, check_tokens, check_writable,
-                                       meta_model)
+                                       check_prepared_tokenizer, check_task_fits_data, check_tokens,
+                                       check_validation_interval, check_writable, meta_model)
 from framework.job.overwrite import check_output_dir
 from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
@@ -32,7 +32,7 @@ def preflight(cfg: DictConfig) -> dict:
     container when it can run."""
     return validate(cfg, checks=[check_strategy, candidate_problems, check_strategy_on_model, check_rank_start, check_contracts, check_predict,
                                  check_tokens, check_task_fits_data, check_init_names, check_writable,
-                                 check_document_boundaries, check_prepared_tokenizer,
+                                 check_document_boundaries, check_prepared_tokenizer, check_validation_interval,
                                  check_model_names, check_export_format,
                                  check_task_metrics, test_ckpt_problems,
                                  lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),

@@ -4,8 +4,12 @@ from the prepared corpus is refused, naming it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,11 +17,12 @@ import pytest
 from framework.config import ConfigError
 from framework.cli.prepare_data import parse
 from framework.data import prepare_pieces
-from framework.data.prepare import PrepareSettings, prepare
+from framework.data.prepare import PrepareSettings, Stopped, prepare
 from framework.data.token_shards import read_index
 from tests.helpers.corpora import bpe_tokenizer, help_text
 
 pa = pytest.importorskip("pyarrow")
+pytestmark = pytest.mark.multiprocess  # (workers: spawned processes)
 
 
 def stream(directory, split: str = "train") -> np.ndarray:
@@ -69,7 +74,7 @@ def test_a_stopped_run_resumes_with_the_pieces_it_had(tmp_path, monkeypatch, cap
         return done[-1]
 
     monkeypatch.setattr("framework.data.prepare.prepare_piece", stopped_after_two)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Stopped, match="interrupted"):
         prepare(settings)
     assert not (tmp_path / "out" / "index.json").exists()
     kept = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "shards").iterdir()}
@@ -125,6 +130,11 @@ def test_jsonl_and_parquet_through_pyarrow_with_a_tokenizer(tmp_path):
     assert index["documents"] == 200 and index["eos_id"] == eos and index["vocab_size"] == 384
     assert stream(tmp_path / "out").tolist() == expected
     assert len(index["splits"]["train"]) == 1 + 4  # the jsonl in one piece, the parquet's 4 row groups
+    for given, named in (("docs.jsonl", "no row of '.*docs.jsonl' .* has a 'body' field"),
+                         ("docs.parquet", "'.*docs.parquet' has no column 'body' \\(its columns: text, n\\)")):
+        with pytest.raises(ValueError, match=f"text_key: {named}"):
+            prepare(PrepareSettings(input=[str(tmp_path / given)], output=str(tmp_path / "body"), text_key="body",
+                                    workers=1))
 
 
 def test_a_vocabulary_beyond_uint16_is_stored_as_uint32(tmp_path):
@@ -147,6 +157,62 @@ def test_the_command_line_names_a_bad_key_and_its_valid_ones(tmp_path):
         parse(["input=x"])
     with pytest.raises(ConfigError, match="val_fraction: must be in"):
         parse(["input=x", "output=y", "val_fraction=2"])
+    with pytest.raises(ConfigError, match="workers: Value 'abc' of type 'str' could not be converted to Integer"):
+        parse(["input=x", "output=y", "workers=abc"])
     done = subprocess.run([sys.executable, "-m", "framework.cli.prepare_data", f"input={tmp_path}/none/*.txt",
                            f"output={tmp_path}/out"], capture_output=True, text=True)
     assert done.returncode == 2 and "input: " in done.stderr and "names no .txt, .jsonl, .parquet file" in done.stderr
+
+
+def workers_of(pid: int) -> list[int]:
+    """The spawned worker processes whose parent is ``pid`` (from /proc; not the resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            spawned = b"spawn_main" in (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and spawned:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(condition, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_killed_worker_or_a_sigterm_stops_the_run_and_the_next_run_resumes(tmp_path):
+    text = tmp_path / "big.txt"
+    text.write_text("\n\n".join([help_text(tmp_path).read_text()] * 12))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "framework.cli.prepare_data", f"input={text}", f"output={out}",
+               f"tokenizer={bpe_tokenizer(tmp_path)}", "workers=2", "piece_mb=0.25"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(workers_of(run.pid)) >= 2)  # (the pool's workers, before they have tokenized much)
+    os.kill(workers_of(run.pid)[0], signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == 1 and "stopped: a worker process died" in stderr
+    assert "run the same command again to resume" in stdout and not (out / "index.json").exists()
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list((out / "pieces").glob("0*.json"))) >= 4)
+    workers = workers_of(run.pid)
+    run.send_signal(signal.SIGTERM)
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130 and "stopped: interrupted" in stderr
+    assert len(workers) == 2 and not [w for w in workers if alive(w)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert "pieces prepared before, kept" in done.stdout
+    fresh = prepare(PrepareSettings(input=[str(text)], output=str(tmp_path / "fresh"), workers=2, piece_mb=0.25,
+                                    tokenizer=str(tmp_path / "tokenizer.json")))
+    assert read_index(out)["splits"] == fresh["splits"] and files_of(out) == files_of(tmp_path / "fresh")

@@ -61,7 +61,10 @@ def test_a_missing_a_truncated_shard_and_a_missing_index_are_named(corpus, tmp_p
     first, second = (broken / s["file"] for s in index["splits"]["train"][:2])
     first.unlink()
     second.write_bytes(second.read_bytes()[:-10])
+    offsets = broken / index["splits"]["train"][2]["file"].replace(".bin", ".docs.npy")
+    offsets.write_bytes(offsets.read_bytes()[:-8])
     found = problems(f"datamodule.path={broken}")
+    assert any(p.startswith(f"datamodule.path: document offsets '{offsets}' are not a whole saved array") for p in found)
     assert any(p.startswith(f"datamodule.path: missing shard '{first}'") for p in found)
     assert any(p.startswith(f"datamodule.path: shard '{second}' has") and "it is truncated" in p for p in found)
     [missing] = problems(f"datamodule.path={tmp_path / 'nothing'}")
@@ -74,6 +77,8 @@ def test_another_tokenizer_and_a_vocabulary_beyond_the_embedding_are_refused(cor
     assert other.startswith(f"datamodule.tokenizer: '{tokenizer}' is not the tokenizer the corpus was prepared with "
                             "(UTF-8 bytes")
     [small] = problems(f"datamodule.path={corpus}", "model.vocab_size=200")
+    [interval] = problems(f"datamodule.path={corpus}", "trainer.val_check_interval=5000")
+    assert interval.startswith("trainer.val_check_interval: every 5000 training batches, but an epoch has")
     assert small.startswith("model.vocab_size: 200, but the data's token ids run to 255")
     [pipeline] = problems(f"datamodule.path={corpus}", "datamodule.document_boundaries=true", "strategy=pp",
                           "trainer.devices=2")
