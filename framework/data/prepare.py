@@ -132,7 +132,7 @@ def _in_workers(jobs: list, workers: int) -> Iterator[dict]:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), init_worker, (True,))
+    pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), init_worker)
     try:
         pending = {pool.submit(prepare_piece, job) for job in jobs}
         while pending:

@@ -19,12 +19,11 @@ _BATCH_CHARS = 1 << 20  # documents encoded together: about a MiB of text at a t
 _tokenizers: dict = {}
 
 
-def init_worker(one_thread: bool) -> None:
+def init_worker() -> None:
     """A worker process among several: the tokenizer's own thread pool kept to one thread (the
     processes are the parallelism); Ctrl-C left to the parent, which stops the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if one_thread:
-        os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ["RAYON_NUM_THREADS"] = "1"
 
 
 def _tokenizer(path: Optional[str]):
