@@ -79,9 +79,10 @@ def _record(path: Path) -> dict:
     return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def _reconcile(output: Path, files: list[Path], settings: PrepareSettings, tokenizer: dict) -> list[dict]:
-    """The inputs in their order in the output (those prepared before first); ValueError naming what
-    differs from what the output was prepared with."""
+def _reconcile(output: Path, files: list[Path], settings: PrepareSettings, tokenizer: dict,
+               before: Optional[dict]) -> list[dict]:
+    """The inputs in their order in the output (those ``before``, its index, holds first); ValueError
+    naming what differs from what the output was prepared with."""
     kept_path = output / "pieces" / "settings.json"
     kept = json.loads(kept_path.read_text()) if kept_path.is_file() else None
     ours = {**{k: getattr(settings, k) for k in KEPT}, "tokenizer": tokenizer["fingerprint"]}
@@ -90,8 +91,7 @@ def _reconcile(output: Path, files: list[Path], settings: PrepareSettings, token
             if kept.get(key) != value:
                 raise ValueError(f"{key}: {value!r}, but {output} was prepared with {kept.get(key)!r}; prepare into a "
                                  "new output (or remove this one)")
-    before = read_index(output)["inputs"] if (output / INDEX).is_file() else []
-    known = {r["path"]: r for r in before}
+    known = {r["path"]: r for r in (before["inputs"] if before else [])}
     for path in files:
         old, now = known.get(str(path)), _record(path)
         if old is not None and (old["size"], old["mtime_ns"]) != (now["size"], now["mtime_ns"]):
@@ -100,7 +100,7 @@ def _reconcile(output: Path, files: list[Path], settings: PrepareSettings, token
     (output / "pieces").mkdir(parents=True, exist_ok=True)
     if kept is None:
         kept_path.write_text(json.dumps(ours))
-    return before + [_record(p) for p in files if str(p) not in known]
+    return list(known.values()) + [_record(p) for p in files if str(p) not in known]
 
 
 def _done(output: Path, piece, source: dict) -> Optional[dict]:
@@ -193,8 +193,8 @@ def prepare(settings: PrepareSettings) -> dict:
     files = input_files([str(i) for i in settings.input])
     tokenizer = _tokenizer_facts(settings)
     output.mkdir(parents=True, exist_ok=True)
-    inputs = _reconcile(output, files, settings, tokenizer)
     before = read_index(output) if (output / INDEX).is_file() else None
+    inputs = _reconcile(output, files, settings, tokenizer, before)
     if before is not None and before["inputs"] == inputs:
         print(f"{output}: up to date ({len(inputs)} inputs prepared before); nothing to do")
         return before

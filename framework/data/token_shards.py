@@ -10,6 +10,7 @@ read one after another as one stream of tokens. Nothing here is code: JSON and r
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -47,16 +48,19 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
+def offsets_file(shard) -> str:
+    """The document offsets beside a shard's tokens (``<name>.bin`` -> ``<name>.docs.npy``)."""
+    return str(shard)[:-len(".bin")] + ".docs.npy"
+
+
 def write_shard(directory: Path, name: str, tokens: np.ndarray, document_starts: np.ndarray) -> dict:
     """One shard's tokens and document offsets under ``directory/shards``; its index entry."""
     shards = directory / "shards"
     shards.mkdir(parents=True, exist_ok=True)
     write_atomic(shards / f"{name}.bin", np.ascontiguousarray(tokens).astype(tokens.dtype.newbyteorder("<")).tobytes())
-    starts = np.asarray(document_starts, dtype=np.int64)
-    partial = shards / f"{name}.docs.npy.partial"
-    with open(partial, "wb") as f:
-        np.save(f, starts, allow_pickle=False)
-    os.replace(partial, shards / f"{name}.docs.npy")
+    starts, saved = np.asarray(document_starts, dtype=np.int64), io.BytesIO()
+    np.save(saved, starts, allow_pickle=False)
+    write_atomic(Path(offsets_file(shards / f"{name}.bin")), saved.getvalue())
     return {"file": f"shards/{name}.bin", "tokens": int(len(tokens)), "documents": int(len(starts))}
 
 
@@ -88,7 +92,7 @@ def shard_problems(directory, index: dict) -> list[str]:
     for split in SPLITS:
         for shard in index["splits"].get(split, []):
             path = Path(directory) / shard["file"]
-            docs = path.with_name(path.name[:-len(".bin")] + ".docs.npy")
+            docs = Path(offsets_file(path))
             if not path.is_file():
                 problems.append(f"missing shard '{path}' (the index lists {shard['tokens']} tokens there)")
             elif path.stat().st_size != shard["tokens"] * width:

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from framework.data.batched import GatheredSamples
+from framework.data.token_shards import offsets_file
 
 
 class TokenWindows(Dataset):
@@ -45,7 +46,7 @@ class TokenWindows(Dataset):
         # (a forked worker shares these descriptors: positional reads move no shared offset)
         self._files = [os.open(f, os.O_RDONLY) for f in self.files]
         if self.positions:
-            docs = [np.load(f[:-len(".bin")] + ".docs.npy", allow_pickle=False) + base
+            docs = [np.load(offsets_file(f), allow_pickle=False) + base
                     for f, base in zip(self.files, self.bounds[:-1])]
             self._starts = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
 

@@ -114,13 +114,12 @@ def check_prepared_tokenizer(container: dict) -> list[str]:
     """A prepared corpus (``datamodule.path``) was tokenized by the tokenizer of a Hugging Face model
     that names its directory (``model.path`` holding tokenizer.json)."""
     from framework.data.token_shards import read_index, tokenizer_fingerprint
+    from framework.data.tokenizer_files import tokenizer_file
 
     data, model = (container.get(g) or {} for g in ("datamodule", "model"))
     if not data.get("path") or not model.get("path") or not model.get("pretrained", True):
         return []
     try:
-        from framework.data.tokenizer_files import tokenizer_file
-
         theirs, ours = read_index(str(data["path"]))["tokenizer"], tokenizer_file(str(model["path"]))
         if not ours.is_file():
             return []
@@ -146,6 +145,8 @@ def check_validation_interval(container: dict) -> list[str]:
     if trainer.get("fast_dev_run") or trainer.get("limit_val_batches") == 0 or not _ints(batch) or batch < 1 \
             or isinstance(limit, bool) or not isinstance(limit, (int, float)):
         return []
+    if _ints(limit) and validation_interval_problem(trainer.get("val_check_interval"), limit):
+        return []  # named against trainer.limit_train_batches by the trainer's own check
     try:
         counter = getattr(import_target(str(data.get("_target_"))), "train_samples", None)
         samples = counter(**{k: v for k, v in data.items() if k != "_target_"}) if callable(counter) else None

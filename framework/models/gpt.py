@@ -200,7 +200,7 @@ class GPT(nn.Module):
         if positions is not None:
             cos, sin, mask = cos[positions], sin[positions], document_mask(positions)
         for block in self.layers.values():
-            h = block(h, cos, sin) if mask is None else block(h, cos, sin, mask=mask)
+            h = block(h, cos, sin, mask=mask)
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
 

@@ -18,17 +18,11 @@ from framework.config import ConfigError
 from framework.cli.prepare_data import parse
 from framework.data import prepare_pieces
 from framework.data.prepare import PrepareSettings, Stopped, prepare
-from framework.data.token_shards import read_index
-from tests.helpers.corpora import bpe_tokenizer, help_text
+from framework.data.token_shards import offsets_file, read_index
+from tests.helpers.corpora import bpe_tokenizer, help_text, stream
 
 pa = pytest.importorskip("pyarrow")
 pytestmark = pytest.mark.multiprocess  # (workers: spawned processes)
-
-
-def stream(directory, split: str = "train") -> np.ndarray:
-    index = read_index(directory)
-    parts = [np.fromfile(directory / s["file"], dtype=index["dtype"]) for s in index["splits"][split]]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=index["dtype"])
 
 
 def files_of(directory) -> dict:
@@ -42,7 +36,7 @@ def test_bytes_of_a_text_file_are_the_file_and_workers_change_no_byte(tmp_path):
     assert one["dtype"] == "uint16" and one["vocab_size"] == 256 and len(one["splits"]["train"]) > 5
     assert stream(tmp_path / "one").astype(np.uint8).tobytes() == text.read_bytes()
     # documents are the paragraphs: their offsets in the stream are where each paragraph starts
-    starts = [np.load(tmp_path / "one" / s["file"].replace(".bin", ".docs.npy")) for s in one["splits"]["train"]]
+    starts = [np.load(offsets_file(tmp_path / "one" / s["file"])) for s in one["splits"]["train"]]
     assert sum(len(s) for s in starts) == one["documents"] == text.read_text().count("\n\n") + 1
     two = prepare(PrepareSettings(input=[str(text)], output=str(tmp_path / "two"), workers=2, piece_mb=0.05,
                                   val_fraction=0, test_fraction=0))

@@ -1,7 +1,9 @@
-"""datamodule=tokens: memory-mapped windows equal the prepared stream (across shard ends too), the
+"""datamodule=tokens: windows read from the shards equal the prepared stream (across shard ends too), the
 positions restart where documents start, and a corpus that is missing, damaged or of another
 tokenizer is refused before start, naming the file."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,11 +11,11 @@ import torch
 
 from framework import compose, fit
 from framework.config import ConfigError
-from framework.data.token_shards import read_index
+from framework.data.token_shards import offsets_file, read_index
 from framework.data.tokens import TokensDataModule
 from framework.job.preflight import preflight
 from tests.helpers.configs import GPT_TINY, train_losses
-from tests.helpers.corpora import bpe_tokenizer, prepared_help
+from tests.helpers.corpora import bpe_tokenizer, prepared_help, stream
 
 TOKENS = [*(o for o in GPT_TINY if not o.startswith("datamodule=")), "datamodule=tokens", "datamodule.seq_len=32",
           "datamodule.batch_size=8"]
@@ -27,19 +29,19 @@ def corpus(tmp_path_factory):
 def test_windows_are_the_stream_across_shard_ends_and_positions_restart_at_documents(corpus):
     index = read_index(corpus)
     shards = index["splits"]["train"]
-    stream = np.concatenate([np.fromfile(corpus / s["file"], dtype=np.uint16) for s in shards]).astype(np.int64)
-    starts = np.concatenate([np.load(corpus / s["file"].replace(".bin", ".docs.npy")) + base for s, base in
+    tokens = stream(corpus).astype(np.int64)
+    starts = np.concatenate([np.load(offsets_file(corpus / s["file"])) + base for s, base in
                              zip(shards, np.cumsum([0] + [s["tokens"] for s in shards]))])
     data = TokensDataModule(str(corpus), batch_size=4, seq_len=50, document_boundaries=True)
     data.setup("fit")
     windows = data.train_set
-    assert len(windows) == (len(stream) - 1) // 50
+    assert len(windows) == (len(tokens) - 1) // 50
     first_end = shards[0]["tokens"]
     crossing = first_end // 50  # the window over the first shard's end
     for i in (0, crossing, len(windows) - 1):
         inputs, targets, positions = windows[i]
-        assert inputs.tolist() == stream[i * 50:i * 50 + 50].tolist()
-        assert targets.tolist() == stream[i * 50 + 1:i * 50 + 51].tolist()
+        assert inputs.tolist() == tokens[i * 50:i * 50 + 50].tolist()
+        assert targets.tolist() == tokens[i * 50 + 1:i * 50 + 51].tolist()
         expected = [t - max([i * 50] + [s for s in starts if s <= t]) for t in range(i * 50, i * 50 + 50)]
         assert positions.tolist() == expected
     batch = windows.__getitems__([crossing, 0])
@@ -61,7 +63,7 @@ def test_a_missing_a_truncated_shard_and_a_missing_index_are_named(corpus, tmp_p
     first, second = (broken / s["file"] for s in index["splits"]["train"][:2])
     first.unlink()
     second.write_bytes(second.read_bytes()[:-10])
-    offsets = broken / index["splits"]["train"][2]["file"].replace(".bin", ".docs.npy")
+    offsets = Path(offsets_file(broken / index["splits"]["train"][2]["file"]))
     offsets.write_bytes(offsets.read_bytes()[:-8])
     found = problems(f"datamodule.path={broken}")
     assert any(p.startswith(f"datamodule.path: document offsets '{offsets}' are not a whole saved array") for p in found)

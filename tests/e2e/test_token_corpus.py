@@ -87,7 +87,7 @@ def test_two_gigabytes_of_tokens_train_on_two_ranks_in_little_memory_on_the_samp
     assert resident[-1] - resident[0] < 64  # flat from step 10 to 50 (mapped pages grew 13 MiB a step)
     fit(compose([*run, "strategy=single"]), output_dir=str(tmp_path / "one"))
     assert train_losses(tmp_path / "two") == pytest.approx(train_losses(tmp_path / "one"), rel=1e-5)
-    # the windows of those 50 steps, as the memory map gives them and as plain reads of the files do
+    # the windows of those 50 steps, as the datamodule reads them and as plain reads of the files give them
     data = TokensDataModule(str(corpus), seq_len=64)
     data.setup("fit")
     windows = data.train_set

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from framework.data.prepare import PrepareSettings, prepare
+from framework.data.token_shards import read_index
 
 
 def help_text(directory: Path, name: str = "help.txt", topics_slice: slice = slice(None)) -> Path:
@@ -37,3 +40,10 @@ def prepared_help(directory: Path, **settings) -> Path:
     output = Path(directory) / "corpus"
     prepare(PrepareSettings(input=[str(help_text(directory))], output=str(output), workers=1, **settings))
     return output
+
+
+def stream(directory: Path, split: str = "train") -> np.ndarray:
+    """A prepared split's tokens, its shards read whole one after another."""
+    index = read_index(directory)
+    parts = [np.fromfile(Path(directory) / s["file"], dtype=index["dtype"]) for s in index["splits"][split]]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=index["dtype"])
