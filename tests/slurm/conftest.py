@@ -54,3 +54,22 @@ class Cluster:
                 return
             time.sleep(0.5)
         raise TimeoutError(f"job {job_id} not {until or 'finished'} after {timeout} s: {self.state(job_id)}")
+
+    def start_requeued(self, job_id: str) -> None:
+        """Start a requeued job now rather than after the ~2 minutes SLURM holds it. Its old run's
+        credential is revoked at one-second resolution, and a new credential made within that second
+        counts as revoked too ("Killing non-startable batch job: Job credential revoked", seen in one
+        of three runs): so wait for the node to be idle again, then for the clock to pass the next
+        second, before letting it start."""
+        self.wait(job_id, until="PENDING")
+        deadline = time.time() + 60
+        while self.run("sinfo", "-h", "-o", "%T").stdout.strip() != "idle" and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0 - time.time() % 1.0)  # no event to wait on: a timestamp must change second
+        proc = self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        assert proc.returncode == 0, proc.stderr
+
+    def log(self, job_id: str) -> str:
+        """slurmctld's log lines about this job, for a failure's message."""
+        log = (self.directory / "slurmctld.log").read_text(errors="replace").splitlines()
+        return "\n".join(line for line in log if f"JobId={job_id}" in line)

@@ -47,14 +47,12 @@ def test_usr1_checkpoints_requeues_and_the_requeued_job_resumes_to_the_same_weig
     job = _submit(slurm, tmp_path, [*RUN, *SLOW, "trainer.requeue=true", "ckpt_path=last"], "--requeue")
     _wait_for_steps(tmp_path / "run", 6)
     assert slurm.run("scancel", "--signal=USR1", job).returncode == 0  # what --signal=USR1@<s> sends
-    # SLURM holds a requeued job for ~2 minutes before it may start again; let it start now
-    slurm.wait(job, until="PENDING")
-    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+    slurm.start_requeued(job)
     slurm.wait(job)
     log = (tmp_path / "run" / "train.log").read_text()
     stopped = int(re.search(r"Interrupted by SIGUSR1 at step (\d+)", log).group(1))
     again = re.search(r"Resumed from .* at epoch \d+, step (\d+)", log)
-    assert again, f"the requeued job did not resume (squeue: {slurm.state(job)!r}); its output:\n" + \
+    assert again, f"the requeued job did not resume; slurmctld's log of it:\n{slurm.log(job)}\nits output:\n" + \
         "".join(p.read_text()[-3000:] for p in tmp_path.glob("slurm-*.out"))
     resumed = int(again.group(1))
     assert f"Requeue (scontrol requeue {job}): exit 0" in log and resumed == stopped
