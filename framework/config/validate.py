@@ -31,6 +31,7 @@ from framework.config.durations import duration_problems
 from framework.config.sizes import size_problems
 from framework.config.errors import ConfigError
 from framework.config.group_keys import group_keys, misplaced_key_message
+from framework.config.leftover_keys import SCHEDULER_KEYS, settle_leftover_keys
 from framework.config.intervals import validation_interval_problem
 from framework.config.param_groups import structure_problems
 from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
@@ -38,7 +39,7 @@ from framework.config.schemas import (ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootCo
                                       TrainerConfig)
 
 # Keys the framework reads from a component node and removes before instantiating it.
-FRAMEWORK_KEYS = {"scheduler": {f.name for f in dataclasses.fields(SchedulerConfig)}, "optimizer": {"param_groups"}}
+FRAMEWORK_KEYS = {"scheduler": SCHEDULER_KEYS, "optimizer": {"param_groups"}}
 
 # Arguments the framework supplies at run time (e.g. parameters exist only after wrapping).
 RUNTIME_ARGS = {
@@ -55,7 +56,7 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     layers above config add theirs: strategy topology, checkpoints, the run directory)."""
     problems: list[str] = []
     container = _resolve(cfg, problems)
-    _drop_settings_of_no_scheduler(container)
+    settle_leftover_keys(container, problems)
 
     _check_root(container, problems, referenced_keys(cfg))
     check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
@@ -73,15 +74,6 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     if problems:
         raise ConfigError(problems)
     return container
-
-
-def _drop_settings_of_no_scheduler(container: dict) -> None:
-    """``scheduler=none`` under an experiment that sets ``scheduler.interval`` (for its own
-    scheduler) leaves the settings alone, with no scheduler to step: a constant learning rate, as
-    selected, not a scheduler without ``_target_``."""
-    scheduler = container.get("scheduler")
-    if isinstance(scheduler, dict) and "_target_" not in scheduler and set(scheduler) <= FRAMEWORK_KEYS["scheduler"]:
-        container["scheduler"] = None
 
 
 def _check_root(container: dict, problems: list[str], referenced: set[str]) -> None:
