@@ -1,5 +1,5 @@
 """The layering of ``framework/`` is a checked property: a module imports only from its own layer
-or the layers below it (ARCHITECTURE.md draws them). The order is written once, here."""
+or the layers below it (docs/architecture.md draws them). The order is written once, here."""
 from __future__ import annotations
 
 import ast

@@ -62,6 +62,19 @@ class Range:
         return [f"{key}: {subject} {'>' if self.strict else '>='} {self.low}{self.note}, got {value}"]
 
 
+    def describe(self) -> str:
+        """The valid values in words, for the config reference (docs/reference/config.md)."""
+        if self.length is not None:
+            return f"{self.length} numbers in {self._interval()}"
+        if self.fraction:
+            return "a float in [0, 1] (a fraction) or an int >= 0 (a count)"
+        if self.high is not None:
+            return f"in {self._interval()}"
+        if self.low is None:
+            return ""
+        bound = f"{'>' if self.strict else '>='} {self.low}"
+        return (f"every entry {bound}" if self.each else bound) + (", or -1 for no limit" if self.unlimited else "")
+
     def _within(self, value) -> bool:
         above = self.low is None or value > self.low or (value == self.low and not self.strict)
         below = self.high is None or value < self.high or (value == self.high and not self.high_strict)

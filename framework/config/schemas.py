@@ -21,7 +21,7 @@ from framework.config.ranges import ranged
 class TrainerConfig:
     """Lightning-compatible trainer options (same names, same meaning)."""
 
-    accelerator: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    accelerator: Literal["auto", "cpu", "cuda", "mps"] = "auto"  # auto: cuda when available, else cpu
     # Number of devices (processes for multi-process strategies) per node.
     devices: int = ranged(1, low=1)
     # On CPU, more processes per node than cores are refused; true runs them anyway (slowly).
@@ -29,16 +29,16 @@ class TrainerConfig:
     # torch's CPU threads per process; null: OMP_NUM_THREADS when set, else the cores this process
     # may use divided by the processes of this node (results.json records it).
     num_threads: Optional[int] = ranged(None, low=1)
-    num_nodes: int = ranged(1, low=1)
+    num_nodes: int = ranged(1, low=1)  # machines; the world size is devices x num_nodes
     # Memory per device that strategy=auto plans against: bytes, or "512MiB", "2GB"; null: the
     # device's own (CUDA's total memory; none on CPU, where every candidate fits).
     memory_limit: Optional[Union[int, str]] = None
     # *-mixed: autocast, weights in fp32; *-true: weights, inputs and compute in that dtype.
     precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"] = "32-true"
-    max_epochs: Optional[int] = ranged(10, low=1, unlimited=True)
+    max_epochs: Optional[int] = ranged(10, low=1, unlimited=True)  # -1 or null = no limit
     # Early stopping (a callback's should_stop) waits for these; null = no minimum.
     min_epochs: Optional[int] = ranged(None, low=0, note=" (or null for none)")
-    min_steps: Optional[int] = ranged(None, low=0, note=" (or null for none)")
+    min_steps: Optional[int] = ranged(None, low=0, note=" (or null for none)")  # as min_epochs, in optimizer steps
     # Stop (completed) once this much training time has passed, over resumes too: "DD:HH:MM:SS"
     # or {days, hours, minutes, seconds}; adds the timer callback.
     max_time: Optional[Union[str, dict]] = None
@@ -46,24 +46,24 @@ class TrainerConfig:
     max_steps: Optional[int] = ranged(-1, low=1, unlimited=True)
     # float in (0, 1]: fraction of a training epoch; int: every N training batches.
     val_check_interval: Union[int, float] = ranged(1.0, fraction=True)
-    check_val_every_n_epoch: int = ranged(1, low=1)
+    check_val_every_n_epoch: int = ranged(1, low=1)  # validate after every N training epochs
     # float: fraction of the batches; int: number of batches.
     limit_train_batches: Union[int, float] = ranged(1.0, fraction=True)
-    limit_val_batches: Union[int, float] = ranged(1.0, fraction=True)
-    limit_test_batches: Union[int, float] = ranged(1.0, fraction=True)
-    limit_predict_batches: Union[int, float] = ranged(1.0, fraction=True)
+    limit_val_batches: Union[int, float] = ranged(1.0, fraction=True)  # as limit_train_batches
+    limit_test_batches: Union[int, float] = ranged(1.0, fraction=True)  # as limit_train_batches
+    limit_predict_batches: Union[int, float] = ranged(1.0, fraction=True)  # as limit_train_batches
     # true or N: run N (1 for true) batches of train/val/test, no loggers, no checkpoints.
     fast_dev_run: Union[bool, int] = ranged(False, low=0)
-    accumulate_grad_batches: int = ranged(1, low=1)
-    gradient_clip_val: Optional[float] = ranged(None, low=0)
-    gradient_clip_algorithm: Literal["norm", "value"] = "norm"
-    log_every_n_steps: int = ranged(50, low=1)
-    deterministic: bool = False
+    accumulate_grad_batches: int = ranged(1, low=1)  # batches per optimizer step
+    gradient_clip_val: Optional[float] = ranged(None, low=0)  # null or 0 = no clipping
+    gradient_clip_algorithm: Literal["norm", "value"] = "norm"  # clip the total norm, or each value
+    log_every_n_steps: int = ranged(50, low=1)  # train/* metrics every N optimizer steps
+    deterministic: bool = False  # torch.use_deterministic_algorithms
     # torch.backends.cudnn.benchmark; null = leave it as it is.
     benchmark: Optional[bool] = None
     # torch.autograd's anomaly detection (slow: for finding the op that made a NaN).
     detect_anomaly: bool = False
-    enable_progress_bar: bool = True
+    enable_progress_bar: bool = True  # false: no progress_bar callback
     # false: no ModelCheckpoint callback runs (a stop signal still saves checkpoints/last).
     enable_checkpointing: bool = True
     # The model_summary callback (parameters per module) at fit start.
@@ -99,7 +99,7 @@ class StrategyConfig:
     (its module's ``schema``). The defaults live here and there only: the YAML files of
     ``conf/strategy`` name the strategy and change what differs."""
 
-    name: str = "auto"
+    name: str = "auto"  # a built-in strategy (the strategy group's options); see _target_ for your own
     # Process-group timeout (s): a hung collective fails instead of waiting forever.
     timeout_s: float = ranged(1800.0, low=0, strict=True, what="the process-group timeout")
 
@@ -133,7 +133,7 @@ class SchedulerConfig:
 
 @dataclass
 class InitConfig:
-    """Transfer learning: where the model's initial weights come from (see engine/transfer.py)."""
+    """Transfer learning: where the model's initial weights come from (see engine/transfer_learning.py)."""
 
     weights: Optional[str] = None  # a checkpoint directory or a state_dict file (model.pt)
     strict: bool = False           # false: load what matches by name and shape, report the rest
@@ -145,27 +145,27 @@ class InitConfig:
 class RootConfig:
     """Top-level keys of ``conf/train.yaml`` besides the groups."""
 
-    name: Optional[str] = None
+    name: Optional[str] = None  # null: the experiment's name, else <model>_<datamodule>
     # null: a random seed is drawn, logged and written to results.json.
     seed: Optional[int] = ranged(42, low=0, high=2**32 - 1)  # numpy's seeds
-    train: bool = True
-    test: bool = True
+    train: bool = True  # fit the model
+    test: bool = True  # test it after fit (test_ckpt's weights)
     # The weights the test after training runs on; null = best when a checkpoint callback
-    # monitors a metric, else final (framework/test_weights.py).
+    # monitors a metric, else final (rank/tested_weights.py).
     test_ckpt: Optional[Literal["best", "last", "final"]] = None
-    export_weights: bool = False
+    export_weights: bool = False  # write the final weights whole (export_format), from any strategy
     # model.pt (torch.save, read back as data), model.safetensors (a format that holds only tensors), or
     # hf: model_hf/, a directory transformers' from_pretrained loads (model=hf/*).
     export_format: Literal["pt", "safetensors", "hf"] = "pt"
     # After fit/test: the predict loop over predict_dataloader(), written to predictions.<format>.
     predict: bool = False
-    predict_format: Literal["pt", "csv", "jsonl"] = "pt"
+    predict_format: Literal["pt", "csv", "jsonl"] = "pt"  # predictions.pt, .csv or .jsonl
     # Resume: a checkpoint directory, or last / best (this run's checkpoints/).
     ckpt_path: Optional[str] = None
     # Checkpoints (ckpt_path, init.weights) are read as data: a file that would run code when
     # loaded is refused. true: load it anyway (an old or foreign checkpoint from someone you trust).
     trust_checkpoint: bool = False
-    init: dict = field(default_factory=dict)
+    init: dict = field(default_factory=dict)  # transfer learning: the init keys below
     # Where a run writes; filled in by the entry point (Hydra's run dir).
     output_dir: Optional[str] = None
     # A new run may replace the results and checkpoints of a run already in output_dir.
@@ -173,25 +173,25 @@ class RootConfig:
     # Filled in by the entry point: this start's number in output_dir when a run is recorded there
     # already (a resume: its record in attempts/<n>/ until it trains); null: the first.
     attempt: Optional[int] = None
-    model: dict = field(default_factory=dict)
-    datamodule: dict = field(default_factory=dict)
-    task: dict = field(default_factory=dict)
-    optimizer: dict = field(default_factory=dict)
-    scheduler: Optional[dict] = None
-    strategy: dict = field(default_factory=dict)
-    trainer: dict = field(default_factory=dict)
-    logger: Optional[dict] = None
-    callbacks: Optional[dict] = None
+    model: dict = field(default_factory=dict)  # the model group: _target_ and its arguments
+    datamodule: dict = field(default_factory=dict)  # the datamodule group: _target_ and its arguments
+    task: dict = field(default_factory=dict)  # the task group: _target_ and its arguments
+    optimizer: dict = field(default_factory=dict)  # a partial: the parameters come at run time
+    scheduler: Optional[dict] = None  # null: a constant learning rate
+    strategy: dict = field(default_factory=dict)  # the strategy keys below
+    trainer: dict = field(default_factory=dict)  # the trainer keys below
+    logger: Optional[dict] = None  # name -> logger
+    callbacks: Optional[dict] = None  # name -> callback
     # The metric a sweep optimises (the value a Hydra sweeper gets) and the report ranks by.
     optimized_metric: Optional[str] = "val/loss"
-    optimized_mode: Literal["min", "max"] = "min"
+    optimized_mode: Literal["min", "max"] = "min"  # whether lower or higher optimized_metric is better
     # Train the job this many times in all, for its throughput's spread (the extra runs change
     # no result: fresh model, same seed, no callbacks, loggers or checkpoints).
     benchmark_repeats: int = ranged(1, low=1, message="{key}: {value}; the job trains once or more (1 = no extra runs)")
     # Reserved for the user (lightning-hydra-template's idioms): free-form, never read by the framework.
     tags: list = field(default_factory=list)
-    paths: dict = field(default_factory=dict)
-    extras: dict = field(default_factory=dict)
+    paths: dict = field(default_factory=dict)  # the user's own, never read by the framework
+    extras: dict = field(default_factory=dict)  # the user's own, never read by the framework
 
 
 ROOT_KEYS = frozenset(f.name for f in fields(RootConfig))

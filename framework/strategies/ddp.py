@@ -18,13 +18,13 @@ from framework.strategies.comm import gradient_allreduce_bytes
 @dataclass
 class DDPConfig(StrategyConfig):
     name: str = "ddp"
-    find_unused_parameters: bool = False
-    static_graph: bool = False
-    bucket_cap_mb: float = ranged(25.0, low=0, strict=True)
-    gradient_as_bucket_view: bool = False
+    find_unused_parameters: bool = False  # DDP's: allow parameters that get no gradient in a step
+    static_graph: bool = False  # DDP's: the graph is the same every step (lets it skip checks)
+    bucket_cap_mb: float = ranged(25.0, low=0, strict=True)  # gradients per all-reduce bucket
+    gradient_as_bucket_view: bool = False  # gradients are views into the buckets (saves a copy)
     # Compress gradients before the all-reduce: fp16/bf16 halve the bytes; powersgd is low-rank.
     comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = "none"
-    powersgd_rank: int = ranged(1, low=1)
+    powersgd_rank: int = ranged(1, low=1)  # the rank of PowerSGD's low-rank approximation
     # BatchNorm statistics over the global batch instead of each rank's slice.
     sync_batchnorm: bool = False
 

@@ -27,9 +27,9 @@ class DDP2Config(StrategyConfig):
     are refused rather than silently ignored."""
 
     name: str = "ddp2"
-    find_unused_parameters: bool = False
-    comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = "none"
-    powersgd_rank: int = ranged(1, low=1)
+    find_unused_parameters: bool = False  # as strategy=ddp's
+    comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = "none"  # as strategy=ddp's
+    powersgd_rank: int = ranged(1, low=1)  # as strategy=ddp's
 
 
 class DDP2Strategy(Strategy):

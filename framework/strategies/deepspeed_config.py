@@ -35,7 +35,7 @@ class DeepSpeedOptions(StrategyConfig):
     # Optimizer state (and, with offload_parameters, stage 3's parameters) kept on the CPU; null:
     # the user's file's setting, else false.
     offload_optimizer: Optional[bool] = None
-    offload_parameters: Optional[bool] = None
+    offload_parameters: Optional[bool] = None  # stage 3's parameters on the CPU (see offload_optimizer)
     # The user's DeepSpeed config: a path to a ds_config.json, or a mapping (null: none). The ranks
     # get the merged config here, as a mapping.
     config: Union[str, dict, None] = None

@@ -22,14 +22,14 @@ _DTYPES = {None: None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": to
 @dataclass
 class FSDPConfig(StrategyConfig):
     name: str = "fsdp"
-    sharding: Literal["full", "grad_op"] = "full"
+    sharding: Literal["full", "grad_op"] = "full"  # full: ZeRO-3 (reshard after forward); grad_op: ZeRO-2
     # Each submodule whose class name is listed becomes its own FSDP unit (gathered and
     # freed on its own); the root is always wrapped. [] = one unit for the whole model.
     wrap_classes: list = field(default_factory=list)
     # Mixed-precision policy: dtype of the gathered parameters and of gradient reduction.
     param_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
-    reduce_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
-    cpu_offload: bool = False
+    reduce_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None  # null: the parameters' dtype
+    cpu_offload: bool = False  # parameters, gradients and optimizer state kept on the CPU
 
 
 def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig) -> nn.Module:

@@ -37,8 +37,8 @@ from framework.strategies.comm import (allgather_bytes, allreduce_bytes, broadca
 @dataclass
 class HorovodConfig(StrategyConfig):
     name: str = "horovod"
-    op: Literal["average", "sum", "adasum"] = "average"
-    compression: Literal["none", "fp16"] = "none"
+    op: Literal["average", "sum", "adasum"] = "average"  # how gradients are combined across ranks
+    compression: Literal["none", "fp16"] = "none"  # gradients sent as fp16
     # native: these hooks on torch.distributed; horovod: horovod.torch under horovodrun.
     backend: Literal["native", "horovod"] = "native"
     # Tensor fusion (Horovod's HOROVOD_FUSION_THRESHOLD): gradients are all-reduced together, one

@@ -13,7 +13,7 @@ class HSDPConfig(FSDPConfig):
     name: str = "hsdp"
     # -1 = infer from the world size. Both -1: replicate across nodes, shard within a node.
     replicate: int = -1
-    shard: int = -1
+    shard: int = -1  # ranks per shard group (-1: see replicate)
 
 
 class HSDPStrategy(FSDPSharding, Strategy):

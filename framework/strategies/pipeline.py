@@ -40,8 +40,8 @@ class PPConfig(FSDPConfig):
     # ranks, the pipelines are data-parallel replicas: FSDP2 shards each stage over them (the
     # FSDP options above apply), or DDP replicates it (data_parallel: ddp).
     stages: Optional[int] = ranged(None, low=1)
-    data_parallel: Literal["fsdp", "ddp"] = "fsdp"
-    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    data_parallel: Literal["fsdp", "ddp"] = "fsdp"  # how pipeline replicas share a stage (see stages)
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"  # torch.distributed.pipelining's schedule
     # Micro-batches per batch (null: as many as stages); each rank's batch must divide by it.
     microbatches: Optional[int] = ranged(None, low=1)
     # Module names that begin a new stage, e.g. [layers.2] ([]: equal numbers of blocks per stage).
@@ -51,8 +51,8 @@ class PPConfig(FSDPConfig):
     # Ranks of a tensor-parallel group inside each stage (pp x tp; the plan and sequence
     # parallelism as strategy=tp's: the model's own parallelize_plan, or strategy.plan).
     tensor_parallel: int = ranged(1, low=1)
-    sequence_parallel: bool = True
-    plan: Optional[dict] = None
+    sequence_parallel: bool = True  # as strategy=tp's
+    plan: Optional[dict] = None  # as strategy=tp's
 
 
 def _stages(options: PPConfig, world: int) -> int:

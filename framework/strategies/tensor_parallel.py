@@ -42,8 +42,8 @@ class FSDPTPConfig(FSDPConfig):
     tensor_parallel: int = ranged(2, low=1)
     # HSDP x TP: replicate across this many groups of FSDP shards (1: FSDP x TP).
     replicate: int = ranged(1, low=1)
-    sequence_parallel: bool = True
-    plan: Optional[dict] = None
+    sequence_parallel: bool = True  # as strategy=tp's
+    plan: Optional[dict] = None  # as strategy=tp's
 
 
 def plan_of(model: nn.Module, options) -> dict:

@@ -40,6 +40,7 @@ ALGORITHMS = {**SYNCHRONOUS, "async": AsyncModelAverage}
 @dataclass
 class BaguaConfig(StrategyConfig):
     name: str = "bagua"
+    # Bagua's algorithm: its all-reduce, compressed, decentralized or asynchronous variants.
     algorithm: Literal["gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
                        "qadam", "async"] = "gradient_allreduce"
     hierarchical: bool = False                          # gradient_allreduce

@@ -1,0 +1,106 @@
+"""Write docs/reference/config.md: every key the framework reads, from the schemas themselves
+(their defaults, ranges and the comments beside each field), so that the reference never drifts
+from the code. tests/docs/test_docs.py fails when the committed page differs from what this writes.
+
+    python scripts/config_reference.py          # rewrite docs/reference/config.md
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "reference" / "config.md"
+INTRO = """# Config keys
+
+Every key the framework itself reads, with its default, its valid values and what it means. This
+page is generated from the schemas (`framework/config/schemas.py` and each strategy's module) by
+`python scripts/config_reference.py`; a test fails when it differs from them. The components
+(model, datamodule, task, optimizer, scheduler, callbacks, loggers) take the arguments of the
+class their `_target_` names: their YAML files in `conf/` list them.
+"""
+
+
+def _comments(source_lines: list[str], node: ast.AnnAssign) -> str:
+    """The comment lines just above a field and the comment at its end."""
+    above, line = [], node.lineno - 2
+    while line >= 0 and source_lines[line].strip().startswith("#"):
+        above.insert(0, source_lines[line].strip().lstrip("#").strip())
+        line -= 1
+    end = source_lines[node.end_lineno - 1]
+    inline = end.split("  # ", 1)[1].strip() if "  # " in end else ""
+    return " ".join(part for part in [*above, inline] if part)
+
+
+def _field_notes(schema: type) -> dict[str, tuple[str, str]]:
+    """{field: (annotation, comments)} of the fields ``schema`` itself declares."""
+    source = Path(inspect.getsourcefile(schema)).read_text()
+    tree = ast.parse(source)
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == schema.__name__)
+    lines = source.splitlines()
+    return {n.target.id: (ast.unparse(n.annotation), _comments(lines, n)) for n in cls.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        value = f.default
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value) \
+        if isinstance(value, str) else str(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(schema: type, prefix: str) -> list[str]:
+    """A markdown table of the fields ``schema`` declares (its bases' are listed with them)."""
+    notes = _field_notes(schema)
+    rows = ["| key | type | default | valid | meaning |", "|---|---|---|---|---|"]
+    for f in dataclasses.fields(schema):
+        if f.name not in notes or (f.name == "name" and prefix == "strategy." and schema.__name__ != "StrategyConfig"):
+            continue  # a strategy's name is its section's title
+        annotation, comment = notes[f.name]
+        valid = f.metadata["range"].describe() if "range" in f.metadata else ""
+        rows.append(f"| `{prefix}{f.name}` | `{_cell(annotation)}` | `{_cell(_default(f))}` | {_cell(valid)} | "
+                    f"{_cell(comment)} |")
+    return rows
+
+
+def _section(title: str, schema: type, prefix: str, words: str = "") -> list[str]:
+    doc = inspect.cleandoc(schema.__doc__ or "").replace("\n", " ")
+    bases = [b.__name__ for b in schema.__bases__ if dataclasses.is_dataclass(b)]
+    also = f" It takes the keys of `{bases[0]}` too." if bases else ""
+    return [f"## {title}", "", " ".join(p for p in (words, doc + also) if p).strip(), "", *table(schema, prefix), ""]
+
+
+def page() -> str:
+    from framework.config.schemas import AutoStrategyConfig, InitConfig, RootConfig, SchedulerConfig, \
+        StrategyConfig, TrainerConfig
+    from framework.strategies.registry import STRATEGIES
+
+    parts = [INTRO, *_section("Top-level keys", RootConfig, ""), *_section("trainer", TrainerConfig, "trainer."),
+             *_section("init", InitConfig, "init."),
+             *_section("scheduler", SchedulerConfig, "scheduler.", "Besides the scheduler class's own arguments."),
+             *_section("strategy (every strategy)", StrategyConfig, "strategy."),
+             *_section("strategy=auto", AutoStrategyConfig, "strategy.")]
+    seen = {StrategyConfig}
+    for name, cls in STRATEGIES.items():
+        if cls.schema in seen:
+            continue
+        seen.add(cls.schema)
+        users = ", ".join(f"`{n}`" for n, c in STRATEGIES.items() if c.schema is cls.schema)
+        parts += _section(f"strategy={name}", cls.schema, "strategy.", f"`strategy=` {users}.")
+    return "\n".join(parts).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    PAGE.parent.mkdir(parents=True, exist_ok=True)
+    PAGE.write_text(page())
+    print(f"wrote {PAGE.relative_to(ROOT)}")
