@@ -7,6 +7,7 @@ On 2 gloo ranks with the built-in transformer (benchmarks/transformer.py's run):
 then every candidate trained alone for ``--steps`` steps, alternating over repeats; each figure
 the median. The question it answers: is the probe's choice the fastest in full too.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,14 @@ from transformer import BATCH, RUN, SEQ
 
 from framework import compose, fit
 
-CANDIDATES = {"ddp": ["strategy=ddp"], "zero": ["strategy=zero"],
-              "fsdp_grad_op": ["strategy=fsdp", "strategy.sharding=grad_op"], "fsdp": ["strategy=fsdp"],
-              "fsdp_tp": ["strategy=fsdp_tp"], "tp": ["strategy=tp"]}
+CANDIDATES = {
+    "ddp": ["strategy=ddp"],
+    "zero": ["strategy=zero"],
+    "fsdp_grad_op": ["strategy=fsdp", "strategy.sharding=grad_op"],
+    "fsdp": ["strategy=fsdp"],
+    "fsdp_tp": ["strategy=fsdp_tp"],
+    "tp": ["strategy=tp"],
+}
 
 
 def tokens_per_s(results: dict) -> float:
@@ -44,23 +50,30 @@ def main() -> None:
     choices = []
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
-            auto = fit(compose([*base, "strategy=auto", f"strategy.probe_steps={args.probe_steps}"]),
-                       output_dir=f"{scratch}/auto{repeat}")
+            auto = fit(
+                compose([*base, "strategy=auto", f"strategy.probe_steps={args.probe_steps}"]),
+                output_dir=f"{scratch}/auto{repeat}",
+            )
             choices.append(auto["strategy_choice"]["chosen"])
             for row in auto["strategy_choice"]["candidates"]:
                 probed[row["strategy"]].append(BATCH * SEQ / row["step_time_s"])
             names = list(CANDIDATES) if repeat % 2 == 0 else list(reversed(CANDIDATES))
             for name in names:
-                full[name].append(tokens_per_s(fit(compose([*base, *CANDIDATES[name]]),
-                                                   output_dir=f"{scratch}/{name}{repeat}")))
+                full[name].append(
+                    tokens_per_s(fit(compose([*base, *CANDIDATES[name]]), output_dir=f"{scratch}/{name}{repeat}"))
+                )
             print(f"repeat {repeat + 1}: auto chose {choices[-1]}", flush=True)
     fastest = max(full, key=lambda n: statistics.median(full[n]))
     print(f"{'candidate':<14} {'probe tok/s':>12} {'full tok/s':>11} {'full / fastest':>15}")
     for name in CANDIDATES:
-        print(f"{name:<14} {statistics.median(probed[name]):>12.0f} {statistics.median(full[name]):>11.0f} "
-              f"{statistics.median(full[name]) / statistics.median(full[fastest]):>15.3f}")
-    print(f"auto chose {', '.join(choices)}; the fastest in full: {fastest} "
-          f"({args.probe_steps} probe steps, {args.steps} full steps, medians of {args.repeats})")
+        print(
+            f"{name:<14} {statistics.median(probed[name]):>12.0f} {statistics.median(full[name]):>11.0f} "
+            f"{statistics.median(full[name]) / statistics.median(full[fastest]):>15.3f}"
+        )
+    print(
+        f"auto chose {', '.join(choices)}; the fastest in full: {fastest} "
+        f"({args.probe_steps} probe steps, {args.steps} full steps, medians of {args.repeats})"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """The hand-written torch training loop the benchmarks compare the engine against."""
+
 from __future__ import annotations
 
 import statistics

@@ -9,6 +9,7 @@ writes with transformers alone: ``from_pretrained``, ``model(input_ids).logits``
 windows of datamodule.text through a standard DataLoader. Each figure is batch x seq_len / median
 step time, the median over repeats that alternate between the sides; engine / hand targets >= 0.97.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,8 @@ import statistics
 import tempfile
 
 import torch
-from torch.utils.data import DataLoader
-
 from hand_loop import median_step_time
+from torch.utils.data import DataLoader
 
 from framework import compose, fit
 from framework.data import TextDataModule
@@ -34,18 +34,38 @@ BATCH, SEQ = 16, 128
 def save_llama(directory: str) -> None:
     import transformers
 
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=SEQ,
-                                      tie_word_embeddings=False)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=SEQ,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(directory)
 
 
 def engine_tokens_per_s(path: str, steps: int, device: str, out: str) -> float:
-    run = ["experiment=gpt_text", "model=hf/causal_lm", f"model.path={path}", f"datamodule.batch_size={BATCH}",
-           f"datamodule.seq_len={SEQ}", "trainer.gradient_clip_val=null", "trainer.limit_val_batches=0", "test=false",
-           "predict=false", "logger=none", "callbacks=none", "trainer.enable_progress_bar=false",
-           f"trainer.accelerator={device}", "trainer.max_epochs=1", f"trainer.max_steps={steps}"]
+    run = [
+        "experiment=gpt_text",
+        "model=hf/causal_lm",
+        f"model.path={path}",
+        f"datamodule.batch_size={BATCH}",
+        f"datamodule.seq_len={SEQ}",
+        "trainer.gradient_clip_val=null",
+        "trainer.limit_val_batches=0",
+        "test=false",
+        "predict=false",
+        "logger=none",
+        "callbacks=none",
+        "trainer.enable_progress_bar=false",
+        f"trainer.accelerator={device}",
+        "trainer.max_epochs=1",
+        f"trainer.max_steps={steps}",
+    ]
     results = fit(compose(run), output_dir=out)
     return BATCH * SEQ / (results["throughput"]["step_time_ms_median"] / 1e3)
 
@@ -64,11 +84,17 @@ class Logits(torch.nn.Module):
 def hand_tokens_per_s(path: str, steps: int, device: str, data: TextDataModule) -> float:
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32,
-                                                              attn_implementation="sdpa").to(device)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path, local_files_only=True, dtype=torch.float32, attn_implementation="sdpa"
+    ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
-    loader = DataLoader(data.train_set, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0),
-                        pin_memory=device == "cuda")
+    loader = DataLoader(
+        data.train_set,
+        batch_size=BATCH,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+        pin_memory=device == "cuda",
+    )
     return BATCH * SEQ / median_step_time(Logits(model), optimizer, loader, steps, device=torch.device(device))
 
 
@@ -89,11 +115,15 @@ def main() -> None:
             figures["engine"].append(engine_tokens_per_s(f"{tmp}/llama", args.steps, args.device, f"{tmp}/run{r}"))
             figures["hand"].append(hand_tokens_per_s(f"{tmp}/llama", args.steps, args.device, data))
     med = {k: statistics.median(v) for k, v in figures.items()}
-    print(f"model=hf/causal_lm (LlamaForCausalLM, 2.5M parameters) on {args.device}, batches of {BATCH} x {SEQ} "
-          f"tokens, {args.steps} steps x {args.repeats} repeats; tokens/s, median (min-max)")
-    print(f"  engine {med['engine']:9.0f} ({min(figures['engine']):.0f}-{max(figures['engine']):.0f})   "
-          f"hand {med['hand']:9.0f} ({min(figures['hand']):.0f}-{max(figures['hand']):.0f})   "
-          f"engine / hand = {med['engine'] / med['hand']:.3f}  (target >= 0.97)")
+    print(
+        f"model=hf/causal_lm (LlamaForCausalLM, 2.5M parameters) on {args.device}, batches of {BATCH} x {SEQ} "
+        f"tokens, {args.steps} steps x {args.repeats} repeats; tokens/s, median (min-max)"
+    )
+    print(
+        f"  engine {med['engine']:9.0f} ({min(figures['engine']):.0f}-{max(figures['engine']):.0f})   "
+        f"hand {med['hand']:9.0f} ({min(figures['hand']):.0f}-{max(figures['hand']):.0f})   "
+        f"engine / hand = {med['engine'] / med['hand']:.3f}  (target >= 0.97)"
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ Engine variants:
 The ``tiny-mlp-f1`` row declares ``task.metrics`` (macro F1) with ``task.train_metrics``: the
 hand loop then updates the same torchmetrics object and computes the accuracy every step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,25 +33,37 @@ import sys
 import tempfile
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
-
 from hand_loop import median_step_time
-
-from framework.rank.build import build_components, build_trainer
-from framework import compose
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from torch.utils.data import DataLoader, TensorDataset
+
+from framework import compose
+from framework.rank.build import build_components, build_trainer
 
 MODELS = {
     # name: overrides of the default experiment
-    "tiny-mlp": ["model=mlp", "model.hidden_sizes=[64]", "datamodule=synthetic", "datamodule.input_shape=[64]",
-                 "datamodule.num_samples=16384", "datamodule.batch_size=32"],
-    "cnn-32x32": ["model=cnn", "model.channels=[32,64]", "datamodule=synthetic", "datamodule.input_shape=[3,32,32]",
-                  "datamodule.num_samples=16384", "datamodule.batch_size=64"],
+    "tiny-mlp": [
+        "model=mlp",
+        "model.hidden_sizes=[64]",
+        "datamodule=synthetic",
+        "datamodule.input_shape=[64]",
+        "datamodule.num_samples=16384",
+        "datamodule.batch_size=32",
+    ],
+    "cnn-32x32": [
+        "model=cnn",
+        "model.channels=[32,64]",
+        "datamodule=synthetic",
+        "datamodule.input_shape=[3,32,32]",
+        "datamodule.num_samples=16384",
+        "datamodule.batch_size=64",
+    ],
 }
 MODELS["tiny-mlp-f1"] = MODELS["tiny-mlp"] + [
     "task.train_metrics=true",
-    "task.metrics={f1: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 10, average: macro}}"]
+    "task.metrics={f1: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 10, average: macro}}",
+]
 
 
 def hand_loop(cfg, steps: int) -> float:
@@ -67,16 +80,24 @@ def hand_loop(cfg, steps: int) -> float:
     # A standard DataLoader over torch's own TensorDataset (the same samples): one __getitem__
     # per sample and default_collate, as users write it (the engine gathers whole batches).
     standard = TensorDataset(*dm.train_set.tensors)
-    loader = DataLoader(standard, batch_size=container["datamodule"]["batch_size"], shuffle=True,
-                        drop_last=True, pin_memory=cuda)
+    loader = DataLoader(
+        standard, batch_size=container["datamodule"]["batch_size"], shuffle=True, drop_last=True, pin_memory=cuda
+    )
     metrics = [instantiate(node).to(device or "cpu") for node in (container["task"].get("metrics") or {}).values()]
     return median_step_time(model, optimizer, loader, steps, device, metrics)
 
 
 def engine(cfg, steps: int, with_defaults: bool, out_dir: str) -> float:
-    overrides = {"trainer": {"max_steps": steps, "max_epochs": 1, "limit_val_batches": 0,
-                             "enable_progress_bar": with_defaults, "log_every_n_steps": 50},
-                 "output_dir": out_dir}
+    overrides = {
+        "trainer": {
+            "max_steps": steps,
+            "max_epochs": 1,
+            "limit_val_batches": 0,
+            "enable_progress_bar": with_defaults,
+            "log_every_n_steps": 50,
+        },
+        "output_dir": out_dir,
+    }
     cfg = OmegaConf.merge(cfg, overrides)
     if not with_defaults:
         cfg.logger, cfg.callbacks = None, None
@@ -106,23 +127,37 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     logging.disable(logging.INFO)
     where = torch.cuda.get_device_name(0) if args.accelerator == "cuda" else f"{args.threads} CPU thread(s)"
-    print(f"torch {torch.__version__}, {where}, {args.steps} steps x {args.repeats} repeats, "
-          f"median step time per repeat, then median over repeats")
-    print(f"{'model':<10} {'hand loop ms':>12} {'engine ms':>10} {'bare ratio (min-max)':>22} {'+defaults ms':>13} "
-          f"{'defaults ratio (min-max)':>26}")
+    print(
+        f"torch {torch.__version__}, {where}, {args.steps} steps x {args.repeats} repeats, "
+        f"median step time per repeat, then median over repeats"
+    )
+    print(
+        f"{'model':<10} {'hand loop ms':>12} {'engine ms':>10} {'bare ratio (min-max)':>22} {'+defaults ms':>13} "
+        f"{'defaults ratio (min-max)':>26}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            cfg = compose(["experiment=digits_cnn", "scheduler=none", "trainer.enable_progress_bar=false",
-                           f"trainer.accelerator={args.accelerator}", *MODELS[name]])
+            cfg = compose(
+                [
+                    "experiment=digits_cnn",
+                    "scheduler=none",
+                    "trainer.enable_progress_bar=false",
+                    f"trainer.accelerator={args.accelerator}",
+                    *MODELS[name],
+                ]
+            )
             hand, bare, full = [], [], []
             engine(cfg, 20, False, tmp)  # warm-up: first-call costs (allocator, kernels)
-            sides = [(hand, lambda r: hand_loop(cfg, args.steps)),
-                     (bare, lambda r: engine(cfg, args.steps, False, os.path.join(tmp, f"{name}-bare-{r}"))),
-                     (full, lambda r: engine(cfg, args.steps, True, os.path.join(tmp, f"{name}-full-{r}")))]
+            sides = [
+                # called within this iteration only: the loop's cfg and name are the ones meant
+                (hand, lambda r: hand_loop(cfg, args.steps)),  # noqa: B023
+                (bare, lambda r: engine(cfg, args.steps, False, os.path.join(tmp, f"{name}-bare-{r}"))),  # noqa: B023
+                (full, lambda r: engine(cfg, args.steps, True, os.path.join(tmp, f"{name}-full-{r}"))),  # noqa: B023
+            ]
             for r in range(args.repeats):
                 # Rotate which side goes first, and collect the previous run's garbage
                 # outside the timed region, so neither side pays for the other.
-                for results, measure in sides[r % 3:] + sides[:r % 3]:
+                for results, measure in sides[r % 3 :] + sides[: r % 3]:
                     gc.collect()
                     results.append(measure(r))
             h, b, f = (statistics.median(v) * 1e3 for v in (hand, bare, full))

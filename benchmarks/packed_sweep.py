@@ -10,6 +10,7 @@ basic (the target: <= 0.6 on 2 cores), and whether each job's train losses agree
 core, whose sums differ in the last bits and drift apart over many steps; with --num-threads 1
 they are identical).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,19 @@ from pathlib import Path
 
 
 def sweep(launcher: str, experiment: str, jobs: int, epochs: int, out: Path, threads: int | None) -> float:
-    args = [sys.executable, "-m", "framework.train", "-m", f"experiment={experiment}",
-            f"seed={','.join(str(s) for s in range(1, jobs + 1))}", f"trainer.max_epochs={epochs}",
-            "callbacks.early_stopping=null",  # every job trains all its epochs: the same work under both
-            *([f"trainer.num_threads={threads}"] if threads else []),
-            "trainer.enable_progress_bar=false", f"hydra.sweep.dir={out}"]
+    args = [
+        sys.executable,
+        "-m",
+        "framework.train",
+        "-m",
+        f"experiment={experiment}",
+        f"seed={','.join(str(s) for s in range(1, jobs + 1))}",
+        f"trainer.max_epochs={epochs}",
+        "callbacks.early_stopping=null",  # every job trains all its epochs: the same work under both
+        *([f"trainer.num_threads={threads}"] if threads else []),
+        "trainer.enable_progress_bar=false",
+        f"hydra.sweep.dir={out}",
+    ]
     if launcher == "packed":
         args.insert(4, "hydra/launcher=packed")
     start = time.perf_counter()
@@ -62,8 +71,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--num-threads", type=int, default=None,
-                        help="trainer.num_threads for every job (1: the same float sums under both launchers)")
+    parser.add_argument(
+        "--num-threads",
+        type=int,
+        default=None,
+        help="trainer.num_threads for every job (1: the same float sums under both launchers)",
+    )
     args = parser.parse_args()
     times: dict[str, list[float]] = {"basic": [], "packed": []}
     spans: dict[str, list[float]] = {"basic": [], "packed": []}
@@ -74,14 +87,18 @@ def main() -> None:
                 out = Path(scratch) / f"{launcher}{repeat}"
                 times[launcher].append(sweep(launcher, args.experiment, args.jobs, args.epochs, out, args.num_threads))
                 spans[launcher].append(job_span(out, args.jobs))
-                print(f"repeat {repeat + 1}: {launcher:<6} {times[launcher][-1]:.1f} s, jobs {spans[launcher][-1]:.1f} s",
-                      flush=True)
+                print(
+                    f"repeat {repeat + 1}: {launcher:<6} {times[launcher][-1]:.1f} s, jobs {spans[launcher][-1]:.1f} s",
+                    flush=True,
+                )
         diff = largest_difference(Path(scratch) / "basic0", Path(scratch) / "packed0", args.jobs)
     for what, figures in (("command", times), ("jobs' span", spans)):
         basic, packed = statistics.median(figures["basic"]), statistics.median(figures["packed"])
         print(f"{what}: basic {basic:.1f} s, packed {packed:.1f} s, packed / basic {packed / basic:.3f}")
-    print(f"{args.jobs} jobs of {args.experiment}, {args.epochs} epochs, medians of {args.repeats}; train/loss "
-          f"largest relative difference per step {diff:.2e}")
+    print(
+        f"{args.jobs} jobs of {args.experiment}, {args.epochs} epochs, medians of {args.repeats}; train/loss "
+        f"largest relative difference per step {diff:.2e}"
+    )
 
 
 if __name__ == "__main__":

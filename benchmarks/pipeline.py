@@ -10,6 +10,7 @@ spends outside its forward and backward) against the plan's (p - 1) / (m + p - 1
 Each figure is global batch x seq_len / median step time, the median over repeats that alternate
 between the two sides; the ratio is engine / hand (target >= 0.95).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
-
 from transformer import BATCH, RUN, SEQ, _model_and_data
 
 from framework import compose, fit
@@ -36,8 +36,12 @@ STAGES = 2
 
 
 def engine(schedule: str, steps: int, out: str) -> tuple[float, dict]:
-    results = fit(compose(RUN + [f"trainer.max_steps={steps}", "strategy=pp", "trainer.devices=2",
-                                 f"strategy.schedule={schedule}"]), output_dir=out)
+    results = fit(
+        compose(
+            RUN + [f"trainer.max_steps={steps}", "strategy=pp", "trainer.devices=2", f"strategy.schedule={schedule}"]
+        ),
+        output_dir=out,
+    )
     return BATCH * SEQ / (results["throughput"]["step_time_ms_median"] / 1e3), results["pipeline"]
 
 
@@ -45,7 +49,7 @@ def _stage(model, rank: int):
     """The model with the other stage's modules removed, by hand (blocks 0-1 | 2-3)."""
     blocks = list(model.layers)
     half = len(blocks) // STAGES
-    for key in (blocks[half:] if rank == 0 else blocks[:half]):
+    for key in blocks[half:] if rank == 0 else blocks[:half]:
         del model.layers[key]
     if rank == 0:
         model.norm = model.output = None
@@ -63,8 +67,12 @@ def _hand(rank: int, world: int, port: int, steps: int, schedule: str, out: str)
     model, dm = _model_and_data(BATCH)
     stage = PipelineStage(_stage(model, rank), rank, STAGES, torch.device("cpu"))
     kind = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
-    pipe = kind(stage, STAGES, loss_fn=lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten()) / STAGES,
-                scale_grads=False)
+    pipe = kind(
+        stage,
+        STAGES,
+        loss_fn=lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten()) / STAGES,
+        scale_grads=False,
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     loader = DataLoader(dm.train_set, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0))
     times, t_prev = [], time.perf_counter()
@@ -108,14 +116,20 @@ def main() -> None:
             predicted = pipeline["bubble_predicted"]
             figures["hand"].append(hand(args.schedule, args.steps, tmp))
     med = {k: statistics.median(v) for k, v in figures.items()}
-    print(f"model=gpt (2.5M parameters), {STAGES} stages, {args.schedule}, {STAGES} micro-batches of a batch of "
-          f"{BATCH} x {SEQ} tokens, {args.steps} steps x {args.repeats} repeats, 1 thread per rank; tokens/s, "
-          "median (min-max)")
-    print(f"  pp engine {med['pp']:9.0f} ({min(figures['pp']):.0f}-{max(figures['pp']):.0f})   hand "
-          f"{med['hand']:9.0f} ({min(figures['hand']):.0f}-{max(figures['hand']):.0f})   engine / hand = "
-          f"{med['pp'] / med['hand']:.3f}  (target >= 0.95)")
-    print(f"  bubble: measured {statistics.median(bubbles):.3f} ({min(bubbles):.3f}-{max(bubbles):.3f}), "
-          f"plan {predicted:.3f}")
+    print(
+        f"model=gpt (2.5M parameters), {STAGES} stages, {args.schedule}, {STAGES} micro-batches of a batch of "
+        f"{BATCH} x {SEQ} tokens, {args.steps} steps x {args.repeats} repeats, 1 thread per rank; tokens/s, "
+        "median (min-max)"
+    )
+    print(
+        f"  pp engine {med['pp']:9.0f} ({min(figures['pp']):.0f}-{max(figures['pp']):.0f})   hand "
+        f"{med['hand']:9.0f} ({min(figures['hand']):.0f}-{max(figures['hand']):.0f})   engine / hand = "
+        f"{med['pp'] / med['hand']:.3f}  (target >= 0.95)"
+    )
+    print(
+        f"  bubble: measured {statistics.median(bubbles):.3f} ({min(bubbles):.3f}-{max(bubbles):.3f}), "
+        f"plan {predicted:.3f}"
+    )
 
 
 if __name__ == "__main__":

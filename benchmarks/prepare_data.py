@@ -11,6 +11,7 @@ runs it (its console command, ``workers`` processes, 0: one per core) into a fre
 Each figure is MB of text per second, the median over repeats that alternate between the sides;
 prepare / loop targets >= 1.6 on 2 cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,18 @@ def hand_loop(text_dir: Path, out: Path) -> float:
 
 def prepare(text_dir: Path, out: Path, workers: int) -> float:
     start = time.perf_counter()
-    subprocess.run(["framework-prepare-data", f"input={text_dir}", f"output={out}", f"tokenizer={TOKENIZER}",
-                    f"workers={workers}"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            "framework-prepare-data",
+            f"input={text_dir}",
+            f"output={out}",
+            f"tokenizer={TOKENIZER}",
+            f"workers={workers}",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return time.perf_counter() - start
 
 

@@ -9,6 +9,7 @@
 
 Throughputs compare medians: global batch / median step time, median over repeats.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,20 +23,32 @@ import tempfile
 
 import torch
 import torch.distributed as dist
+from hand_loop import median_step_time
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from hand_loop import median_step_time
-
 from framework import compose, fit
 from framework.config.environment import free_port
 
-CNN = ["experiment=digits_cnn", "scheduler=none", "datamodule=synthetic", "datamodule.input_shape=[3,32,32]",
-       "datamodule.num_samples=16384", "datamodule.batch_size=256", "model.channels=[32,64]", "model.dropout=0.0",
-       "trainer.limit_val_batches=0", "test=false", "logger=none", "trainer.enable_progress_bar=false",
-       "trainer.accelerator=cpu", "trainer.max_epochs=1", "callbacks=none"]
+CNN = [
+    "experiment=digits_cnn",
+    "scheduler=none",
+    "datamodule=synthetic",
+    "datamodule.input_shape=[3,32,32]",
+    "datamodule.num_samples=16384",
+    "datamodule.batch_size=256",
+    "model.channels=[32,64]",
+    "model.dropout=0.0",
+    "trainer.limit_val_batches=0",
+    "test=false",
+    "logger=none",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "trainer.max_epochs=1",
+    "callbacks=none",
+]
 
 
 def engine_samples_per_s(overrides: list[str], steps: int, out: str) -> tuple[float, dict]:
@@ -119,20 +132,23 @@ def main() -> None:
         print(f"CNN 3x32x32, global batch 256, {args.steps} steps x {args.repeats} repeats, 1 thread per rank")
         print(f"  single 1 rank      {s:8.1f} samples/s")
         print(f"  ddp 2 ranks        {d:8.1f} samples/s   scaling 2/1 = {d / s:.3f}  (target >= 1.8)")
-        print(f"  machine ceiling: 2 independent 1-thread processes vs 1 = {c:.3f}; "
-              f"ddp reaches {d / s / c:.3f} of it")
+        print(f"  machine ceiling: 2 independent 1-thread processes vs 1 = {c:.3f}; ddp reaches {d / s / c:.3f} of it")
         print(f"  hand-written DDP   {h:8.1f} samples/s   ours / hand = {d / h:.3f}  (target >= 0.97)")
 
         print("\nModel-state bytes per rank (fp32 Adam), measured vs ZeRO formula, N = 2:")
-        for name, overrides, per_param in [("ddp", ["strategy=ddp"], lambda n: 16),
-                                           ("zero", ["strategy=zero"], lambda n: 8 + 8 / n),
-                                           ("fsdp", ["strategy=fsdp"], lambda n: 16 / n)]:
+        for name, overrides, per_param in [
+            ("ddp", ["strategy=ddp"], lambda n: 16),
+            ("zero", ["strategy=zero"], lambda n: 8 + 8 / n),
+            ("fsdp", ["strategy=fsdp"], lambda n: 16 / n),
+        ]:
             _, results = engine_samples_per_s(overrides + ["trainer.devices=2", "optimizer=adam"], 2, f"{tmp}/{name}")
             params = results["memory"]["parameters"]
             measured = statistics.mean(results["memory"]["model_state_bytes_per_rank"])
             predicted = per_param(2) * params
-            print(f"  {name:<5} {measured:12,.0f} B  formula {predicted:12,.0f} B  ratio {measured / predicted:.4f}"
-                  f"  ({params:,} parameters)")
+            print(
+                f"  {name:<5} {measured:12,.0f} B  formula {predicted:12,.0f} B  ratio {measured / predicted:.4f}"
+                f"  ({params:,} parameters)"
+            )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ Each repeat runs, in rotating order, whole Python processes:
 Reported: min / median / max wall seconds, and min / median / max of each one's difference to
 the hand script run in the same repeat.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,14 @@ loss.backward()
 optimizer.step()
 print(float(loss))
 """
-ONE_STEP = ["experiment=digits_mlp", "model.hidden_sizes=[64]", "trainer.max_steps=1", "trainer.limit_val_batches=0",
-            "trainer.limit_test_batches=0", "trainer.enable_progress_bar=false"]
+ONE_STEP = [
+    "experiment=digits_mlp",
+    "model.hidden_sizes=[64]",
+    "trainer.max_steps=1",
+    "trainer.limit_val_batches=0",
+    "trainer.limit_test_batches=0",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def _digits_file() -> Path:
@@ -55,8 +62,14 @@ def commands(tmp: Path) -> dict[str, list[str]]:
     return {
         "import torch": [sys.executable, "-c", "import torch"],
         "hand script": [sys.executable, "-c", HAND_SCRIPT, str(_digits_file())],
-        "minimal CLI run": [*train, *ONE_STEP, "callbacks=none", "logger=none", "overwrite=true",
-                            f"hydra.run.dir={tmp / 'minimal'}"],
+        "minimal CLI run": [
+            *train,
+            *ONE_STEP,
+            "callbacks=none",
+            "logger=none",
+            "overwrite=true",
+            f"hydra.run.dir={tmp / 'minimal'}",
+        ],
         "default CLI run": [*train, *ONE_STEP, "overwrite=true", f"hydra.run.dir={tmp / 'default'}"],
         "--help": [*train, "--help"],
     }
@@ -82,16 +95,20 @@ def main() -> None:
         for name in names:  # warm-up: the OS file cache, Python's bytecode cache
             timed(cmds[name], Path(tmp))
         for r in range(args.repeats):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 times[name].append(timed(cmds[name], Path(tmp)))
     hand = times["hand script"]
-    print(f"{args.repeats} interleaved repeats, wall seconds per process; '- hand script': the difference to the "
-          "hand script of the same repeat")
+    print(
+        f"{args.repeats} interleaved repeats, wall seconds per process; '- hand script': the difference to the "
+        "hand script of the same repeat"
+    )
     print(f"{'':<18} {'min':>6} {'median':>7} {'max':>6}   {'- hand script: min':>18} {'median':>7} {'max':>6}")
     for name in names:
         t, diff = sorted(times[name]), sorted(a - b for a, b in zip(times[name], hand))
-        print(f"{name:<18} {t[0]:>6.2f} {statistics.median(t):>7.2f} {t[-1]:>6.2f}   "
-              f"{diff[0]:>+18.2f} {statistics.median(diff):>+7.2f} {diff[-1]:>+6.2f}")
+        print(
+            f"{name:<18} {t[0]:>6.2f} {statistics.median(t):>7.2f} {t[-1]:>6.2f}   "
+            f"{diff[0]:>+18.2f} {statistics.median(diff):>+7.2f} {diff[-1]:>+6.2f}"
+        )
 
 
 if __name__ == "__main__":

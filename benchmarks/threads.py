@@ -13,6 +13,7 @@ Reported per workload and condition: the median wall seconds of each thread coun
 median fit seconds (results.json's fit_time_s), the threads the default chose, and the ratio of
 the two thread counts' medians.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,14 @@ from pathlib import Path
 
 WORKLOADS = {
     "quick start": [],
-    "gpt": ["experiment=gpt_text", "trainer.max_steps=20", "trainer.val_check_interval=20",
-            "trainer.limit_val_batches=2", "trainer.limit_test_batches=2", "predict=false"],
+    "gpt": [
+        "experiment=gpt_text",
+        "trainer.max_steps=20",
+        "trainer.val_check_interval=20",
+        "trainer.limit_val_batches=2",
+        "trainer.limit_test_batches=2",
+        "predict=false",
+    ],
 }
 LOAD = """
 import torch
@@ -45,9 +52,19 @@ def run_once(overrides: list[str], threads: int | None) -> tuple[float, float, i
     setting = [] if threads is None else [f"trainer.num_threads={threads}"]
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "framework.train", *overrides, *setting,
-                        "trainer.enable_progress_bar=false", f"hydra.run.dir={scratch}/run"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "framework.train",
+                *overrides,
+                *setting,
+                "trainer.enable_progress_bar=false",
+                f"hydra.run.dir={scratch}/run",
+            ],
+            check=True,
+            capture_output=True,
+        )
         wall = time.perf_counter() - started
         results = json.loads((Path(scratch) / "run" / "results.json").read_text())
         return wall, results["fit_time_s"], results["threads"]
@@ -60,7 +77,7 @@ def measure(workloads: dict, repeats: int, settings: list, cores: int, loaded: b
         time.sleep(2.0 if loaded else 0.0)  # the load at full speed before the first sample
         for repeat in range(repeats):
             order = [(w, n) for w in workloads for n in settings]
-            for workload, n in order[repeat % len(order):] + order[:repeat % len(order)]:
+            for workload, n in order[repeat % len(order) :] + order[: repeat % len(order)]:
                 samples[(workload, n)].append(run_once(workloads[workload], n))
     finally:
         if load is not None:
@@ -76,9 +93,12 @@ def report(samples: dict, workloads: dict, settings: list, condition: str) -> No
             walls = [s[0] for s in samples[(workload, n)]]
             fit = statistics.median(s[1] for s in samples[(workload, n)])
             name = f"default ({samples[(workload, n)][0][2]})" if n is None else str(n)
-            cells.append(f"{name}: {statistics.median(walls):5.1f} s ({min(walls):.1f}-{max(walls):.1f}), fit {fit:5.1f} s")
+            cells.append(
+                f"{name}: {statistics.median(walls):5.1f} s ({min(walls):.1f}-{max(walls):.1f}), fit {fit:5.1f} s"
+            )
         one, many = (statistics.median(s[0] for s in samples[(workload, n)]) for n in settings[:2])
-        print(f"{condition:<7} {workload:<12} {'  '.join(cells)}  wall {settings[1]}/{settings[0]} threads: {many / one:.2f}")
+        ratio = f"wall {settings[1]}/{settings[0]} threads: {many / one:.2f}"
+        print(f"{condition:<7} {workload:<12} {'  '.join(cells)}  {ratio}")
 
 
 def main() -> None:
@@ -89,8 +109,10 @@ def main() -> None:
     workloads = {w: WORKLOADS[w] for w in args.workload or WORKLOADS}
     cores = len(os.sched_getaffinity(0))
     settings = [1, cores, None] if cores > 1 else [1, None]
-    print(f"{cores} cores; threads per setting (default: the framework's choice); median of {args.repeats} runs "
-          "each, interleaved")
+    print(
+        f"{cores} cores; threads per setting (default: the framework's choice); median of {args.repeats} runs "
+        "each, interleaved"
+    )
     for condition, loaded in (("idle", False), ("loaded", True)):
         report(measure(workloads, args.repeats, settings, cores, loaded), workloads, settings, condition)
 

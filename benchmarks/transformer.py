@@ -11,6 +11,7 @@
 Each figure is global batch x seq_len / median step time, the median over repeats that alternate
 between the two sides (machine noise hits both alike); the ratio is engine / hand (target >= 0.95).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,17 +25,27 @@ import tempfile
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader
-
 from hand_loop import median_step_time
+from torch.utils.data import DataLoader
 
 from framework import compose, fit
 from framework.config.environment import free_port
 
 BATCH, SEQ = 16, 128
-RUN = ["experiment=gpt_text", "datamodule.batch_size=16", "datamodule.seq_len=128",
-       "trainer.gradient_clip_val=null", "trainer.limit_val_batches=0", "test=false", "predict=false", "logger=none",
-       "callbacks=none", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "trainer.max_epochs=1"]
+RUN = [
+    "experiment=gpt_text",
+    "datamodule.batch_size=16",
+    "datamodule.seq_len=128",
+    "trainer.gradient_clip_val=null",
+    "trainer.limit_val_batches=0",
+    "test=false",
+    "predict=false",
+    "logger=none",
+    "callbacks=none",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "trainer.max_epochs=1",
+]
 
 
 def engine_tokens_per_s(overrides: list[str], steps: int, out: str) -> float:
@@ -96,12 +107,16 @@ def main() -> None:
             figures["tp"].append(engine_tokens_per_s(["strategy=tp", "trainer.devices=2"], args.steps, f"{tmp}/t{r}"))
             figures["hand tp"].append(hand_tokens_per_s(2, args.steps, tmp))
     med = {k: statistics.median(v) for k, v in figures.items()}
-    print(f"model=gpt (2.5M parameters), batches of {BATCH} x {SEQ} tokens, {args.steps} steps x {args.repeats} "
-          "repeats, 1 thread per rank; tokens/s, median (min-max)")
+    print(
+        f"model=gpt (2.5M parameters), batches of {BATCH} x {SEQ} tokens, {args.steps} steps x {args.repeats} "
+        "repeats, 1 thread per rank; tokens/s, median (min-max)"
+    )
     for engine, hand in (("single", "hand single"), ("tp", "hand tp")):
-        print(f"  {engine:<6} engine {med[engine]:9.0f} ({min(figures[engine]):.0f}-{max(figures[engine]):.0f})   "
-              f"hand {med[hand]:9.0f} ({min(figures[hand]):.0f}-{max(figures[hand]):.0f})   "
-              f"engine / hand = {med[engine] / med[hand]:.3f}  (target >= 0.95)")
+        print(
+            f"  {engine:<6} engine {med[engine]:9.0f} ({min(figures[engine]):.0f}-{max(figures[engine]):.0f})   "
+            f"hand {med[hand]:9.0f} ({min(figures[hand]):.0f}-{max(figures[hand]):.0f})   "
+            f"engine / hand = {med[engine] / med[hand]:.3f}  (target >= 0.95)"
+        )
 
 
 if __name__ == "__main__":

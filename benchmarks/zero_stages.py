@@ -9,6 +9,7 @@ the same sharding as ZeRO-2), each the median over repeats that alternate betwee
 model-state bytes per rank, measured by the run (results.json) against the plan's formula
 (framework-plan's: the ZeRO paper's accounting, with DeepSpeed's fp32 master copy).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,7 @@ LAYOUTS = {
 
 
 def run(layout: str, steps: int, out: str) -> tuple[float, dict]:
-    results = fit(compose(RUN + [f"trainer.max_steps={steps}", "trainer.devices=2", *LAYOUTS[layout]]),
-                  output_dir=out)
+    results = fit(compose(RUN + [f"trainer.max_steps={steps}", "trainer.devices=2", *LAYOUTS[layout]]), output_dir=out)
     return BATCH * SEQ / (results["throughput"]["step_time_ms_median"] / 1e3), results["memory"]
 
 
@@ -59,8 +59,10 @@ def main() -> None:
     for name in LAYOUTS:
         measured = memory[name]["model_state_bytes_per_rank"][0] / params
         predicted = memory[name]["predicted_model_state_bytes"] / params
-        print(f"{name:<14} {median[name]:>10.0f} {median['deepspeed_2'] / median[name]:>9.3f} "
-              f"{measured:>14.2f} {predicted:>8.2f}")
+        print(
+            f"{name:<14} {median[name]:>10.0f} {median['deepspeed_2'] / median[name]:>9.3f} "
+            f"{measured:>14.2f} {predicted:>8.2f}"
+        )
 
 
 if __name__ == "__main__":

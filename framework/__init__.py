@@ -6,6 +6,7 @@ import torch when first used, not when the package is imported: the
 command-line apps answer ``--help`` without it. The layers, top-down (each imports only
 those below it; docs/architecture.md draws them): the entry points here, cli, job, launch, rank,
 callbacks / loggers / report, engine, strategies, data / models / tasks, config."""
+
 from __future__ import annotations
 
 __all__ = ["build_trainer", "compose", "fit"]

@@ -1,5 +1,6 @@
 """The Python API, for notebooks, scripts and tests: ``cfg = compose([...]); results = fit(cfg)``;
 ``evaluate`` and ``predict`` a saved checkpoint; ``build_trainer`` to drive the engine yourself."""
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,9 @@ __all__ = ["build_trainer", "compose", "evaluate", "fit", "predict"]
 _API_SPELLING = {"(hydra.run.dir=...)": "(fit(cfg, output_dir=...))", "set overwrite=true": "pass overwrite=True"}
 
 
-def fit(cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = False,
-        verbose: Optional[bool] = None) -> dict:
+def fit(
+    cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = False, verbose: Optional[bool] = None
+) -> dict:
     """Validate and run ``cfg``; returns the contents of results.json.
 
     ``output_dir`` defaults to ``outputs/api/<date>/<time>``; a directory that holds a run
@@ -42,8 +44,9 @@ def fit(cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = Fal
         print(message, file=sys.stderr)  # a rank's start-up error would not show it otherwise
         raise RuntimeError(message)
     cfg = cfg.copy()
-    output_dir = str(output_dir or cfg.get("output_dir") or
-                     Path("outputs/api") / _dt.datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f"))
+    output_dir = str(
+        output_dir or cfg.get("output_dir") or Path("outputs/api") / _dt.datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
+    )
     set_job_fields(cfg, output_dir)
     if overwrite:
         with open_dict(cfg):
@@ -56,8 +59,9 @@ def fit(cfg: DictConfig, output_dir: Optional[str] = None, overwrite: bool = Fal
             raise ConfigError([_in_api_words(p) for p in err.problems]) from None
 
 
-def evaluate(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None,
-             mode: str = "eval") -> dict:
+def evaluate(
+    ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None, mode: str = "eval"
+) -> dict:
     """Test the checkpoint ``ckpt_path`` with its run's saved config and ``overrides``
     (``mode="predict"``: predict with it); returns the evaluation's results.json. Writes to
     ``<run dir>/<mode>/<date>_<time>/`` unless ``output_dir`` is given."""

@@ -1,6 +1,7 @@
 """``python -m framework.evaluate ckpt_path=<run>/checkpoints/<name> [overrides]``: test a saved
 checkpoint (framework/cli/evaluate.py); from Python, ``evaluate(ckpt_path, overrides, output_dir)``
 (framework/api.py, imported when first used: ``--help`` imports no torch)."""
+
 from framework.cli.evaluate import main
 
 

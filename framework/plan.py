@@ -1,5 +1,6 @@
 """``python -m framework.plan [overrides]``: per-rank memory of each strategy and device count,
 predicted before anything trains (framework/cli/plan.py prints framework/job/plan.py's figures)."""
+
 from framework.cli.plan import main
 
 

@@ -1,6 +1,7 @@
 """``python -m framework.predict ckpt_path=<run>/checkpoints/<name> [overrides]``: predict with a
 saved checkpoint (framework/cli/predict.py); from Python, ``predict(ckpt_path, overrides, output_dir)``
 (framework/api.py, imported when first used)."""
+
 from framework.cli.predict import main
 
 

@@ -4,6 +4,7 @@ from the code. tests/docs/test_docs.py fails when the committed page differs fro
 
     python scripts/config_reference.py          # rewrite docs/reference/config.md
 """
+
 from __future__ import annotations
 
 import ast
@@ -41,8 +42,11 @@ def _field_notes(schema: type) -> dict[str, tuple[str, str]]:
     tree = ast.parse(source)
     cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == schema.__name__)
     lines = source.splitlines()
-    return {n.target.id: (ast.unparse(n.annotation), _comments(lines, n)) for n in cls.body
-            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return {
+        n.target.id: (ast.unparse(n.annotation), _comments(lines, n))
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
 
 
 def _default(f: dataclasses.Field) -> str:
@@ -50,8 +54,15 @@ def _default(f: dataclasses.Field) -> str:
         value = f.default_factory()
     else:
         value = f.default
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value) \
-        if isinstance(value, str) else str(value)
+    return (
+        "null"
+        if value is None
+        else str(value).lower()
+        if isinstance(value, bool)
+        else repr(value)
+        if isinstance(value, str)
+        else str(value)
+    )
 
 
 def _cell(text: str) -> str:
@@ -67,8 +78,10 @@ def table(schema: type, prefix: str) -> list[str]:
             continue  # a strategy's name is its section's title
         annotation, comment = notes[f.name]
         valid = f.metadata["range"].describe() if "range" in f.metadata else ""
-        rows.append(f"| `{prefix}{f.name}` | `{_cell(annotation)}` | `{_cell(_default(f))}` | {_cell(valid)} | "
-                    f"{_cell(comment)} |")
+        rows.append(
+            f"| `{prefix}{f.name}` | `{_cell(annotation)}` | `{_cell(_default(f))}` | {_cell(valid)} | "
+            f"{_cell(comment)} |"
+        )
     return rows
 
 
@@ -80,15 +93,25 @@ def _section(title: str, schema: type, prefix: str, words: str = "") -> list[str
 
 
 def page() -> str:
-    from framework.config.schemas import AutoStrategyConfig, InitConfig, RootConfig, SchedulerConfig, \
-        StrategyConfig, TrainerConfig
+    from framework.config.schemas import (
+        AutoStrategyConfig,
+        InitConfig,
+        RootConfig,
+        SchedulerConfig,
+        StrategyConfig,
+        TrainerConfig,
+    )
     from framework.strategies.registry import STRATEGIES
 
-    parts = [INTRO, *_section("Top-level keys", RootConfig, ""), *_section("trainer", TrainerConfig, "trainer."),
-             *_section("init", InitConfig, "init."),
-             *_section("scheduler", SchedulerConfig, "scheduler.", "Besides the scheduler class's own arguments."),
-             *_section("strategy (every strategy)", StrategyConfig, "strategy."),
-             *_section("strategy=auto", AutoStrategyConfig, "strategy.")]
+    parts = [
+        INTRO,
+        *_section("Top-level keys", RootConfig, ""),
+        *_section("trainer", TrainerConfig, "trainer."),
+        *_section("init", InitConfig, "init."),
+        *_section("scheduler", SchedulerConfig, "scheduler.", "Besides the scheduler class's own arguments."),
+        *_section("strategy (every strategy)", StrategyConfig, "strategy."),
+        *_section("strategy=auto", AutoStrategyConfig, "strategy."),
+    ]
     seen = {StrategyConfig}
     for name, cls in STRATEGIES.items():
         if cls.schema in seen:

@@ -10,6 +10,7 @@ few steps (or once it tests, after training), then delivers the blow from outsid
 a cluster would, and judges each outcome against the README's table: good, acceptable (right,
 but slower than 5 s), bad; the counts close the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,29 @@ import tempfile
 import time
 from pathlib import Path
 
-RUN = ["experiment=digits_mlp", "trainer.max_epochs=500", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu",
-       "trainer.enable_progress_bar=false", "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null",
-       "logger=csv", "strategy.timeout_s=30"]
+RUN = [
+    "experiment=digits_mlp",
+    "trainer.max_epochs=500",
+    "trainer.log_every_n_steps=1",
+    "trainer.accelerator=cpu",
+    "trainer.enable_progress_bar=false",
+    "callbacks=model_checkpoint",
+    "callbacks.model_checkpoint.monitor=null",
+    "logger=csv",
+    "strategy.timeout_s=30",
+]
 DDP = ["strategy=ddp", "trainer.devices=2"]
 # a pipeline of two stages (the tests' transformer): each stage a rank
-PP = ["experiment=gpt_text", "model=gpt/tiny", "datamodule.batch_size=8", "datamodule.seq_len=32",
-      "predict=false", "trainer.max_steps=100000", "strategy=pp", "trainer.devices=2"]
+PP = [
+    "experiment=gpt_text",
+    "model=gpt/tiny",
+    "datamodule.batch_size=8",
+    "datamodule.seq_len=32",
+    "predict=false",
+    "trainer.max_steps=100000",
+    "strategy=pp",
+    "trainer.devices=2",
+]
 # DeepSpeed's ZeRO-3 (parameters partitioned: every forward a collective)
 DEEPSPEED = ["strategy=deepspeed", "strategy.stage=3", "trainer.devices=2"]
 
@@ -79,13 +96,19 @@ def scenario(name: str, extra: list[str], blow, wait_for: str | None = None) -> 
     ``wait_for`` appears in its run directory), report what happened."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"drill-{name}-"))
     short = ["trainer.max_epochs=2"] if wait_for else []  # reach the test stage
-    base = [o for o in RUN if not o.startswith("experiment=")] if any(o.startswith("experiment=") for o in extra) \
-        else RUN
-    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *base, *short, *extra, f"hydra.run.dir={run_dir}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = (
+        [o for o in RUN if not o.startswith("experiment=")] if any(o.startswith("experiment=") for o in extra) else RUN
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "framework.train", *base, *short, *extra, f"hydra.run.dir={run_dir}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     metrics, deadline = run_dir / "metrics.csv", time.time() + 180
-    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 4) \
-            and not wait_for:
+    while (
+        time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 4) and not wait_for
+    ):
         time.sleep(0.1)
     while wait_for and time.time() < deadline and not (run_dir / wait_for).exists():
         time.sleep(0.1)
@@ -101,9 +124,17 @@ def scenario(name: str, extra: list[str], blow, wait_for: str | None = None) -> 
     results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else {}
     manifest = run_dir / "checkpoints" / "last" / "manifest.json"
     last = json.loads(manifest.read_text())["step"] if manifest.exists() else None
-    return {"scenario": name, "exit": code, "exit_s": round(took, 1), "status": results.get("status"),
-            "step": results.get("steps"), "last": last, "blamed": results.get("failed_rank"),
-            "error": (results.get("error") or results.get("signal") or "")[:60], "left": len(alive(pids))}
+    return {
+        "scenario": name,
+        "exit": code,
+        "exit_s": round(took, 1),
+        "status": results.get("status"),
+        "step": results.get("steps"),
+        "last": last,
+        "blamed": results.get("failed_rank"),
+        "error": (results.get("error") or results.get("signal") or "")[:60],
+        "left": len(alive(pids)),
+    }
 
 
 def send(sig):
@@ -147,15 +178,23 @@ SCENARIOS = {
     "sigterm-deepspeed": (DEEPSPEED, send(signal.SIGTERM), {**STOPPED, "exit": 143}),
     "scancel-group-deepspeed": (DEEPSPEED, group(signal.SIGTERM), {**STOPPED, "exit": 143}),
     "sigkill-rank1-deepspeed": (DEEPSPEED, kill_rank(1), {**FAILED, "blamed": 1}),
-    "sigkill-launcher-deepspeed": (DEEPSPEED, send(signal.SIGKILL), {"exit": -9, "status": "interrupted",
-                                                                    "last_is_step": True}),
+    "sigkill-launcher-deepspeed": (
+        DEEPSPEED,
+        send(signal.SIGKILL),
+        {"exit": -9, "status": "interrupted", "last_is_step": True},
+    ),
     "scancel-during-test-deepspeed": ([*DEEPSPEED, *TESTING], group(signal.SIGTERM), {**AFTER, "exit": 143}),
 }
 # Damage and planted files: a run trained once per layout, a copy of it damaged, then the command a
 # user would run; judged by its exit code, results.json's status and what it says (the damage).
 TP_RUN = [*PP[:5], "strategy=tp", "trainer.devices=2", "trainer.max_steps=4", "trainer.val_check_interval=2"]
-SHORT = ["trainer.max_epochs=2", "trainer.limit_train_batches=3", "callbacks=model_checkpoint",
-         "callbacks.model_checkpoint.monitor=null", "logger=csv"]
+SHORT = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=3",
+    "callbacks=model_checkpoint",
+    "callbacks.model_checkpoint.monitor=null",
+    "logger=csv",
+]
 
 
 def _flip(path_in_checkpoint: str):
@@ -164,6 +203,7 @@ def _flip(path_in_checkpoint: str):
         data = bytearray(file.read_bytes())
         data[len(data) // 2] ^= 0xFF
         file.write_bytes(bytes(data))
+
     return damage
 
 
@@ -186,6 +226,7 @@ def _planted_link(name: str):
         outside = run.parent / f"{run.name}-outside"
         outside.mkdir()
         (run / "checkpoints" / name).symlink_to(outside, target_is_directory=True)
+
     return damage
 
 
@@ -195,9 +236,18 @@ RESUME = ["-m", "framework.train", "hydra.run.dir={run}", "ckpt_path=last", "tra
 DAMAGES = {
     "evaluate-flipped-shard-tp": (TP_RUN, _flip("__1_0.distcp"), EVALUATE, (1, "failed", "CRC-32 mismatch")),
     "evaluate-flipped-metadata": (SHORT, _flip(".metadata"), EVALUATE, (2, None, "CRC-32 mismatch")),
-    "evaluate-truncated-trainer-pt": (SHORT, lambda r: (r / "checkpoints/last/trainer.pt").write_bytes(b"PK\x03\x04"),
-                                      EVALUATE, (2, None, "trainer.pt has 4 bytes")),
-    "evaluate-escaping-metadata": (SHORT, _escaping_metadata, EVALUATE, (2, None, "outside the checkpoint's directory")),
+    "evaluate-truncated-trainer-pt": (
+        SHORT,
+        lambda r: (r / "checkpoints/last/trainer.pt").write_bytes(b"PK\x03\x04"),
+        EVALUATE,
+        (2, None, "trainer.pt has 4 bytes"),
+    ),
+    "evaluate-escaping-metadata": (
+        SHORT,
+        _escaping_metadata,
+        EVALUATE,
+        (2, None, "outside the checkpoint's directory"),
+    ),
     "resume-planted-tmp-link": (SHORT, _planted_link(".tmp-last"), RESUME, (0, "completed", "")),
     "resume-planted-old-link": (SHORT, _planted_link(".old-last"), RESUME, (0, "completed", "")),
 }
@@ -206,10 +256,16 @@ DAMAGES = {
 def damage_scenario(name: str, run_args: list[str], damage, command: list[str], expect: tuple) -> dict:
     """Train the run, damage it, run ``command`` on it; the outcome and its verdict (good or bad)."""
     run = Path(tempfile.mkdtemp(prefix=f"drill-{name}-")) / "run"
-    base = [o for o in RUN if not o.startswith(("experiment=", "trainer.max_epochs"))] \
-        if any(o.startswith("experiment=") for o in run_args) else [o for o in RUN if "max_epochs" not in o]
-    subprocess.run([sys.executable, "-m", "framework.train", *base, *run_args, f"hydra.run.dir={run}"],
-                   capture_output=True, check=True)
+    base = (
+        [o for o in RUN if not o.startswith(("experiment=", "trainer.max_epochs"))]
+        if any(o.startswith("experiment=") for o in run_args)
+        else [o for o in RUN if "max_epochs" not in o]
+    )
+    subprocess.run(
+        [sys.executable, "-m", "framework.train", *base, *run_args, f"hydra.run.dir={run}"],
+        capture_output=True,
+        check=True,
+    )
     damage(run)
     proc = subprocess.run([sys.executable, *(a.format(run=run) for a in command)], capture_output=True, text=True)
     evaluated = sorted(run.glob("eval/*/results.json"))
@@ -220,7 +276,12 @@ def damage_scenario(name: str, run_args: list[str], damage, command: list[str], 
     outside = run.parent / f"{run.name}-outside"
     clean = not outside.exists() or not any(outside.iterdir())
     good = proc.returncode == code and results.get("status") == status and words in said and clean
-    return {"exit": proc.returncode, "status": results.get("status"), "said": said, "verdict": "good" if good else "bad"}
+    return {
+        "exit": proc.returncode,
+        "status": results.get("status"),
+        "said": said,
+        "verdict": "good" if good else "bad",
+    }
 
 
 FAST_S, SLOW_S = 5.0, 35.0  # a blow is answered within FAST_S (good) or at least within SLOW_S (acceptable)
@@ -228,9 +289,13 @@ FAST_S, SLOW_S = 5.0, 35.0  # a blow is answered within FAST_S (good) or at leas
 
 def verdict(row: dict, expect: dict) -> str:
     """good: what the README promises, within FAST_S; acceptable: the same, slower; bad: anything else."""
-    right = (row["exit"] == expect["exit"] and row["status"] == expect["status"] and row["left"] == 0
-             and (not expect["last_is_step"] or row["last"] == row["step"])
-             and expect.get("blamed", row["blamed"]) == row["blamed"])
+    right = (
+        row["exit"] == expect["exit"]
+        and row["status"] == expect["status"]
+        and row["left"] == 0
+        and (not expect["last_is_step"] or row["last"] == row["step"])
+        and expect.get("blamed", row["blamed"]) == row["blamed"]
+    )
     if not right or row["exit_s"] > SLOW_S:
         return "bad"
     return "good" if row["exit_s"] <= FAST_S or expect["status"] == "failed" else "acceptable"
@@ -238,8 +303,7 @@ def verdict(row: dict, expect: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="*", default=[*SCENARIOS, *DAMAGES],
-                        choices=[*SCENARIOS, *DAMAGES])
+    parser.add_argument("--only", nargs="*", default=[*SCENARIOS, *DAMAGES], choices=[*SCENARIOS, *DAMAGES])
     args = parser.parse_args()
     columns = ["scenario", "exit", "exit_s", "status", "step", "last", "blamed", "error", "left", "verdict"]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))

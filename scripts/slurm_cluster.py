@@ -7,6 +7,7 @@ Needs Debian's (or Ubuntu's) packages: ``apt-get install slurmctld slurmd slurm-
 cluster runs as root with no authentication (auth/none): for a test machine only. The tests
 use it as a fixture (tests/slurm/conftest.py); ``.ci/run`` installs the packages.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,18 +33,42 @@ def write_conf(directory: Path) -> Path:
     for sub in ("state", "spool"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
     conf = directory / "slurm.conf"
-    conf.write_text("\n".join([
-        "ClusterName=framework", f"SlurmctldHost={host}", "AuthType=auth/none", "CredType=cred/none",
-        "SlurmUser=root", "SlurmdUser=root", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "MpiDefault=none", "SwitchType=switch/none",
-        "JobRequeue=1", "ReturnToService=2", "AccountingStorageType=accounting_storage/none",
-        "JobCompType=jobcomp/none", "SchedulerType=sched/backfill", "KillWait=10", "MinJobAge=300",
-        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
-        f"StateSaveLocation={directory / 'state'}", f"SlurmdSpoolDir={directory / 'spool'}",
-        f"SlurmctldPidFile={directory / 'slurmctld.pid'}", f"SlurmdPidFile={directory / 'slurmd.pid'}",
-        f"SlurmctldLogFile={directory / 'slurmctld.log'}", f"SlurmdLogFile={directory / 'slurmd.log'}",
-        f"NodeName={host} CPUs={os.cpu_count()} State=UNKNOWN",
-        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
+    conf.write_text(
+        "\n".join(
+            [
+                "ClusterName=framework",
+                f"SlurmctldHost={host}",
+                "AuthType=auth/none",
+                "CredType=cred/none",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core",
+                "MpiDefault=none",
+                "SwitchType=switch/none",
+                "JobRequeue=1",
+                "ReturnToService=2",
+                "AccountingStorageType=accounting_storage/none",
+                "JobCompType=jobcomp/none",
+                "SchedulerType=sched/backfill",
+                "KillWait=10",
+                "MinJobAge=300",
+                f"SlurmctldPort={_free_port()}",
+                f"SlurmdPort={_free_port()}",
+                f"StateSaveLocation={directory / 'state'}",
+                f"SlurmdSpoolDir={directory / 'spool'}",
+                f"SlurmctldPidFile={directory / 'slurmctld.pid'}",
+                f"SlurmdPidFile={directory / 'slurmd.pid'}",
+                f"SlurmctldLogFile={directory / 'slurmctld.log'}",
+                f"SlurmdLogFile={directory / 'slurmd.log'}",
+                f"NodeName={host} CPUs={os.cpu_count()} State=UNKNOWN",
+                "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+                "",
+            ]
+        )
+    )
     return conf
 
 
@@ -64,8 +89,10 @@ def start(directory: Path = DEFAULT_DIR, timeout: float = 60.0) -> dict:
         if state == "idle":
             return {"SLURM_CONF": env["SLURM_CONF"]}
         time.sleep(0.5)
-    raise RuntimeError(f"the SLURM node is not idle after {timeout:.0f} s (sinfo: {state!r}); "
-                       f"see {directory}/slurmctld.log and slurmd.log")
+    raise RuntimeError(
+        f"the SLURM node is not idle after {timeout:.0f} s (sinfo: {state!r}); "
+        f"see {directory}/slurmctld.log and slurmd.log"
+    )
 
 
 def stop(directory: Path = DEFAULT_DIR) -> None:

@@ -1,4 +1,5 @@
 """Fixtures: compose a shrunk config; tests marked ``gpu`` run only where CUDA is."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,6 @@ import torch
 
 from framework import compose
 from tests.helpers.configs import TINY
-
 
 # What starts other processes: ranks, a CLI, a venv, a cluster (the quick subset leaves these out:
 # python -m pytest -m "not multiprocess").

@@ -1,5 +1,6 @@
 """The layering of ``framework/`` is a checked property: a module imports only from its own layer
 or the layers below it (docs/architecture.md draws them). The order is written once, here."""
+
 from __future__ import annotations
 
 import ast
@@ -9,8 +10,10 @@ import pytest
 
 # Top-down. A package (or root module) named here holds every module under it.
 LAYERS = [
-    ("entry points", ["framework", "framework.api", "framework.train", "framework.evaluate", "framework.predict",
-                      "framework.plan"]),
+    (
+        "entry points",
+        ["framework", "framework.api", "framework.train", "framework.evaluate", "framework.predict", "framework.plan"],
+    ),
     ("cli", ["framework.cli"]),
     ("job", ["framework.job"]),
     ("launch", ["framework.launch"]),
@@ -51,7 +54,7 @@ def imported(path: Path, name: str) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             out.append((node.lineno, base))
     return out
@@ -68,8 +71,10 @@ def upward_imports(root: Path, layers=LAYERS) -> list[str]:
         for line, target in imported(path, name):
             theirs = layer_of(target, layers) if target.startswith("framework") else None
             if theirs is not None and theirs < own:
-                problems.append(f"{path.relative_to(root.parent)}:{line}: {name} ({layers[own][0]}) imports "
-                                f"{target} ({layers[theirs][0]}), a layer above it")
+                problems.append(
+                    f"{path.relative_to(root.parent)}:{line}: {name} ({layers[own][0]}) imports "
+                    f"{target} ({layers[theirs][0]}), a layer above it"
+                )
     return problems
 
 
@@ -78,8 +83,11 @@ def test_every_module_imports_only_from_its_layer_or_below():
 
 
 def test_every_module_of_the_package_has_a_layer():
-    unplaced = [module_name(p, ROOT) for p in (ROOT / "framework").rglob("*.py")
-                if layer_of(module_name(p, ROOT)) is None and not module_name(p, ROOT).startswith("framework.conf")]
+    unplaced = [
+        module_name(p, ROOT)
+        for p in (ROOT / "framework").rglob("*.py")
+        if layer_of(module_name(p, ROOT)) is None and not module_name(p, ROOT).startswith("framework.conf")
+    ]
     assert unplaced == []
 
 
@@ -88,10 +96,13 @@ def test_at_the_root_only_the_api_and_the_entry_points():
     assert root_modules == ["__init__", "api", "evaluate", "plan", "predict", "train"]
 
 
-@pytest.mark.parametrize("wrong", [
-    "from framework.engine.trainer import Trainer\n",          # a strategy reaching up into the engine
-    "def later():\n    from framework.rank import run\n",      # a lazy import counts too
-])
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        "from framework.engine.trainer import Trainer\n",  # a strategy reaching up into the engine
+        "def later():\n    from framework.rank import run\n",  # a lazy import counts too
+    ],
+)
 def test_the_check_fails_on_a_deliberately_wrong_import(tmp_path, wrong):
     package = tmp_path / "framework"
     for sub in ("strategies", "engine", "rank"):

@@ -3,6 +3,7 @@
 The hooks, when each runs and what it receives: ``framework.engine.protocols.Callback``; what
 they read of the trainer: ``TrainerView``. May import: engine and every layer below it.
 """
+
 from framework.callbacks.checkpoint import ModelCheckpoint
 from framework.callbacks.device_stats import DeviceStats
 from framework.callbacks.early_stopping import EarlyStopping
@@ -15,5 +16,16 @@ from framework.callbacks.swa import SWA
 from framework.callbacks.throughput import Throughput
 from framework.callbacks.timer import Timer
 
-__all__ = ["BackboneFinetuning", "DeviceStats", "EMA", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint",
-           "ModelSummary", "ProgressBar", "SWA", "Throughput", "Timer"]
+__all__ = [
+    "BackboneFinetuning",
+    "DeviceStats",
+    "EMA",
+    "EarlyStopping",
+    "LearningRateMonitor",
+    "ModelCheckpoint",
+    "ModelSummary",
+    "ProgressBar",
+    "SWA",
+    "Throughput",
+    "Timer",
+]

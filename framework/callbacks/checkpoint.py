@@ -1,4 +1,5 @@
 """ModelCheckpoint: top-k by a monitored metric, ``last``, every N epochs or N optimizer steps."""
+
 from __future__ import annotations
 
 import logging
@@ -26,19 +27,30 @@ def filename_problems(filename, monitor: Optional[str] = None) -> list[str]:
     if not isinstance(filename, str) or not filename:
         return [f"filename: expected a name template like 'epoch{{epoch}}-step{{step}}', got {filename!r}"]
     problems = []
-    if "/" in filename or "\\" in filename or os.sep in filename or filename.startswith(".") \
-            or filename in RESERVED_NAMES:
-        problems.append(f"filename: {filename!r} is not a plain file name; a checkpoint is named inside dirpath (no "
-                        f"'/', no '..', not hidden, not {' or '.join(RESERVED_NAMES)}): change dirpath to move them")
+    if (
+        "/" in filename
+        or "\\" in filename
+        or os.sep in filename
+        or filename.startswith(".")
+        or filename in RESERVED_NAMES
+    ):
+        problems.append(
+            f"filename: {filename!r} is not a plain file name; a checkpoint is named inside dirpath (no "
+            f"'/', no '..', not hidden, not {' or '.join(RESERVED_NAMES)}): change dirpath to move them"
+        )
     try:
         fields = [name for _, name, _, _ in string.Formatter().parse(filename) if name is not None]
     except ValueError as err:
         return problems + [f"filename: {filename!r} is not a valid template: {err}"]
     for name in fields:
         if not _METRIC_FIELD.match(name) and name not in ("epoch", "step"):
-            known = sorted({"epoch", "step", "val_loss", "train_loss", *([monitor.replace("/", "_")] if monitor else [])})
-            problems.append(f"filename: {{{name}}} is not a field of a checkpoint's name; fields: {', '.join(known)} "
-                            f"and any other logged metric, '/' read as '_' (val/acc -> {{val_acc}})")
+            known = sorted(
+                {"epoch", "step", "val_loss", "train_loss", *([monitor.replace("/", "_")] if monitor else [])}
+            )
+            problems.append(
+                f"filename: {{{name}}} is not a field of a checkpoint's name; fields: {', '.join(known)} "
+                f"and any other logged metric, '/' read as '_' (val/acc -> {{val_acc}})"
+            )
     return problems
 
 
@@ -61,17 +73,30 @@ class ModelCheckpoint:
     are already reduced, so every rank makes the same decision.
     """
 
-    argument_ranges = {"save_top_k": Range(low=-1, note=" (-1: keep every checkpoint, 0: none)"),
-                       "every_n_epochs": Range(low=0, note=" (or null)"),
-                       "every_n_train_steps": Range(low=0, note=" (or null)")}
+    argument_ranges = {
+        "save_top_k": Range(low=-1, note=" (-1: keep every checkpoint, 0: none)"),
+        "every_n_epochs": Range(low=0, note=" (or null)"),
+        "every_n_train_steps": Range(low=0, note=" (or null)"),
+    }
 
-    def __init__(self, dirpath: str, filename: str = "epoch{epoch}-step{step}", monitor: Optional[str] = None,
-                 mode: Literal["min", "max"] = "min", save_top_k: int = 1, save_last: bool = True,
-                 every_n_epochs: Optional[int] = None, every_n_train_steps: Optional[int] = None):
+    def __init__(
+        self,
+        dirpath: str,
+        filename: str = "epoch{epoch}-step{step}",
+        monitor: Optional[str] = None,
+        mode: Literal["min", "max"] = "min",
+        save_top_k: int = 1,
+        save_last: bool = True,
+        every_n_epochs: Optional[int] = None,
+        every_n_train_steps: Optional[int] = None,
+    ):
         if mode not in ("min", "max"):
             raise ValueError(f"callbacks.model_checkpoint.mode: {mode!r} is not one of 'min', 'max'")
-        check_arguments(ModelCheckpoint, {"save_top_k": save_top_k, "every_n_epochs": every_n_epochs,
-                                          "every_n_train_steps": every_n_train_steps}, "callbacks.model_checkpoint")
+        check_arguments(
+            ModelCheckpoint,
+            {"save_top_k": save_top_k, "every_n_epochs": every_n_epochs, "every_n_train_steps": every_n_train_steps},
+            "callbacks.model_checkpoint",
+        )
         problems = filename_problems(filename, monitor)
         if problems:
             raise ValueError("; ".join(f"callbacks.model_checkpoint.{p}" for p in problems))
@@ -117,8 +142,12 @@ class ModelCheckpoint:
 
     def on_fit_end(self, trainer) -> None:
         # The final weights are in `last` even when the run stopped between save points.
-        if self.save_last and self._last_saved_step != trainer.global_step and trainer.global_step > 0 \
-                and trainer.check_finite():
+        if (
+            self.save_last
+            and self._last_saved_step != trainer.global_step
+            and trainer.global_step > 0
+            and trainer.check_finite()
+        ):
             self._write(trainer, "last")
 
     # ---- state (for resume)
@@ -137,8 +166,12 @@ class ModelCheckpoint:
         value = trainer.logged_metrics.get(self.monitor)
         if value is None and not self._warned:
             self._warned = True
-            log.warning("callbacks.model_checkpoint.monitor: %r has not been logged (logged: %s); "
-                        "saving only 'last' until it is", self.monitor, sorted(trainer.logged_metrics))
+            log.warning(
+                "callbacks.model_checkpoint.monitor: %r has not been logged (logged: %s); "
+                "saving only 'last' until it is",
+                self.monitor,
+                sorted(trainer.logged_metrics),
+            )
         return value
 
     def _key(self, score: float) -> float:
@@ -175,8 +208,12 @@ class ModelCheckpoint:
             if saved:  # the same state: `last` shares its files instead of writing them twice
                 copy_checkpoint(self.dirpath / saved, self.dirpath / "last", trainer)
                 if trainer.is_global_zero:
-                    log.info("Saved checkpoint %s (step %d, the files of %s)", self.dirpath / "last",
-                             trainer.global_step, saved)
+                    log.info(
+                        "Saved checkpoint %s (step %d, the files of %s)",
+                        self.dirpath / "last",
+                        trainer.global_step,
+                        saved,
+                    )
             else:
                 self._write(trainer, "last")
         self._last_saved_step = trainer.global_step

@@ -1,5 +1,6 @@
 """DeviceStats: the device's memory and the process's CPU use, logged as metrics (Lightning's
 DeviceStatsMonitor)."""
+
 from __future__ import annotations
 
 import os
@@ -18,11 +19,13 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 def current_stats(device: torch.device) -> dict[str, float]:
     """This process's figures now: CUDA allocator memory on a GPU (MiB), resident memory on the
     CPU (MiB), and peaks."""
-    mib = 2.0 ** 20
+    mib = 2.0**20
     if device.type == "cuda":
-        return {"memory_allocated_mib": torch.cuda.memory_allocated(device) / mib,
-                "memory_reserved_mib": torch.cuda.memory_reserved(device) / mib,
-                "max_memory_allocated_mib": torch.cuda.max_memory_allocated(device) / mib}
+        return {
+            "memory_allocated_mib": torch.cuda.memory_allocated(device) / mib,
+            "memory_reserved_mib": torch.cuda.memory_reserved(device) / mib,
+            "max_memory_allocated_mib": torch.cuda.max_memory_allocated(device) / mib,
+        }
     try:
         with open("/proc/self/statm") as f:  # Linux, in pages; elsewhere only the peak is known
             rss = int(f.read().split()[1]) * _PAGE / mib

@@ -1,4 +1,5 @@
 """EarlyStopping: stop when a monitored metric stops improving, leaves a bound, or is not finite."""
+
 from __future__ import annotations
 
 import logging
@@ -17,10 +18,16 @@ class EarlyStopping:
 
     argument_ranges = {"patience": Range(low=0)}
 
-    def __init__(self, monitor: str = "val/loss", mode: Literal["min", "max"] = "min", patience: int = 3,
-                 min_delta: float = 0.0,
-                 check_finite: bool = True, stopping_threshold: Optional[float] = None,
-                 divergence_threshold: Optional[float] = None):
+    def __init__(
+        self,
+        monitor: str = "val/loss",
+        mode: Literal["min", "max"] = "min",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        check_finite: bool = True,
+        stopping_threshold: Optional[float] = None,
+        divergence_threshold: Optional[float] = None,
+    ):
         if mode not in ("min", "max"):
             raise ValueError(f"callbacks.early_stopping.mode: {mode!r} is not one of 'min', 'max'")
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, abs(min_delta)
@@ -46,8 +53,12 @@ class EarlyStopping:
 
     def _warn_unlogged(self, trainer, metrics: dict) -> None:
         if not self._warned and trainer.is_global_zero:
-            log.warning("callbacks.early_stopping.monitor: %r has not been logged (logged: %s); "
-                        "early stopping does nothing until it is", self.monitor, sorted(metrics))
+            log.warning(
+                "callbacks.early_stopping.monitor: %r has not been logged (logged: %s); "
+                "early stopping does nothing until it is",
+                self.monitor,
+                sorted(metrics),
+            )
         self._warned = True
 
     def state_dict(self) -> dict:
@@ -72,8 +83,10 @@ class EarlyStopping:
         else:
             self.wait += 1
             if self.wait >= self.patience:
-                reason = (f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait} checks "
-                          f"(best {self.best:.6g})")
+                reason = (
+                    f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait} checks "
+                    f"(best {self.best:.6g})"
+                )
         if reason:
             trainer.should_stop = True
             if trainer.is_global_zero:

@@ -1,4 +1,5 @@
 """EMA: an exponential moving average of the weights, validated, tested and checkpointed."""
+
 from __future__ import annotations
 
 import logging
@@ -23,7 +24,9 @@ class EMA(AveragingCallback):
     argument_ranges = {"decay": Range(low=0, high=1), "every_n_steps": Range(low=1), "start_step": Range(low=0)}
 
     def __init__(self, decay: float = 0.999, every_n_steps: int = 1, start_step: int = 0, validate: bool = True):
-        check_arguments(EMA, {"decay": decay, "every_n_steps": every_n_steps, "start_step": start_step}, "callbacks.ema")
+        check_arguments(
+            EMA, {"decay": decay, "every_n_steps": every_n_steps, "start_step": start_step}, "callbacks.ema"
+        )
         self.decay, self.every_n_steps, self.start_step, self.validate = decay, every_n_steps, start_step, validate
         self.average = AveragedWeights(get_ema_multi_avg_fn(decay))
 
@@ -32,9 +35,15 @@ class EMA(AveragingCallback):
             self.average.restart(trainer)
         steps, horizon = trainer.planned_steps(), self.every_n_steps / max(1e-12, 1.0 - self.decay)
         if steps is not None and steps < horizon and trainer.is_global_zero:
-            log.warning("EMA: decay %g averages over about %d steps, but this run trains %d; its average (what "
-                        "validation and test see) still leans on the first weights: lower callbacks.ema.decay, "
-                        "e.g. to %.3g", self.decay, round(horizon), steps, 1.0 - 10.0 * self.every_n_steps / steps)
+            log.warning(
+                "EMA: decay %g averages over about %d steps, but this run trains %d; its average (what "
+                "validation and test see) still leans on the first weights: lower callbacks.ema.decay, "
+                "e.g. to %.3g",
+                self.decay,
+                round(horizon),
+                steps,
+                1.0 - 10.0 * self.every_n_steps / steps,
+            )
 
     def on_train_step_end(self, trainer, loss: torch.Tensor) -> None:
         step = trainer.global_step

@@ -1,4 +1,5 @@
 """BackboneFinetuning: train the head first, then the backbone with its own learning-rate factor."""
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,10 @@ class BackboneFinetuning:
             module = model.get_submodule(self.backbone)
         except AttributeError:
             names = [n for n, _ in model.named_children()]
-            raise ValueError(f"callbacks.backbone_finetuning.backbone: no submodule {self.backbone!r} "
-                             f"(top-level submodules: {', '.join(names)})") from None
+            raise ValueError(
+                f"callbacks.backbone_finetuning.backbone: no submodule {self.backbone!r} "
+                f"(top-level submodules: {', '.join(names)})"
+            ) from None
         self._params = list(module.parameters())
         ids = {id(p) for p in self._params}
         # Out of the optimizer until unfrozen, so that no update (weight decay, momentum) touches them.

@@ -1,4 +1,5 @@
 """LearningRateMonitor: the optimizer's learning rate(s) to the loggers."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -16,8 +17,9 @@ class LearningRateMonitor:
 
     def _log(self, trainer) -> None:
         name = f"lr-{type(trainer.inner_optimizer).__name__}"  # the configured class, inside any wrapper
-        trainer.log_metrics({_key(name, i, group): float(group["lr"])
-                             for i, group in enumerate(trainer.optimizer.param_groups)})
+        trainer.log_metrics(
+            {_key(name, i, group): float(group["lr"]) for i, group in enumerate(trainer.optimizer.param_groups)}
+        )
 
     def on_train_step_end(self, trainer, loss) -> None:
         if self.logging_interval == "step" and trainer.global_step % trainer.config.log_every_n_steps == 0:

@@ -1,4 +1,5 @@
 """ModelSummary: the model's parameters per module at fit start (Lightning's, on by default)."""
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,10 @@ class ModelSummary:
         width = max([len(r[0]) for r in rows] + [len("total")])
         lines = [f"  {'name':<{width}}  {'type':<20} {'trainable':>12} {'frozen':>12}"]
         lines += [f"  {n:<{width}}  {t:<20} {a:>12,} {f:>12,}" for n, t, a, f in rows]
-        lines.append(f"  {'total':<{width}}  {type(model).__name__:<20} {trainable:>12,} {frozen:>12,}"
-                     f"   ({(trainable + frozen) * 4 / 2**20:.2f} MiB in fp32)")
+        lines.append(
+            f"  {'total':<{width}}  {type(model).__name__:<20} {trainable:>12,} {frozen:>12,}"
+            f"   ({(trainable + frozen) * 4 / 2**20:.2f} MiB in fp32)"
+        )
         stage = getattr(model, "pipeline_stage_units", None)
         if stage:  # a pipeline's rank 0 holds its first stage only
             lines.append(f"  (rank 0's pipeline stage: {', '.join(stage)}; the other ranks hold the other stages)")

@@ -1,5 +1,6 @@
 """Profilers, chosen with ``trainer.profiler``: ``simple`` (wall time per loop section) or
 ``pytorch`` (a torch.profiler trace, viewable in TensorBoard or chrome://tracing)."""
+
 from __future__ import annotations
 
 import logging
@@ -55,7 +56,9 @@ class SimpleProfiler:
             return
         lines = [f"{'section':<32} {'calls':>7} {'total s':>10} {'mean ms':>10}"]
         for name, times in sorted(self.totals.items(), key=lambda kv: -sum(kv[1])):
-            lines.append(f"{name:<32} {len(times):>7} {sum(times):>10.3f} {1e3 * sum(times) / max(1, len(times)):>10.3f}")
+            lines.append(
+                f"{name:<32} {len(times):>7} {sum(times):>10.3f} {1e3 * sum(times) / max(1, len(times)):>10.3f}"
+            )
         self.path.write_text("\n".join(lines) + "\n")
         log.info("Profile (%s):\n%s", self.path, "\n".join(lines))
 
@@ -72,9 +75,11 @@ class PyTorchProfiler:
         if trainer.device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.profiler = torch.profiler.profile(
-            activities=activities, schedule=torch.profiler.schedule(wait=1, warmup=1, active=5, repeat=1),
+            activities=activities,
+            schedule=torch.profiler.schedule(wait=1, warmup=1, active=5, repeat=1),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.dir), worker_name=f"rank{trainer.rank}"),
-            record_shapes=True)
+            record_shapes=True,
+        )
         self.profiler.__enter__()
 
     def on_train_step_end(self, trainer, loss) -> None:

@@ -5,6 +5,7 @@ where a bar's carriage returns would pile up into one unreadable line, or a note
 
 The loss shown is the training loss as logged (``train/loss``: the mean over every rank's share
 of the batch, at the latest log step), the same quantity on every strategy."""
+
 from __future__ import annotations
 
 import os
@@ -67,9 +68,15 @@ class ProgressBar:
     def on_train_epoch_start(self, trainer) -> None:
         self._epoch_start, self._batches = time.perf_counter(), 0
         if not self.plain:
-            self.bar = self._bar_class(total=trainer.num_training_batches, desc=f"Epoch {trainer.current_epoch}",
-                            unit="batch", disable=not trainer.is_global_zero, file=sys.stderr,
-                            dynamic_ncols=True, leave=True)
+            self.bar = self._bar_class(
+                total=trainer.num_training_batches,
+                desc=f"Epoch {trainer.current_epoch}",
+                unit="batch",
+                disable=not trainer.is_global_zero,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=True,
+            )
 
     def on_train_batch_end(self, trainer, loss, batch_idx: int) -> None:
         self._batches += 1
@@ -79,7 +86,7 @@ class ProgressBar:
     def on_train_step_end(self, trainer, loss) -> None:
         if not trainer.is_global_zero or trainer.global_step % self.refresh_every_n_steps:
             return
-        recent = trainer.step_times[-self.refresh_every_n_steps:]
+        recent = trainer.step_times[-self.refresh_every_n_steps :]
         self._show_loss(trainer)
         self._postfix["samples/s"] = f"{trainer.global_batch_size * len(recent) / max(sum(recent), 1e-9):.0f}"
         if self.bar is not None:
@@ -101,8 +108,10 @@ class ProgressBar:
             self._show_loss(trainer)
             figures = "".join(f", {name} {value}" for name, value in self._postfix.items())
             # one write, line and newline together (a notebook's forked rank would send them as two outputs)
-            sys.stderr.write(f"Epoch {trainer.current_epoch}: {self._batches}/{trainer.num_training_batches} batches, "
-                             f"{time.perf_counter() - self._epoch_start:.1f} s{figures}\n")
+            sys.stderr.write(
+                f"Epoch {trainer.current_epoch}: {self._batches}/{trainer.num_training_batches} batches, "
+                f"{time.perf_counter() - self._epoch_start:.1f} s{figures}\n"
+            )
             sys.stderr.flush()
         if self.bar is not None:
             self.bar.close()

@@ -1,4 +1,5 @@
 """SWA: stochastic weight averaging, the equal-weight average of the weights at epoch ends."""
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,12 @@ class SWA(AveragingCallback):
 
     @classmethod
     def check_config(cls, swa_epoch_start: Union[int, float] = 0.8, **_) -> list[str]:
-        bad = isinstance(swa_epoch_start, float) and not 0.0 <= swa_epoch_start <= 1.0 or \
-            isinstance(swa_epoch_start, (int, float)) and swa_epoch_start < 0
+        bad = (
+            isinstance(swa_epoch_start, float)
+            and not 0.0 <= swa_epoch_start <= 1.0
+            or isinstance(swa_epoch_start, (int, float))
+            and swa_epoch_start < 0
+        )
         return [f"swa_epoch_start: {swa_epoch_start} is not an epoch >= 0 or a fraction in [0, 1]"] if bad else []
 
     def __init__(self, swa_epoch_start: Union[int, float] = 0.8):
@@ -52,8 +57,10 @@ class SWA(AveragingCallback):
     def on_fit_end(self, trainer) -> None:
         if not self.average.num_averaged:
             if trainer.is_global_zero:
-                log.warning("SWA: training ended before epoch %d; the model keeps its trained weights",
-                            self._start_epoch(trainer))
+                log.warning(
+                    "SWA: training ended before epoch %d; the model keeps its trained weights",
+                    self._start_epoch(trainer),
+                )
             return
         self.average.swap(trainer)
         self.applied = True

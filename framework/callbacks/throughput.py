@@ -1,4 +1,5 @@
 """Throughput: samples/s to the loggers, and on CUDA the model FLOPs utilisation (MFU)."""
+
 from __future__ import annotations
 
 import time

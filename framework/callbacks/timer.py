@@ -1,4 +1,5 @@
 """Timer: stop training after ``trainer.max_time`` of training time (Lightning's Timer)."""
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,11 @@ class Timer:
     def __init__(self, duration: Any = None, interval: Literal["step", "epoch"] = "step"):
         if interval not in ("step", "epoch"):
             raise ValueError(f"callbacks.timer.interval: {interval!r} is not 'step' or 'epoch'")
-        self.duration: Optional[float] = None if duration is None else (
-            float(duration) if isinstance(duration, (int, float)) else parse_duration(duration))
+        self.duration: Optional[float] = (
+            None
+            if duration is None
+            else (float(duration) if isinstance(duration, (int, float)) else parse_duration(duration))
+        )
         self.interval = interval
         self._before = 0.0  # training seconds of earlier attempts (restored from a checkpoint)
         self._started: Optional[float] = None

@@ -8,6 +8,7 @@ later strategy and world size. Floating buffers (BatchNorm statistics) are avera
 parameters, as ``AveragedModel(use_buffers=True)`` does, so no BatchNorm update pass is needed.
 The update rules are torch's own (``torch.optim.swa_utils.get_{ema,swa}_multi_avg_fn``).
 """
+
 from __future__ import annotations
 
 import contextlib

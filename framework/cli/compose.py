@@ -1,5 +1,6 @@
 """Composing the framework's config with command-line style overrides, outside a Hydra app (the
 Python API, ``framework-plan``)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,9 @@ def compose(overrides: Iterable[str] = (), config_dir: Optional[str] = None, con
     the valid options)."""
     overrides = list(overrides)
     if config_dir:
-        init = initialize_config_dir(version_base="1.3", config_dir=str(Path(config_dir).resolve()),
-                                     job_name="framework")
+        init = initialize_config_dir(
+            version_base="1.3", config_dir=str(Path(config_dir).resolve()), job_name="framework"
+        )
     else:
         init = initialize_config_module(CONFIG_PACKAGE, version_base="1.3", job_name="framework")
     with init:

@@ -1,6 +1,7 @@
 """The console entry of the Hydra apps (framework.train, framework.evaluate): it prepares the
 command line and Hydra, and imports nothing heavy, so that ``--help``, ``--cfg`` and shell
 completion answer without importing torch."""
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,10 @@ from pathlib import Path
 from typing import Callable
 
 from framework.cli import hydra_fast_paths
+from framework.config.environment import detect_environment
 from framework.config.group_choices import unknown_options
 from framework.config.overrides import lenient
 from framework.config.writable import unwritable
-from framework.config.environment import detect_environment
 from framework.launch.fork_server import asks_for_several_devices, start_fork_server
 from framework.launch.process_exit import exit_now, finish_program
 
@@ -27,6 +28,7 @@ def _register_plugins() -> None:
     (setuptools' import hook) hides from its scan: register ours by hand (harmless when found)."""
     from hydra.core.plugins import Plugins
     from hydra.plugins.launcher import Launcher
+
     from hydra_plugins.framework_packed.packed_launcher import PackedLauncher
 
     Plugins.instance().register(PackedLauncher)
@@ -45,11 +47,13 @@ def cwd_importable() -> None:
 
 
 # The Hydra plugins an option needs, and the extra of this package that installs them.
-_PLUGINS = {"hydra/sweeper=optuna": "hydra_plugins.hydra_optuna_sweeper",
-            "hparams_search=digits_optuna": "hydra_plugins.hydra_optuna_sweeper",
-            "hydra/launcher=joblib": "hydra_plugins.hydra_joblib_launcher",
-            "hydra/launcher=slurm": "hydra_plugins.hydra_submitit_launcher",
-            "hydra/launcher=slurm_local": "hydra_plugins.hydra_submitit_launcher"}
+_PLUGINS = {
+    "hydra/sweeper=optuna": "hydra_plugins.hydra_optuna_sweeper",
+    "hparams_search=digits_optuna": "hydra_plugins.hydra_optuna_sweeper",
+    "hydra/launcher=joblib": "hydra_plugins.hydra_joblib_launcher",
+    "hydra/launcher=slurm": "hydra_plugins.hydra_submitit_launcher",
+    "hydra/launcher=slurm_local": "hydra_plugins.hydra_submitit_launcher",
+}
 
 
 def missing_plugins(args: list[str]) -> list[str]:
@@ -61,16 +65,21 @@ def missing_plugins(args: list[str]) -> list[str]:
     for arg in args:
         module = _PLUGINS.get(arg.lstrip("+~"))
         if module and importlib.util.find_spec(module) is None:
-            missing.append(f"{arg}: needs {module.split('.')[1].replace('_', '-')}, which is not installed; "
-                           "pip install 'framework[sweep]' (or the package itself)")
+            missing.append(
+                f"{arg}: needs {module.split('.')[1].replace('_', '-')}, which is not installed; "
+                "pip install 'framework[sweep]' (or the package itself)"
+            )
     return missing
 
 
 def unwritable_run_dirs(args: list[str]) -> list[str]:
     """``hydra.run.dir`` / ``hydra.sweep.dir`` that cannot be created (Hydra would fail on them with
     a traceback, creating its log file)."""
-    dirs = {a.lstrip("+").split("=", 1)[0]: a.split("=", 1)[1] for a in args
-            if a.lstrip("+").startswith(("hydra.run.dir=", "hydra.sweep.dir="))}
+    dirs = {
+        a.lstrip("+").split("=", 1)[0]: a.split("=", 1)[1]
+        for a in args
+        if a.lstrip("+").startswith(("hydra.run.dir=", "hydra.sweep.dir="))
+    }
     return [p for key, value in dirs.items() if "$" not in value for p in [unwritable(key, Path(value))] if p]
 
 
@@ -117,5 +126,6 @@ def _is_the_program() -> bool:
     """Whether this process was started as one of the framework's commands (``framework-train``,
     ``python -m framework.train``, ...), not by a program that calls its ``main`` and goes on."""
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return (getattr(main_spec, "name", "") or "").startswith("framework.") or \
-        os.path.basename(sys.argv[0]).startswith("framework-")
+    return (getattr(main_spec, "name", "") or "").startswith("framework.") or os.path.basename(sys.argv[0]).startswith(
+        "framework-"
+    )

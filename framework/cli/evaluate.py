@@ -7,6 +7,7 @@ trainer.devices=2``, ``datamodule=...``), ``--cfg job`` prints the result, ``-m`
 Writes to ``<run dir>/eval/<date>_<time>/`` (or ``hydra.run.dir=...``); the run's own files
 are untouched.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -37,8 +38,11 @@ def main(mode: str = "eval", usage: str = __doc__) -> None:
     if ckpt is None:
         print(usage, file=sys.stderr)
         if not any(a.split("=")[0] in _HELP_FLAGS for a in args):
-            print(f"ckpt_path: missing; name the checkpoint to {'test' if mode == 'eval' else 'predict with'}, "
-                  "e.g. ckpt_path=outputs/<run>/checkpoints/best", file=sys.stderr)
+            print(
+                f"ckpt_path: missing; name the checkpoint to {'test' if mode == 'eval' else 'predict with'}, "
+                "e.g. ckpt_path=outputs/<run>/checkpoints/best",
+                file=sys.stderr,
+            )
             sys.exit(2)
         from framework.cli.train import main as train_main  # the groups and keys that can be overridden
 

@@ -9,6 +9,7 @@ what Hydra composes or prints:
   for ``--help``). Here the listings share one copy per (config name, overrides): the listing
   only reads it, and the config files do not change during a command.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -23,8 +24,9 @@ def install() -> None:
     get_mode = getattr(Hydra, "get_mode", None)
     if get_mode is not None and not getattr(get_mode, "fast_path", False):
         Hydra.get_mode = _mode_from_run_composition(get_mode)
-    if hasattr(ConfigLoaderImpl, "_parse_overrides_and_create_caching_repo") and \
-            not getattr(ConfigLoaderImpl.get_group_options, "fast_path", False):
+    if hasattr(ConfigLoaderImpl, "_parse_overrides_and_create_caching_repo") and not getattr(
+        ConfigLoaderImpl.get_group_options, "fast_path", False
+    ):
         ConfigLoaderImpl.get_group_options = _group_options_from_one_copy()
 
 
@@ -65,8 +67,13 @@ def _serve_once(loader: Any, cfg: Any, config_name: Optional[str], overrides: Li
 def _group_options_from_one_copy() -> Callable[..., Any]:
     from hydra.core.object_type import ObjectType
 
-    def get_group_options(self: Any, group_name: str, results_filter: Optional[Any] = ObjectType.CONFIG,
-                          config_name: Optional[str] = None, overrides: Optional[List[str]] = None) -> List[str]:
+    def get_group_options(
+        self: Any,
+        group_name: str,
+        results_filter: Optional[Any] = ObjectType.CONFIG,
+        config_name: Optional[str] = None,
+        overrides: Optional[List[str]] = None,
+    ) -> List[str]:
         repos: Dict[Tuple[Optional[str], Tuple[str, ...]], Any] = self.__dict__.setdefault("_listing_repos", {})
         key = (config_name, tuple(overrides or ()))
         if key not in repos:

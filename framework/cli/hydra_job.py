@@ -1,5 +1,6 @@
 """What the Hydra entry points (framework.train, framework.evaluate) share: the job function
 Hydra calls for each run or sweep job, and what it records in the run directory."""
+
 from __future__ import annotations
 
 import json
@@ -81,8 +82,11 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
 
 def parallel_jobs(hydra_cfg) -> int:
     """The jobs that run at once: joblib's ``n_jobs`` (-1: one per core), else one at a time."""
-    n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs") if "joblib" in str(
-        OmegaConf.select(hydra_cfg, "launcher._target_") or "") else None
+    n_jobs = (
+        OmegaConf.select(hydra_cfg, "launcher.n_jobs")
+        if "joblib" in str(OmegaConf.select(hydra_cfg, "launcher._target_") or "")
+        else None
+    )
     if not isinstance(n_jobs, int) or n_jobs == 0:
         return 1
     return n_jobs if n_jobs > 0 else max(1, available_cores() + 1 + n_jobs)  # joblib: -1 all cores, -2 all but one
@@ -112,8 +116,9 @@ def write_hydra_dir(cfg: DictConfig, hydra_cfg: DictConfig, output_dir: str) -> 
     directory = Path(output_dir) / ".hydra"
     directory.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, directory / "config.yaml")
-    OmegaConf.save(OmegaConf.create({"hydra": OmegaConf.to_container(hydra_cfg, resolve=False)}),
-                   directory / "hydra.yaml")
+    OmegaConf.save(
+        OmegaConf.create({"hydra": OmegaConf.to_container(hydra_cfg, resolve=False)}), directory / "hydra.yaml"
+    )
     OmegaConf.save(OmegaConf.create(list(hydra_cfg.overrides.task)), directory / "overrides.yaml")
 
 
@@ -124,8 +129,12 @@ def record_job(output_dir: str, hydra_cfg, started: float) -> None:
     env = detect_environment()
     if env is not None and env.rank != 0:
         return  # rank 0 owns results.json
-    job = {"num": hydra_cfg.job.get("num"), "overrides": list(hydra_cfg.overrides.task),
-           "started_at": started, "time_s": time.time() - started}
+    job = {
+        "num": hydra_cfg.job.get("num"),
+        "overrides": list(hydra_cfg.overrides.task),
+        "started_at": started,
+        "time_s": time.time() - started,
+    }
     for path in [Path(output_dir) / "results.json", *Path(output_dir).glob(f"{ATTEMPTS}/*/results.json")]:
         if path.exists() and path.stat().st_mtime >= started:  # one this job did not write is not touched
             update_json(path, job=job)
@@ -136,8 +145,16 @@ def record_invalid(cfg: DictConfig, output_dir: str, err: ConfigError) -> None:
     trainer = cfg.get("trainer") or {}
     if (Path(output_dir) / "results.json").exists() and not cfg.get("overwrite"):
         return  # another run's results: kept (the error is in the log)
-    write_json(Path(output_dir) / "results.json", {
-        "status": "invalid", "experiment": cfg.get("name"),
-        "strategy": OmegaConf.select(cfg, "strategy.name", default=None),
-        "devices": trainer.get("devices"), "num_nodes": trainer.get("num_nodes"),
-        "world_size": None, "reason": "; ".join(err.problems), "output_dir": str(output_dir)})
+    write_json(
+        Path(output_dir) / "results.json",
+        {
+            "status": "invalid",
+            "experiment": cfg.get("name"),
+            "strategy": OmegaConf.select(cfg, "strategy.name", default=None),
+            "devices": trainer.get("devices"),
+            "num_nodes": trainer.get("num_nodes"),
+            "world_size": None,
+            "reason": "; ".join(err.problems),
+            "output_dir": str(output_dir),
+        },
+    )

@@ -1,5 +1,6 @@
 """``framework-plan [overrides]`` (``python -m framework.plan``): per-rank memory of each strategy and
 device count, predicted before anything trains (framework/job/plan.py says how)."""
+
 from __future__ import annotations
 
 import sys
@@ -12,8 +13,8 @@ from framework.cli.console import cwd_importable
 
 def main() -> None:
     from framework.engine.memory import optimizer_state_bytes
-    from framework.job.plan import COMPARED, plan, plan_problems
     from framework.job.plan import __doc__ as plan_doc
+    from framework.job.plan import plan, plan_problems
 
     if {"-h", "--help"} & set(sys.argv[1:]):
         print(f"usage: framework-plan [--choose] [group=option ...] [key=value ...]\n{__doc__}\n{plan_doc}")
@@ -35,22 +36,39 @@ def main() -> None:
     print(f"{'strategy':<{width}} " + " ".join(f"{n:>12} dev" for n in (1, 2, 4, 8)))
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
         cells = [r["model_state_bytes_per_rank"] for r in rows if r["strategy"] == strategy]
-        print(f"{strategy:<{width}} " + " ".join(f"{c / 2**20:>12.2f} MiB" if c is not None else f"{'-':>16}"
-                                            for c in cells))
+        print(
+            f"{strategy:<{width}} "
+            + " ".join(f"{c / 2**20:>12.2f} MiB" if c is not None else f"{'-':>16}" for c in cells)
+        )
+    _print_activations(cfg, rows, width)
+    _print_pipeline(rows, width)
+
+
+def _print_activations(cfg, rows: list[dict], width: int) -> None:
+    """The activations a training forward keeps per rank, when the input shape is known."""
+    from framework.job.plan import COMPARED
+
     acts = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == COMPARED[0]]
     if any(a is None for a in acts):
-        print("activations: not estimated; the model's input shape is datamodule.input_shape, which this "
-              "datamodule does not set (the built-in ones do)")
+        print(
+            "activations: not estimated; the model's input shape is datamodule.input_shape, which this "
+            "datamodule does not set (the built-in ones do)"
+        )
     else:
         checkpointed = list(cfg.trainer.get("activation_checkpointing") or [])
-        print(f"{'activ.':<{width}} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
-              + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"
-              + (f", checkpointing {checkpointed}" if checkpointed else ""))
+        print(
+            f"{'activ.':<{width}} "
+            + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
+            + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"
+            + (f", checkpointing {checkpointed}" if checkpointed else "")
+        )
         split = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == "tp"]
         if split:
-            print(f"{'tp act.':<{width}} " + " ".join(f"{a / 2**20:>12.2f} MiB" for a in split)
-                  + "   estimated: sequence parallelism splits them across the group")
-    _print_pipeline(rows, width)
+            print(
+                f"{'tp act.':<{width}} "
+                + " ".join(f"{a / 2**20:>12.2f} MiB" for a in split)
+                + "   estimated: sequence parallelism splits them across the group"
+            )
 
 
 def print_choice(cfg) -> int:
@@ -89,12 +107,24 @@ def _print_pipeline(rows: list[dict], width: int) -> None:
     if not pp:
         return
     acts = [r["activation_bytes_per_rank"] for r in pp]
-    schedule = next((f"{r['schedule']}, {r['microbatches']} micro-batches on {r['devices']} devices" for r in pp
-                     if "schedule" in r and r["devices"] > 1), "")
-    print(f"{'pp act.':<{width}} " + " ".join(f"{a / 2**20:>12.2f} MiB" if a is not None else f"{'-':>16}" for a in acts)
-          + f"   the first stage's, micro-batches in flight ({schedule}; strategy=pp's options, else 1f1b)")
-    print(f"{'bubble':<{width}} " + " ".join(f"{r['bubble_fraction']:>15.1%} " if "bubble_fraction" in r else f"{'-':>16}"
-                                        for r in pp) + "   idle share of each stage: (p - 1) / (m + p - 1)")
+    schedule = next(
+        (
+            f"{r['schedule']}, {r['microbatches']} micro-batches on {r['devices']} devices"
+            for r in pp
+            if "schedule" in r and r["devices"] > 1
+        ),
+        "",
+    )
+    print(
+        f"{'pp act.':<{width}} "
+        + " ".join(f"{a / 2**20:>12.2f} MiB" if a is not None else f"{'-':>16}" for a in acts)
+        + f"   the first stage's, micro-batches in flight ({schedule}; strategy=pp's options, else 1f1b)"
+    )
+    print(
+        f"{'bubble':<{width}} "
+        + " ".join(f"{r['bubble_fraction']:>15.1%} " if "bubble_fraction" in r else f"{'-':>16}" for r in pp)
+        + "   idle share of each stage: (p - 1) / (m + p - 1)"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ its keys choose other data), on any strategy (``strategy=ddp trainer.devices=2``
 writes the predictions in dataset order to ``<run dir>/predict/<date>_<time>/predictions.pt``
 (``predict_format=csv``: predictions.csv); ``trainer.limit_predict_batches`` predicts a prefix.
 """
+
 from __future__ import annotations
 
 from framework.cli.evaluate import main as _main

@@ -1,6 +1,7 @@
 """``framework-prepare-data input=<files, folders or globs> output=<dir> [tokenizer=<file or model dir>]
 [key=value ...]``: tokenize a corpus once into token shards that ``datamodule=tokens`` trains on
 (framework/data/prepare.py says how). Run it again to resume, or with new inputs to append."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +26,9 @@ def parse(args: list[str]):
         given.update(OmegaConf.to_container(OmegaConf.from_dotlist([arg])))
     for required in ("input", "output"):
         if not given.get(required):
-            raise ConfigError([f"{required}: missing (usage: framework-prepare-data input=<files> output=<dir> [tokenizer=<file>])"])
+            raise ConfigError(
+                [f"{required}: missing (usage: framework-prepare-data input=<files> output=<dir> [tokenizer=<file>])"]
+            )
     if not isinstance(given["input"], list):
         given["input"] = [given["input"]]
     try:
@@ -51,8 +54,12 @@ def main() -> None:
         from framework.data.prepare import PrepareSettings
 
         shown = {None: "null", "": "(required)"}
-        keys = (f"  {f.name}={shown.get(f.default, repr(f.default))}: {f.metadata['help']}"
-                if f.name != "input" else f"  input=[...]: {f.metadata['help']}" for f in dataclasses.fields(PrepareSettings))
+        keys = (
+            f"  {f.name}={shown.get(f.default, repr(f.default))}: {f.metadata['help']}"
+            if f.name != "input"
+            else f"  input=[...]: {f.metadata['help']}"
+            for f in dataclasses.fields(PrepareSettings)
+        )
         print(f"usage: {__doc__.replace('``', '')}\nkeys (default):\n" + "\n".join(keys))
         return
     from framework.data.prepare import Stopped, prepare
@@ -67,9 +74,12 @@ def main() -> None:
         print(f"framework-prepare-data: {err}", file=sys.stderr)
         sys.exit(2)
     tokens = index["tokens"]
-    print(f"{index['documents']:,} documents, {sum(tokens.values()):,} tokens ({index['dtype']}): "
-          + ", ".join(f"{split} {count:,}" for split, count in tokens.items())
-          + f"\ntrain on it: framework-train experiment=gpt_tokens datamodule.path={settings.output}")
+    print(
+        f"{index['documents']:,} documents, {sum(tokens.values()):,} tokens ({index['dtype']}): "
+        + ", ".join(f"{split} {count:,}" for split, count in tokens.items())
+        + f"\ntrain on it: framework-train experiment=gpt_tokens datamodule.path={settings.output}"
+    )
+
 
 if __name__ == "__main__":
     main()

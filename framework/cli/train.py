@@ -2,6 +2,7 @@
 compose the experiment with Hydra, validate it, train, test. ``-m`` sweeps, ``--cfg job``
 prints the composed config, ``--help`` lists the groups. ``hydra.run.dir=<a run> ckpt_path=last``
 resumes that run with its own saved config (config.yaml), the command line's overrides on top."""
+
 from __future__ import annotations
 
 import shutil
@@ -11,8 +12,8 @@ from typing import Optional
 import hydra
 from omegaconf import DictConfig
 
-from framework.config.location import HYDRA_CONFIG_PATH
 from framework.cli.console import console_entry, end_program
+from framework.config.location import HYDRA_CONFIG_PATH
 from framework.job.saved_run_config import EVALUATE_CONFIG, resume_run_config, resumed_run_dir
 
 
@@ -34,8 +35,10 @@ def main() -> None:
     # of gpt_text resumes as gpt_text without the command line naming it again.
     ckpt = next(a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("ckpt_path="))
     config_dir, rest = resume_run_config(run_dir, ckpt, [a for a in args if not a.lstrip("+").startswith("ckpt_path=")])
-    print(f"Resuming the run in {run_dir} with its saved config.yaml (the command line's overrides on top)",
-          file=sys.stderr)
+    print(
+        f"Resuming the run in {run_dir} with its saved config.yaml (the command line's overrides on top)",
+        file=sys.stderr,
+    )
     sys.argv[1:] = ["--config-dir", config_dir, "--config-name", EVALUATE_CONFIG, *rest]
     try:
         console_entry(_hydra_main)

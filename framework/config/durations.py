@@ -1,10 +1,11 @@
 """``trainer.max_time`` as Lightning takes it: "DD:HH:MM:SS" or {days, hours, minutes, seconds}."""
+
 from __future__ import annotations
 
 from typing import Any
 
 _UNITS = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
-_FORMAT = "expected \"DD:HH:MM:SS\" (e.g. \"00:12:00:00\") or {days, hours, minutes, seconds}"
+_FORMAT = 'expected "DD:HH:MM:SS" (e.g. "00:12:00:00") or {days, hours, minutes, seconds}'
 
 
 def parse_duration(value: Any) -> float:
@@ -17,8 +18,9 @@ def parse_duration(value: Any) -> float:
         return float(days * 86400 + hours * 3600 + minutes * 60 + seconds)
     if isinstance(value, dict):
         unknown = sorted(set(value) - set(_UNITS))
-        if unknown or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-                              for v in value.values()):
+        if unknown or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in value.values()
+        ):
             raise ValueError(f"{_FORMAT} with numbers >= 0, got {value!r}")
         return float(sum(_UNITS[k] * v for k, v in value.items()))
     raise ValueError(f"{_FORMAT}, got {value!r}")

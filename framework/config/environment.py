@@ -4,6 +4,7 @@
 the elastic agent, SLURM's ``srun``, submitit's local executor, ``horovodrun``); ``resolve_accelerator``
 turns ``auto`` into a device type; ``free_port`` finds a TCP port for a local rendezvous.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,32 +75,71 @@ def detect_environment(environ: dict | None = None) -> RankEnv | None:
     MASTER_PORT are derived (first node of the job, a port from the job id) unless set.
     """
     env = os.environ if environ is None else environ
-    if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:
-        return RankEnv(rank=int(env["RANK"]), local_rank=int(env["LOCAL_RANK"]), world_size=int(env["WORLD_SIZE"]),
-                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), launcher="torchrun")
-    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
-        world = int(env["SLURM_NTASKS"])
-        nodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
-        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")
-        env.setdefault("MASTER_ADDR", first_host(nodelist))
-        env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
-        return RankEnv(rank=int(env["SLURM_PROCID"]), local_rank=int(env.get("SLURM_LOCALID", "0")), world_size=world,
-                       local_world_size=world // max(1, nodes), launcher="srun")
-    if "SUBMITIT_LOCAL_GLOBALID" in env and int(env.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1:
-        # submitit's local executor (hydra/launcher=slurm_local): a SLURM job's tasks on this
-        # machine, with the same one-task-per-device layout and its own variable names.
-        world = int(env["SUBMITIT_LOCAL_NTASKS"])
-        env.setdefault("MASTER_ADDR", "127.0.0.1")
-        env.setdefault("MASTER_PORT", str(15000 + int(env.get("SUBMITIT_LOCAL_JOB_ID", "0")) % 20000))
-        return RankEnv(rank=int(env["SUBMITIT_LOCAL_GLOBALID"]), local_rank=int(env.get("SUBMITIT_LOCAL_LOCALID", "0")),
-                       world_size=world, local_world_size=world, launcher="submitit")
-    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
-        # horovodrun: its own rendezvous, no MASTER_ADDR; strategy.backend=horovod makes the
-        # torch.distributed group from Horovod's (HorovodStrategy.setup_environment).
-        return RankEnv(rank=int(env["HOROVOD_RANK"]), local_rank=int(env.get("HOROVOD_LOCAL_RANK", "0")),
-                       world_size=int(env["HOROVOD_SIZE"]),
-                       local_world_size=int(env.get("HOROVOD_LOCAL_SIZE", env["HOROVOD_SIZE"])), launcher="horovodrun")
+    for launcher in (_torchrun, _slurm, _submitit_local, _horovodrun):
+        found = launcher(env)
+        if found is not None:
+            return found
     return None
+
+
+def _torchrun(env) -> RankEnv | None:
+    if not ("RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env):
+        return None
+    return RankEnv(
+        rank=int(env["RANK"]),
+        local_rank=int(env["LOCAL_RANK"]),
+        world_size=int(env["WORLD_SIZE"]),
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+        launcher="torchrun",
+    )
+
+
+def _slurm(env) -> RankEnv | None:
+    if not ("SLURM_PROCID" in env and "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1):
+        return None
+    world = int(env["SLURM_NTASKS"])
+    nodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "127.0.0.1")
+    env.setdefault("MASTER_ADDR", first_host(nodelist))
+    env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+    return RankEnv(
+        rank=int(env["SLURM_PROCID"]),
+        local_rank=int(env.get("SLURM_LOCALID", "0")),
+        world_size=world,
+        local_world_size=world // max(1, nodes),
+        launcher="srun",
+    )
+
+
+def _submitit_local(env) -> RankEnv | None:
+    """submitit's local executor (hydra/launcher=slurm_local): a SLURM job's tasks on this
+    machine, with the same one-task-per-device layout and its own variable names."""
+    if not ("SUBMITIT_LOCAL_GLOBALID" in env and int(env.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1):
+        return None
+    world = int(env["SUBMITIT_LOCAL_NTASKS"])
+    env.setdefault("MASTER_ADDR", "127.0.0.1")
+    env.setdefault("MASTER_PORT", str(15000 + int(env.get("SUBMITIT_LOCAL_JOB_ID", "0")) % 20000))
+    return RankEnv(
+        rank=int(env["SUBMITIT_LOCAL_GLOBALID"]),
+        local_rank=int(env.get("SUBMITIT_LOCAL_LOCALID", "0")),
+        world_size=world,
+        local_world_size=world,
+        launcher="submitit",
+    )
+
+
+def _horovodrun(env) -> RankEnv | None:
+    """horovodrun: its own rendezvous, no MASTER_ADDR; strategy.backend=horovod makes the
+    torch.distributed group from Horovod's (HorovodStrategy.setup_environment)."""
+    if not ("HOROVOD_RANK" in env and "HOROVOD_SIZE" in env):
+        return None
+    return RankEnv(
+        rank=int(env["HOROVOD_RANK"]),
+        local_rank=int(env.get("HOROVOD_LOCAL_RANK", "0")),
+        world_size=int(env["HOROVOD_SIZE"]),
+        local_world_size=int(env.get("HOROVOD_LOCAL_SIZE", env["HOROVOD_SIZE"])),
+        launcher="horovodrun",
+    )
 
 
 def first_host(nodelist: str) -> str:

@@ -1,4 +1,5 @@
 """The one error type for a bad configuration: it carries every problem found."""
+
 from __future__ import annotations
 
 

@@ -1,6 +1,7 @@
 """Group selections on the command line (``strategy=tpp``) checked before Hydra composes: an
 option that does not exist is named with the closest one and the valid choices, as a misspelled
 key is, instead of Hydra's bare "Could not find"."""
+
 from __future__ import annotations
 
 import difflib
@@ -22,8 +23,11 @@ def selections(args: list[str]) -> list[tuple[str, str]]:
     for match in filter(None, map(_SELECTION.match, args)):
         value = match.group(3)
         if not any(c in value for c in "()$"):
-            found += [(match.group(1), choice) for choice in (v.strip().strip("'\"") for v in value.strip("[]").split(","))
-                      if choice and choice != "null"]
+            found += [
+                (match.group(1), choice)
+                for choice in (v.strip().strip("'\"") for v in value.strip("[]").split(","))
+                if choice and choice != "null"
+            ]
     return found
 
 

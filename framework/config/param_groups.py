@@ -11,6 +11,7 @@ and the parameters no entry matches form the default group (the optimizer's own 
 first. Pure Python over ``named_parameters()``: the validation uses it on a meta-device model
 and every strategy on the model it wrapped (FSDP2's sharded parameters keep their names).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,8 +64,10 @@ def match_problems(names: Sequence[str], specs: Sequence[dict], taken: Sequence[
         if not got:
             alone = [n for n in names if any(fnmatchcase(n, p) for p in patterns(spec))]
             why = "earlier entries took every parameter it matches" if alone else "it matches no parameter name"
-            problems.append(f"optimizer.param_groups[{i}].params: {spec.get('params')!r} takes no parameter ({why}); "
-                            f"the model's names look like {', '.join(list(names)[:4])}")
+            problems.append(
+                f"optimizer.param_groups[{i}].params: {spec.get('params')!r} takes no parameter ({why}); "
+                f"the model's names look like {', '.join(list(names)[:4])}"
+            )
     return problems
 
 
@@ -101,8 +104,9 @@ class OptimizerFactory:
         return self.partial.keywords
 
     def params_of(self, model) -> Iterable:
-        return build_param_groups(model.named_parameters(), self.param_groups) if self.param_groups \
-            else model.parameters()
+        return (
+            build_param_groups(model.named_parameters(), self.param_groups) if self.param_groups else model.parameters()
+        )
 
     def __call__(self, params):
         return self.partial(params)

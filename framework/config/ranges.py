@@ -2,6 +2,7 @@
 schema dataclass (field metadata), or an entry of ``COMPONENT_RANGES`` for the arguments of
 components (any class) that every run depends on. ``check_schema`` applies them; the messages
 name the key, the range and the value."""
+
 from __future__ import annotations
 
 import math
@@ -36,10 +37,16 @@ class Range:
         if self.length is not None:
             return self._sequence_problems(key, value)
         if self.each:
-            bad = [v for v in value if is_number(v) and Range(self.low, self.strict).problems(key, v)] \
-                if isinstance(value, (list, tuple)) else []
-            return [f"{key}: every entry must be {'>' if self.strict else '>='} {self.low}, got {list(value)}"] \
-                if bad else []
+            bad = (
+                [v for v in value if is_number(v) and Range(self.low, self.strict).problems(key, v)]
+                if isinstance(value, (list, tuple))
+                else []
+            )
+            return (
+                [f"{key}: every entry must be {'>' if self.strict else '>='} {self.low}, got {list(value)}"]
+                if bad
+                else []
+            )
         if not is_number(value):
             return []
         if self.high is not None:
@@ -60,7 +67,6 @@ class Range:
             return [f"{key}: must be >= {self.low}, or -1 (or null) for no limit; got {value}"]
         subject = f"{self.what} must be" if self.what else "must be"
         return [f"{key}: {subject} {'>' if self.strict else '>='} {self.low}{self.note}, got {value}"]
-
 
     def describe(self) -> str:
         """The valid values in words, for the config reference (docs/reference/config.md)."""
@@ -86,8 +92,11 @@ class Range:
     def _sequence_problems(self, key: str, value: Any) -> list[str]:
         if value is None:
             return []
-        good = isinstance(value, (list, tuple)) and len(value) == self.length and \
-            all(is_number(v) and self._within(v) for v in value)
+        good = (
+            isinstance(value, (list, tuple))
+            and len(value) == self.length
+            and all(is_number(v) and self._within(v) for v in value)
+        )
         return [] if good else [f"{key}: expected {self.length} numbers in {self._interval()}, got {value!r}"]
 
 
@@ -123,13 +132,21 @@ def range_of(schema_field) -> Optional[Range]:
 # whichever class is configured; a class of its own declares ``argument_ranges``.
 UNIT = Range(low=0, high=1, high_strict=True)  # [0, 1)
 COMPONENT_RANGES: dict[str, dict[str, Range]] = {
-    "datamodule": {"batch_size": Range(low=0, strict=True, what="the global batch size"),
-                   "num_workers": Range(low=0)},
+    "datamodule": {"batch_size": Range(low=0, strict=True, what="the global batch size"), "num_workers": Range(low=0)},
     "model": {"dropout": UNIT},
-    "optimizer": {"lr": Range(low=0, strict=True, what="the learning rate"), "weight_decay": Range(low=0),
-                  "momentum": Range(low=0), "eps": Range(low=0, strict=True),
-                  "betas": Range(low=0, high=1, high_strict=True, length=2)},
-    "scheduler": {"step_size": Range(low=1), "T_max": Range(low=1), "total_steps": Range(low=1),
-                  "gamma": Range(low=0, strict=True), "max_lr": Range(low=0, strict=True),
-                  "pct_start": Range(low=0, high=1, strict=True, high_strict=True)},
+    "optimizer": {
+        "lr": Range(low=0, strict=True, what="the learning rate"),
+        "weight_decay": Range(low=0),
+        "momentum": Range(low=0),
+        "eps": Range(low=0, strict=True),
+        "betas": Range(low=0, high=1, high_strict=True, length=2),
+    },
+    "scheduler": {
+        "step_size": Range(low=1),
+        "T_max": Range(low=1),
+        "total_steps": Range(low=1),
+        "gamma": Range(low=0, strict=True),
+        "max_lr": Range(low=0, strict=True),
+        "pct_start": Range(low=0, high=1, strict=True, high_strict=True),
+    },
 }

@@ -1,4 +1,5 @@
 """Move a resolved config to another run directory."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,5 +15,5 @@ def relocate(node: Any, old: str, new: str) -> Any:
     if isinstance(node, list):
         return [relocate(v, old, new) for v in node]
     if isinstance(node, str) and (node == old or node.startswith(old.rstrip("/") + "/")):
-        return new + node[len(old):]
+        return new + node[len(old) :]
     return node

@@ -2,6 +2,7 @@
 prepared corpus's index records, so that ``datamodule=tokens`` and the model it feeds
 (``vocab_size: ${datamodule.vocab_size}``) read it from the corpus, not from the user. Registered
 when the config package is imported (every entry point and rank imports it)."""
+
 from __future__ import annotations
 
 import json

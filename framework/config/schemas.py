@@ -10,12 +10,14 @@ problem at once. They are the one place of each key's default and range (``range
 the range in the field's metadata); the YAML files of ``conf/`` show the same defaults,
 which ``tests/config/test_schema_defaults.py`` ties to these.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Literal, Optional, Union
 
 from framework.config.ranges import ranged
+
 
 @dataclass
 class TrainerConfig:
@@ -128,7 +130,7 @@ class SchedulerConfig:
     removed before the scheduler class is instantiated with the rest."""
 
     interval: Literal["step", "epoch"] = "epoch"  # step every optimizer step, or every epoch
-    frequency: int = ranged(1, low=1)             # every N intervals
+    frequency: int = ranged(1, low=1)  # every N intervals
 
 
 @dataclass
@@ -136,8 +138,8 @@ class InitConfig:
     """Transfer learning: where the model's initial weights come from (see engine/transfer_learning.py)."""
 
     weights: Optional[str] = None  # a checkpoint directory or a state_dict file (model.pt)
-    strict: bool = False           # false: load what matches by name and shape, report the rest
-    reset: list = field(default_factory=list)   # submodules that keep a fresh init (a new head)
+    strict: bool = False  # false: load what matches by name and shape, report the rest
+    reset: list = field(default_factory=list)  # submodules that keep a fresh init (a new head)
     freeze: list = field(default_factory=list)  # submodules whose parameters do not train
 
 

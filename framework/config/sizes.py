@@ -1,12 +1,23 @@
 """``trainer.memory_limit``: bytes as an int, or a number with a unit ("512MiB", "2GB", "1.5 GiB")."""
+
 from __future__ import annotations
 
 import re
 from typing import Any
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_FORMAT = "expected bytes (an int) or a number with a unit: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (e.g. \"2GiB\")"
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_FORMAT = 'expected bytes (an int) or a number with a unit: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (e.g. "2GiB")'
 
 
 def parse_bytes(value: Any) -> int:

@@ -5,6 +5,7 @@ A strategy class turns ``trainer.devices`` / ``trainer.num_nodes`` and its optio
 ``Topology`` (``Strategy.make_topology``); validation checks it against the launcher, the
 machine and the batch size here, and every rank later reads the same object.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +52,10 @@ class Topology:
     def describe(self) -> str:
         """Every factor, for messages: 'replicate(1) x shard(2) x tensor_parallel(2) = 4 ranks'."""
         pipeline = f"pipeline({self.pipeline_parallel}) x " if self.pipeline_parallel > 1 else ""
-        return (f"{pipeline}replicate({self.replicate}) x shard({self.shard}) x tensor_parallel({self.tensor_parallel})"
-                f" = {self.world_size} rank(s)")
+        return (
+            f"{pipeline}replicate({self.replicate}) x shard({self.shard}) x tensor_parallel({self.tensor_parallel})"
+            f" = {self.world_size} rank(s)"
+        )
 
 
 def launch_problems(topology: Topology, strategy: str, launched: RankEnv | None, spawns: bool) -> list[str]:
@@ -60,16 +63,22 @@ def launch_problems(topology: Topology, strategy: str, launched: RankEnv | None,
     problems = []
     per_node = topology.processes_per_node
     if launched is not None and launched.world_size != topology.world_size:
-        problems.append(f"trainer.devices / trainer.num_nodes: strategy={strategy} with {per_node} process(es) per "
-                        f"node x trainer.num_nodes={topology.num_nodes} needs {topology.world_size} processes, but "
-                        f"the launcher started WORLD_SIZE={launched.world_size}")
+        problems.append(
+            f"trainer.devices / trainer.num_nodes: strategy={strategy} with {per_node} process(es) per "
+            f"node x trainer.num_nodes={topology.num_nodes} needs {topology.world_size} processes, but "
+            f"the launcher started WORLD_SIZE={launched.world_size}"
+        )
     if launched is None and topology.num_nodes > 1:
-        problems.append(f"trainer.num_nodes: {topology.num_nodes} nodes must each be started by a launcher: "
-                        f"torchrun --nnodes {topology.num_nodes} --nproc-per-node {per_node} "
-                        "... -m framework.train ..., or srun under SLURM")
+        problems.append(
+            f"trainer.num_nodes: {topology.num_nodes} nodes must each be started by a launcher: "
+            f"torchrun --nnodes {topology.num_nodes} --nproc-per-node {per_node} "
+            "... -m framework.train ..., or srun under SLURM"
+        )
     if launched is not None and spawns:
-        problems.append(f"strategy={strategy}: starts its own ranks with torch.multiprocessing.spawn; under "
-                        "torchrun or SLURM use strategy=ddp")
+        problems.append(
+            f"strategy={strategy}: starts its own ranks with torch.multiprocessing.spawn; under "
+            "torchrun or SLURM use strategy=ddp"
+        )
     return problems
 
 
@@ -80,9 +89,11 @@ def batch_problems(topology: Topology, batch_size) -> list[str]:
         return []
     tp = f" / tensor_parallel({topology.tensor_parallel})" if topology.tensor_parallel > 1 else ""
     tp += f" / pipeline stages({topology.pipeline_parallel})" if topology.pipeline_parallel > 1 else ""
-    return [f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
-            f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}{tp}); "
-            f"use a multiple of {dp}"]
+    return [
+        f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
+        f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}{tp}); "
+        f"use a multiple of {dp}"
+    ]
 
 
 def accelerator_problems(accelerator: str, devices: int) -> list[str]:
@@ -92,8 +103,7 @@ def accelerator_problems(accelerator: str, devices: int) -> list[str]:
     if accelerator == "cuda" and not torch.cuda.is_available():
         return ["trainer.accelerator: 'cuda' requested but no CUDA device is available here (valid here: auto, cpu)"]
     if accelerator == "cuda" and devices > torch.cuda.device_count():
-        return [f"trainer.devices: {devices} requested but only {torch.cuda.device_count()} CUDA device(s) are "
-                "visible"]
+        return [f"trainer.devices: {devices} requested but only {torch.cuda.device_count()} CUDA device(s) are visible"]
     if accelerator == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         return ["trainer.accelerator: 'mps' requested but MPS is not available here (valid here: auto, cpu)"]
     return []

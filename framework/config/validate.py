@@ -13,6 +13,7 @@ Checks, in one pass:
 
 This module imports no torch: it is the bottom of the framework's layers.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,15 +29,14 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
 
 from framework.config.durations import duration_problems
-from framework.config.sizes import size_problems
 from framework.config.errors import ConfigError
 from framework.config.group_keys import group_keys, misplaced_key_message
-from framework.config.leftover_keys import SCHEDULER_KEYS, settle_leftover_keys
 from framework.config.intervals import validation_interval_problem
+from framework.config.leftover_keys import SCHEDULER_KEYS, settle_leftover_keys
 from framework.config.param_groups import structure_problems
 from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
-from framework.config.schemas import (ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig,
-                                      TrainerConfig)
+from framework.config.schemas import ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig, TrainerConfig
+from framework.config.sizes import size_problems
 
 # Keys the framework reads from a component node and removes before instantiating it.
 FRAMEWORK_KEYS = {"scheduler": SCHEDULER_KEYS, "optimizer": {"param_groups"}}
@@ -80,8 +80,11 @@ def _check_root(container: dict, problems: list[str], referenced: set[str]) -> N
     """Top-level keys: ours against RootConfig; the user's own are allowed unless they look
     like a typo of ours (``sed`` for ``seed``) or are ours under a group (``tokenizer`` for
     ``datamodule.tokenizer``) and nothing in the config refers to them (``${lr}``)."""
-    user_keys = {k for k in container if k not in ROOT_KEYS and k != "hydra"
-                 and not difflib.get_close_matches(k, ROOT_KEYS, n=1, cutoff=TYPO_CUTOFF)}
+    user_keys = {
+        k
+        for k in container
+        if k not in ROOT_KEYS and k != "hydra" and not difflib.get_close_matches(k, ROOT_KEYS, n=1, cutoff=TYPO_CUTOFF)
+    }
     misplaced = group_keys(container=container) if user_keys - referenced else {}
     for key in sorted(k for k in user_keys - referenced if k in misplaced):
         problems.append(misplaced_key_message(key, misplaced[key]))
@@ -95,7 +98,7 @@ def oversized_integers(node: Any, path: str = "") -> list[str]:
         return [p for k, v in node.items() for p in oversized_integers(v, f"{path}.{k}" if path else str(k))]
     if isinstance(node, list):
         return [p for i, v in enumerate(node) for p in oversized_integers(v, f"{path}[{i}]")]
-    if isinstance(node, int) and not isinstance(node, bool) and not -2**63 <= node < 2**63:
+    if isinstance(node, int) and not isinstance(node, bool) and not -(2**63) <= node < 2**63:
         return [f"{path}: {node} does not fit in 64 bits"]
     return []
 
@@ -195,8 +198,10 @@ def unknown_key_message(full_key: str, key: str, valid: Iterable[str]) -> str:
 
 
 def _is_mapping_type(tp: Any) -> bool:
-    return tp is dict or typing.get_origin(tp) is dict or (
-        typing.get_origin(tp) is Union and any(a is dict for a in typing.get_args(tp))
+    return (
+        tp is dict
+        or typing.get_origin(tp) is dict
+        or (typing.get_origin(tp) is Union and any(a is dict for a in typing.get_args(tp)))
     )
 
 
@@ -249,7 +254,11 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
     if trainer.get("val_check_interval") in (0, 0.0):
         problems.append("trainer.val_check_interval: must be > 0; use trainer.limit_val_batches=0 to skip validation")
     max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
-    if (max_epochs is None or max_epochs == -1) and (max_steps is None or max_steps == -1) and not trainer.get("fast_dev_run"):
+    if (
+        (max_epochs is None or max_epochs == -1)
+        and (max_steps is None or max_steps == -1)
+        and not trainer.get("fast_dev_run")
+    ):
         problems.append("trainer.max_epochs / trainer.max_steps: both unlimited; set one of them")
     for low, high in (("min_epochs", "max_epochs"), ("min_steps", "max_steps")):
         minimum, maximum = trainer.get(low), trainer.get(high)
@@ -258,10 +267,16 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
     problems.extend(duration_problems(trainer.get("max_time")))
     problems.extend(size_problems("trainer.memory_limit", trainer.get("memory_limit")))
     limit = trainer.get("limit_train_batches")
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and not trainer.get("fast_dev_run") \
-            and trainer.get("limit_val_batches") != 0:
-        problem = validation_interval_problem(trainer.get("val_check_interval"), limit,
-                                              " at most (trainer.limit_train_batches)")
+    if (
+        isinstance(limit, int)
+        and not isinstance(limit, bool)
+        and limit > 0
+        and not trainer.get("fast_dev_run")
+        and trainer.get("limit_val_batches") != 0
+    ):
+        problem = validation_interval_problem(
+            trainer.get("val_check_interval"), limit, " at most (trainer.limit_train_batches)"
+        )
         problems.extend([problem] if problem else [])
 
 
@@ -321,8 +336,11 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
             continue
         if key not in params:
             if not accepts_kwargs:
-                problems.append(unknown_key_message(f"{path}.{key}", key, [n for n in names if n not in supplied])
-                                .replace("unknown key", f"unknown argument of {target}"))
+                problems.append(
+                    unknown_key_message(f"{path}.{key}", key, [n for n in names if n not in supplied]).replace(
+                        "unknown key", f"unknown argument of {target}"
+                    )
+                )
             continue
         annotation = _annotation(obj, key, params[key])
         if _checkable(value) and not type_ok(value, annotation):

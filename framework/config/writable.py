@@ -1,4 +1,5 @@
 """Whether a directory a run will write to can be created and written, found before anything starts."""
+
 from __future__ import annotations
 
 import os

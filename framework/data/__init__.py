@@ -3,14 +3,22 @@ layer, with the sampler and batched fetching). May import: config.
 
 The datamodules import when first named (``framework.data.TextDataModule``), not with the package:
 ``framework-prepare-data``'s worker processes import its modules without torch or torchvision."""
+
 from __future__ import annotations
 
 import importlib
 
-_MODULES = {"BaseDataModule": "base", "DigitsDataModule": "digits", "SyntheticDataModule": "synthetic",
-            "MNISTDataModule": "vision", "CIFAR10DataModule": "vision", "ImageFolderDataModule": "vision",
-            "TextDataModule": "text", "TextClassificationDataModule": "text_classification",
-            "TokensDataModule": "tokens"}
+_MODULES = {
+    "BaseDataModule": "base",
+    "DigitsDataModule": "digits",
+    "SyntheticDataModule": "synthetic",
+    "MNISTDataModule": "vision",
+    "CIFAR10DataModule": "vision",
+    "ImageFolderDataModule": "vision",
+    "TextDataModule": "text",
+    "TextClassificationDataModule": "text_classification",
+    "TokensDataModule": "tokens",
+}
 
 __all__ = list(_MODULES)
 

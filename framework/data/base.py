@@ -5,6 +5,7 @@ size) and a sampler from the strategy, as Lightning does, so a datamodule never 
 know whether it runs distributed. Any object with ``setup(stage)`` and
 ``train/val/test_dataloader()`` returning map-style DataLoaders works the same way.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -18,8 +19,13 @@ from framework.data.batched import GatheringTensorDataset
 class BaseDataModule:
     """The built-in datamodules' base: subclasses set train_set/val_set/test_set in setup()."""
 
-    def __init__(self, batch_size: int, num_workers: int = 0, input_shape: Optional[list] = None,
-                 num_classes: Optional[int] = None):
+    def __init__(
+        self,
+        batch_size: int,
+        num_workers: int = 0,
+        input_shape: Optional[list] = None,
+        num_classes: Optional[int] = None,
+    ):
         # input_shape / num_classes describe the data; models read them by interpolation
         # (${datamodule.num_classes}); subclasses check them against the data in setup().
         self.batch_size = batch_size
@@ -38,8 +44,13 @@ class BaseDataModule:
     def _loader(self, dataset: Optional[Dataset], shuffle: bool) -> Optional[DataLoader]:
         if dataset is None:
             return None
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def train_dataloader(self) -> Optional[DataLoader]:
         return self._loader(self.train_set, shuffle=True)
@@ -56,30 +67,39 @@ class BaseDataModule:
     def _check_shape(self, sample_shape, num_classes: int, source: str) -> None:
         shape = list(sample_shape)
         if self.input_shape is not None and self.input_shape != shape:
-            raise ValueError(f"datamodule.input_shape: {self.input_shape} does not match the data "
-                             f"({shape}) of {source}")
+            raise ValueError(
+                f"datamodule.input_shape: {self.input_shape} does not match the data ({shape}) of {source}"
+            )
         if self.num_classes is not None and self.num_classes != num_classes:
-            raise ValueError(f"datamodule.num_classes: {self.num_classes} does not match the data "
-                             f"({num_classes} classes) of {source}")
+            raise ValueError(
+                f"datamodule.num_classes: {self.num_classes} does not match the data "
+                f"({num_classes} classes) of {source}"
+            )
 
 
 def split_problems(samples: int, val_fraction, test_fraction) -> list[str]:
     """Fractions in [0, 1) that leave every split asked for (and training) at least one of
     ``samples`` samples; messages keyed relative to the datamodule's node."""
-    problems = [f"{key}: must be in [0, 1), got {value}" for key, value in
-                (("val_fraction", val_fraction), ("test_fraction", test_fraction))
-                if isinstance(value, (int, float)) and not 0 <= value < 1]
+    problems = [
+        f"{key}: must be in [0, 1), got {value}"
+        for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction))
+        if isinstance(value, (int, float)) and not 0 <= value < 1
+    ]
     if problems or not all(isinstance(v, (int, float)) for v in (val_fraction, test_fraction)):
         return problems
     sizes = {"val": int(round(samples * val_fraction)), "test": int(round(samples * test_fraction))}
     train = samples - sizes["val"] - sizes["test"]
     if train < 1:
-        problems.append(f"val_fraction + test_fraction: {val_fraction} + {test_fraction} leave no training sample of "
-                        f"{samples}; their sum must stay below 1")
+        problems.append(
+            f"val_fraction + test_fraction: {val_fraction} + {test_fraction} leave no training sample of "
+            f"{samples}; their sum must stay below 1"
+        )
     for split, fraction in (("val", val_fraction), ("test", test_fraction)):
         if fraction > 0 and sizes[split] < 1:
-            problems.append(f"{split}_fraction: {fraction} of {samples} samples is no sample; use at least "
-                            f"{1 / samples:.2g}, or 0 for no {split} split")
+            problems.append(
+                f"{split}_fraction: {fraction} of {samples} samples is no sample; use at least "
+                f"{1 / samples:.2g}, or 0 for no {split} split"
+            )
     return problems
 
 
@@ -89,7 +109,7 @@ def split_indices(n: int, fractions: list[float], seed: int) -> list[list[int]]:
     parts, start = [], 0
     for fraction in fractions:
         size = int(round(n * fraction))
-        parts.append(perm[start:start + size])
+        parts.append(perm[start : start + size])
         start += size
     parts.append(perm[start:])
     return parts
@@ -101,6 +121,8 @@ def split_dataset(dataset: Dataset, fractions: list[float], seed: int) -> list[D
     index lookup)."""
     parts = split_indices(len(dataset), fractions, seed)
     if isinstance(dataset, GatheringTensorDataset):
-        return [GatheringTensorDataset(*(t[torch.as_tensor(idx, dtype=torch.long)] for t in dataset.tensors))
-                for idx in parts]
+        return [
+            GatheringTensorDataset(*(t[torch.as_tensor(idx, dtype=torch.long)] for t in dataset.tensors))
+            for idx in parts
+        ]
     return [Subset(dataset, idx) for idx in parts]

@@ -8,6 +8,7 @@ samples, each the very tensors ``TensorDataset`` would give, so nothing changes 
 does not know it; the engine's ``collate_for(default_collate)`` takes the gathered tensors as
 the batch directly. The values are the same either way, bit for bit.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

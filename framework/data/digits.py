@@ -1,4 +1,5 @@
 """The UCI handwritten digits (8x8, 1,797 images), shipped with the package: no download."""
+
 from __future__ import annotations
 
 import gzip
@@ -35,9 +36,18 @@ class DigitsDataModule(BaseDataModule):
     (so ``num_classes`` = len(classes)), else keep the digit as the label.
     """
 
-    def __init__(self, batch_size: int = 64, num_workers: int = 0, val_fraction: float = 0.1,
-                 test_fraction: float = 0.2, split_seed: int = 0, input_shape: list = (1, 8, 8),
-                 num_classes: int = 10, classes: list | None = None, relabel: bool = False):
+    def __init__(
+        self,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.2,
+        split_seed: int = 0,
+        input_shape: list = (1, 8, 8),
+        num_classes: int = 10,
+        classes: list | None = None,
+        relabel: bool = False,
+    ):
         super().__init__(batch_size, num_workers, input_shape, num_classes)
         self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
         self.classes = list(classes) if classes is not None else None
@@ -47,14 +57,17 @@ class DigitsDataModule(BaseDataModule):
     CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
 
     @classmethod
-    def check_config(cls, val_fraction: float = 0.1, test_fraction: float = 0.2, classes=None,
-                     input_shape=(1, 8, 8), **_) -> list[str]:
+    def check_config(
+        cls, val_fraction: float = 0.1, test_fraction: float = 0.2, classes=None, input_shape=(1, 8, 8), **_
+    ) -> list[str]:
         chosen = classes if isinstance(classes, (list, tuple)) else range(10)
         samples = sum(cls.CLASS_COUNTS[c] for c in chosen if isinstance(c, int) and 0 <= c < 10)
         problems = split_problems(samples, val_fraction, test_fraction)
         if input_shape is not None and list(input_shape) != [1, 8, 8]:
-            problems.append(f"input_shape: the digits are 1x8x8 images ([1, 8, 8]), not {list(input_shape)}; "
-                            "leave it at [1, 8, 8] (the models read it)")
+            problems.append(
+                f"input_shape: the digits are 1x8x8 images ([1, 8, 8]), not {list(input_shape)}; "
+                "leave it at [1, 8, 8] (the models read it)"
+            )
         return problems
 
     def setup(self, stage: str) -> None:
@@ -66,4 +79,5 @@ class DigitsDataModule(BaseDataModule):
         dataset = load_digits(self.classes, self.relabel)
         self._check_shape([1, 8, 8], len(self.classes) if self.relabel else 10, "the digits data")
         self.val_set, self.test_set, self.train_set = split_dataset(
-            dataset, [self.val_fraction, self.test_fraction], self.split_seed)
+            dataset, [self.val_fraction, self.test_fraction], self.split_seed
+        )

@@ -2,6 +2,7 @@
 standard-library modules (the module's, its public functions' and classes', and their methods'),
 each labelled by the chapter of the Library Reference its module belongs to. About 870 documents
 in 6 classes on CPython 3.11; nothing is downloaded. A text seen under two chapters keeps the first."""
+
 from __future__ import annotations
 
 import functools
@@ -29,8 +30,11 @@ def _docstrings(module) -> Iterator[object]:
             continue
         yield getattr(member, "__doc__", None)
         if inspect.isclass(member):
-            yield from (getattr(attr, "__doc__", None) for attr_name, attr in inspect.getmembers(member)
-                        if not attr_name.startswith("_"))
+            yield from (
+                getattr(attr, "__doc__", None)
+                for attr_name, attr in inspect.getmembers(member)
+                if not attr_name.startswith("_")
+            )
 
 
 @functools.lru_cache(maxsize=1)

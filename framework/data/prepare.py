@@ -7,6 +7,7 @@ with a marker are kept), a run over the same inputs changes nothing, and a run w
 appends their pieces to the corpus; an input changed since it was prepared, another tokenizer or
 other settings are refused, naming what differs. The index is written last.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,15 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from framework.data.prepare_pieces import init_worker, prepare_piece
-from framework.data.token_shards import (FORMAT, INDEX, SPLITS, read_index, token_dtype, tokenizer_fingerprint,
-                                         write_index)
+from framework.data.token_shards import (
+    FORMAT,
+    INDEX,
+    SPLITS,
+    read_index,
+    token_dtype,
+    tokenizer_fingerprint,
+    write_index,
+)
 from framework.data.token_sources import input_files, plan_pieces
 
 # Tried in order when eos_token is "auto": the end-of-text tokens of GPT-2, Llama and Mistral, Qwen.
@@ -27,13 +35,17 @@ _EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|im_end|>", "<eos>")
 
 
 def _key(default, what: str):
-    return field(default_factory=default, metadata={"help": what}) if callable(default) else \
-        field(default=default, metadata={"help": what})
+    return (
+        field(default_factory=default, metadata={"help": what})
+        if callable(default)
+        else field(default=default, metadata={"help": what})
+    )
 
 
 @dataclass
 class PrepareSettings:
     """``framework-prepare-data``'s keys (their help: ``--help``)."""
+
     input: list = _key(list, "files, folders or globs of .txt, .jsonl, .parquet")
     output: str = _key("", "the prepared corpus's directory (datamodule.path)")
     tokenizer: Optional[str] = _key(None, "a tokenizers JSON file or a model directory; null: UTF-8 bytes")
@@ -68,10 +80,16 @@ def _tokenizer_facts(settings: PrepareSettings) -> dict:
     if eos == "auto":
         eos = next((t for t in _EOS_CANDIDATES if tokenizer.token_to_id(t) is not None), None)
     if eos is not None and tokenizer.token_to_id(eos) is None:
-        raise ValueError(f"eos_token: '{eos}' is not a token of {path} (auto: one of {', '.join(_EOS_CANDIDATES)} "
-                         "when the tokenizer has it; null: none)")
-    return {"file": str(path), "fingerprint": tokenizer_fingerprint(path), "vocab_size": tokenizer.get_vocab_size(),
-            "eos_id": tokenizer.token_to_id(eos) if eos is not None else None}
+        raise ValueError(
+            f"eos_token: '{eos}' is not a token of {path} (auto: one of {', '.join(_EOS_CANDIDATES)} "
+            "when the tokenizer has it; null: none)"
+        )
+    return {
+        "file": str(path),
+        "fingerprint": tokenizer_fingerprint(path),
+        "vocab_size": tokenizer.get_vocab_size(),
+        "eos_id": tokenizer.token_to_id(eos) if eos is not None else None,
+    }
 
 
 def _record(path: Path) -> dict:
@@ -79,8 +97,9 @@ def _record(path: Path) -> dict:
     return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def _reconcile(output: Path, files: list[Path], settings: PrepareSettings, tokenizer: dict,
-               before: Optional[dict]) -> list[dict]:
+def _reconcile(
+    output: Path, files: list[Path], settings: PrepareSettings, tokenizer: dict, before: Optional[dict]
+) -> list[dict]:
     """The inputs in their order in the output (those ``before``, its index, holds first); ValueError
     naming what differs from what the output was prepared with."""
     kept_path = output / "pieces" / "settings.json"
@@ -89,14 +108,18 @@ def _reconcile(output: Path, files: list[Path], settings: PrepareSettings, token
     if kept is not None:
         for key, value in ours.items():
             if kept.get(key) != value:
-                raise ValueError(f"{key}: {value!r}, but {output} was prepared with {kept.get(key)!r}; prepare into a "
-                                 "new output (or remove this one)")
+                raise ValueError(
+                    f"{key}: {value!r}, but {output} was prepared with {kept.get(key)!r}; prepare into a "
+                    "new output (or remove this one)"
+                )
     known = {r["path"]: r for r in (before["inputs"] if before else [])}
     for path in files:
         old, now = known.get(str(path)), _record(path)
         if old is not None and (old["size"], old["mtime_ns"]) != (now["size"], now["mtime_ns"]):
-            raise ValueError(f"input: '{path}' changed since {output} was prepared from it (size {old['size']} -> "
-                             f"{now['size']}); prepare into a new output")
+            raise ValueError(
+                f"input: '{path}' changed since {output} was prepared from it (size {old['size']} -> "
+                f"{now['size']}); prepare into a new output"
+            )
     (output / "pieces").mkdir(parents=True, exist_ok=True)
     if kept is None:
         kept_path.write_text(json.dumps(ours))
@@ -155,8 +178,7 @@ def _run(jobs: list, workers: int, total_bytes: int) -> list[dict]:
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not jobs)
     done, before = [], signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        markers = (prepare_piece(job) for job in jobs) if workers <= 1 or len(jobs) <= 1 else \
-            _in_workers(jobs, workers)
+        markers = (prepare_piece(job) for job in jobs) if workers <= 1 or len(jobs) <= 1 else _in_workers(jobs, workers)
         for marker in markers:
             done.append(marker)
             bar.update(marker["bytes"])
@@ -170,21 +192,31 @@ def _run(jobs: list, workers: int, total_bytes: int) -> list[dict]:
             print(f"{len(done)} of {len(jobs)} pieces done this time, kept; run the same command again to resume")
 
 
-def _index(settings: PrepareSettings, tokenizer: dict, inputs: list[dict], before: Optional[dict],
-           markers: list[dict]) -> dict:
+def _index(
+    settings: PrepareSettings, tokenizer: dict, inputs: list[dict], before: Optional[dict], markers: list[dict]
+) -> dict:
     """The index of the corpus: what ``before`` (the index of the inputs prepared earlier) held, then
     the new pieces' shards in order."""
     old = before["splits"] if before else {}
-    splits = {split: old.get(split, []) + [m["splits"][split] for m in markers if split in m["splits"]]
-              for split in SPLITS}
-    return {"format": FORMAT, "dtype": token_dtype(tokenizer["vocab_size"]),
-            "tokenizer": {"fingerprint": tokenizer["fingerprint"], "file": tokenizer["file"],
-                          "vocab_size": tokenizer["vocab_size"]},
-            "vocab_size": tokenizer["vocab_size"], "eos_id": tokenizer["eos_id"],
-            "settings": {k: getattr(settings, k) for k in KEPT}, "inputs": inputs,
-            "documents": (before["documents"] if before else 0) + sum(m["documents"] for m in markers),
-            "tokens": {split: sum(s["tokens"] for s in shards) for split, shards in splits.items()},
-            "splits": splits}
+    splits = {
+        split: old.get(split, []) + [m["splits"][split] for m in markers if split in m["splits"]] for split in SPLITS
+    }
+    return {
+        "format": FORMAT,
+        "dtype": token_dtype(tokenizer["vocab_size"]),
+        "tokenizer": {
+            "fingerprint": tokenizer["fingerprint"],
+            "file": tokenizer["file"],
+            "vocab_size": tokenizer["vocab_size"],
+        },
+        "vocab_size": tokenizer["vocab_size"],
+        "eos_id": tokenizer["eos_id"],
+        "settings": {k: getattr(settings, k) for k in KEPT},
+        "inputs": inputs,
+        "documents": (before["documents"] if before else 0) + sum(m["documents"] for m in markers),
+        "tokens": {split: sum(s["tokens"] for s in shards) for split, shards in splits.items()},
+        "splits": splits,
+    }
 
 
 def prepare(settings: PrepareSettings) -> dict:
@@ -201,10 +233,18 @@ def prepare(settings: PrepareSettings) -> dict:
     # (the inputs an index lists are whole: only the others are planned, so theirs need not exist here)
     known = len(before["inputs"]) if before else 0
     piece_bytes = max(1, int(settings.piece_mb * 1e6))
-    pieces = [(p, source) for number, source in enumerate(inputs) if number >= known
-              for p in plan_pieces(number, Path(source["path"]), piece_bytes, settings.document_separator)]
-    shared = {**{k: getattr(settings, k) for k in KEPT}, "tokenizer_file": tokenizer["file"],
-              "eos_id": tokenizer["eos_id"], "dtype": token_dtype(tokenizer["vocab_size"])}
+    pieces = [
+        (p, source)
+        for number, source in enumerate(inputs)
+        if number >= known
+        for p in plan_pieces(number, Path(source["path"]), piece_bytes, settings.document_separator)
+    ]
+    shared = {
+        **{k: getattr(settings, k) for k in KEPT},
+        "tokenizer_file": tokenizer["file"],
+        "eos_id": tokenizer["eos_id"],
+        "dtype": token_dtype(tokenizer["vocab_size"]),
+    }
     markers = {p.name: _done(output, p, source) for p, source in pieces}
     jobs = [(p, str(output), shared, source) for p, source in pieces if markers[p.name] is None]
     if len(jobs) < len(pieces):
@@ -214,8 +254,10 @@ def prepare(settings: PrepareSettings) -> dict:
         markers[marker["piece"]] = marker
     index = _index(settings, tokenizer, inputs, before, [markers[p.name] for p, _ in pieces])
     if not index["tokens"]["train"]:
-        raise ValueError(f"input: the inputs hold no text for training ({index['documents']} documents, "
-                         f"{sum(index['tokens'].values())} tokens): empty files, or text_key={settings.text_key!r} "
-                         "names no field of theirs")
+        raise ValueError(
+            f"input: the inputs hold no text for training ({index['documents']} documents, "
+            f"{sum(index['tokens'].values())} tokens): empty files, or text_key={settings.text_key!r} "
+            "names no field of theirs"
+        )
     write_index(output, index)
     return index

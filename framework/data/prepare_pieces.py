@@ -1,6 +1,7 @@
 """One piece of ``framework-prepare-data``'s work, as a worker process does it: read the piece's
 documents, tokenize them, deal each to a split, write the piece's shards, then its marker (the
 record that the piece is done, written last: a piece without one is done again)."""
+
 from __future__ import annotations
 
 import itertools
@@ -58,8 +59,9 @@ def _encode_batch(batch: list[str], tokenizer, eos_id: Optional[int], dtype: str
     return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())), lengths
 
 
-def encode_documents(documents: list[str], tokenizer_path: Optional[str], eos_id: Optional[int],
-                     dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def encode_documents(
+    documents: list[str], tokenizer_path: Optional[str], eos_id: Optional[int], dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Every document's tokens, one after another (each followed by ``eos_id`` when given), and
     each document's length."""
     tokenizer = _tokenizer(tokenizer_path)
@@ -82,8 +84,9 @@ def prepare_piece(job: tuple) -> dict:
     piece, output, settings, source = job
     documents = read_documents(piece, settings["document_separator"], settings["text_key"])
     tokens, lengths = encode_documents(documents, settings["tokenizer_file"], settings["eos_id"], settings["dtype"])
-    splits = deal_to_splits(len(lengths), piece, (settings["val_fraction"], settings["test_fraction"]),
-                            settings["split_seed"])
+    splits = deal_to_splits(
+        len(lengths), piece, (settings["val_fraction"], settings["test_fraction"]), settings["split_seed"]
+    )
     token_splits = np.repeat(splits, lengths)
     written = {}
     for number, split in enumerate(SPLITS):
@@ -92,9 +95,15 @@ def prepare_piece(job: tuple) -> dict:
             continue
         offsets = np.concatenate([[0], np.cumsum(split_lengths)[:-1]])
         written[split] = write_shard(Path(output), f"{piece.name}.{split}", tokens[token_splits == number], offsets)
-    marker = {"piece": piece.name, "source": source, "start": piece.start, "end": piece.end,
-              "bytes": piece.size,
-              "documents": int(len(lengths)), "splits": written}
+    marker = {
+        "piece": piece.name,
+        "source": source,
+        "start": piece.start,
+        "end": piece.end,
+        "bytes": piece.size,
+        "documents": int(len(lengths)),
+        "splits": written,
+    }
     markers = Path(output) / "pieces"
     markers.mkdir(parents=True, exist_ok=True)
     write_atomic(markers / f"{piece.name}.json", json.dumps(marker).encode())

@@ -1,4 +1,5 @@
 """The one sampler every strategy uses, so 1 rank and N ranks see the same global batches."""
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,15 @@ class ShardedSampler(Sampler[int]):
     or counted twice.
     """
 
-    def __init__(self, length: int, num_replicas: int = 1, rank: int = 0, shuffle: bool = True,
-                 seed: int = 0, drop_last_multiple: int | None = None):
+    def __init__(
+        self,
+        length: int,
+        num_replicas: int = 1,
+        rank: int = 0,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last_multiple: int | None = None,
+    ):
         self.length, self.num_replicas, self.rank = length, num_replicas, rank
         self.shuffle, self.seed, self.drop_last_multiple = shuffle, seed, drop_last_multiple
         self.epoch = 0

@@ -1,4 +1,5 @@
 """Seeded synthetic classification data of any size and shape (benchmarks, tests)."""
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,18 @@ class SyntheticDataModule(BaseDataModule):
     The same ``seed`` always gives the same data, whatever the training seed or rank.
     """
 
-    def __init__(self, batch_size: int = 64, num_workers: int = 0, num_samples: int = 2048,
-                 input_shape: list = (1, 16, 16), num_classes: int = 10, noise: float = 1.0,
-                 val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0):
+    def __init__(
+        self,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        num_samples: int = 2048,
+        input_shape: list = (1, 16, 16),
+        num_classes: int = 10,
+        noise: float = 1.0,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        seed: int = 0,
+    ):
         super().__init__(batch_size, num_workers, input_shape, num_classes)
         self.num_samples, self.noise, self.seed = num_samples, noise, seed
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
@@ -26,10 +36,14 @@ class SyntheticDataModule(BaseDataModule):
     argument_ranges = {"num_samples": Range(low=1), "noise": Range(low=0)}
 
     @classmethod
-    def check_config(cls, num_samples: int = 2048, val_fraction: float = 0.1, test_fraction: float = 0.1,
-                     **_) -> list[str]:
-        return split_problems(num_samples, val_fraction, test_fraction) if isinstance(num_samples, int) \
-            and num_samples >= 1 else []
+    def check_config(
+        cls, num_samples: int = 2048, val_fraction: float = 0.1, test_fraction: float = 0.1, **_
+    ) -> list[str]:
+        return (
+            split_problems(num_samples, val_fraction, test_fraction)
+            if isinstance(num_samples, int) and num_samples >= 1
+            else []
+        )
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
@@ -44,4 +58,5 @@ class SyntheticDataModule(BaseDataModule):
         inputs = centres[labels] + self.noise * torch.randn(self.num_samples, dim, generator=g)
         dataset = GatheringTensorDataset(inputs.reshape(self.num_samples, *self.input_shape), labels)
         self.val_set, self.test_set, self.train_set = split_dataset(
-            dataset, [self.val_fraction, self.test_fraction], self.seed)
+            dataset, [self.val_fraction, self.test_fraction], self.seed
+        )

@@ -6,6 +6,7 @@ ids when ``tokenizer`` names one. The default corpus ships with Python itself: t
 help topics in ``pydoc_data.topics`` (about 466 KB of English, PSF licence), so nothing is
 downloaded. ``data_dir``: a ``.txt`` file, or a folder whose ``.txt`` files are read in name order.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,10 +76,14 @@ def _window_problems(data_dir: Optional[str], seq_len, val_fraction, test_fracti
         size = len(builtin_corpus().encode("utf-8"))
     windows = (size - 1) // seq_len
     if windows < 1:
-        return [f"seq_len: the corpus has {size} bytes, not enough for one window of {seq_len} tokens "
-                f"(and its next token); use a shorter seq_len or more text"]
-    return [f"{p} (the corpus makes at most {windows} windows of seq_len={seq_len})"
-            for p in split_problems(windows, val_fraction, test_fraction)]
+        return [
+            f"seq_len: the corpus has {size} bytes, not enough for one window of {seq_len} tokens "
+            f"(and its next token); use a shorter seq_len or more text"
+        ]
+    return [
+        f"{p} (the corpus makes at most {windows} windows of seq_len={seq_len})"
+        for p in split_problems(windows, val_fraction, test_fraction)
+    ]
 
 
 class TextDataModule(BaseDataModule):
@@ -88,17 +93,28 @@ class TextDataModule(BaseDataModule):
 
     argument_ranges = {"seq_len": Range(low=2)}
 
-    def __init__(self, batch_size: int = 32, seq_len: int = 128, data_dir: Optional[str] = None,
-                 tokenizer: Optional[str] = None, val_fraction: float = 0.05, test_fraction: float = 0.05,
-                 split_seed: int = 0, num_workers: int = 0, predict_prompts: Sequence[str] = ("The ",),
-                 vocab_size: Optional[int] = None):
+    def __init__(
+        self,
+        batch_size: int = 32,
+        seq_len: int = 128,
+        data_dir: Optional[str] = None,
+        tokenizer: Optional[str] = None,
+        val_fraction: float = 0.05,
+        test_fraction: float = 0.05,
+        split_seed: int = 0,
+        num_workers: int = 0,
+        predict_prompts: Sequence[str] = ("The ",),
+        vocab_size: Optional[int] = None,
+    ):
         super().__init__(batch_size, num_workers)
         self.seq_len, self.data_dir, self.split_seed = seq_len, data_dir, split_seed
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.codec = Codec(tokenizer)
         if vocab_size is not None and vocab_size != self.codec.vocab_size:
-            raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size} "
-                             f"({'the tokenizer' if tokenizer else 'bytes'}); set datamodule.vocab_size={self.codec.vocab_size}")
+            raise ValueError(
+                f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size} "
+                f"({'the tokenizer' if tokenizer else 'bytes'}); set datamodule.vocab_size={self.codec.vocab_size}"
+            )
         self.predict_prompts = list(predict_prompts)
 
     @property
@@ -106,9 +122,16 @@ class TextDataModule(BaseDataModule):
         return self.codec.vocab_size
 
     @classmethod
-    def check_config(cls, data_dir: Optional[str] = None, tokenizer: Optional[str] = None,
-                     vocab_size: Optional[int] = None, seq_len: int = 128, val_fraction: float = 0.05,
-                     test_fraction: float = 0.05, **_) -> list[str]:
+    def check_config(
+        cls,
+        data_dir: Optional[str] = None,
+        tokenizer: Optional[str] = None,
+        vocab_size: Optional[int] = None,
+        seq_len: int = 128,
+        val_fraction: float = 0.05,
+        test_fraction: float = 0.05,
+        **_,
+    ) -> list[str]:
         problems = []
         if data_dir and not Path(data_dir).exists():
             problems.append(f"data_dir: nothing at '{data_dir}' (a .txt file, or a folder of .txt files)")
@@ -124,9 +147,11 @@ class TextDataModule(BaseDataModule):
         except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types
             return [*problems, f"tokenizer: '{tokenizer}' is not a tokenizers JSON file ({str(err).splitlines()[0]})"]
         if isinstance(vocab_size, int) and vocab_size != tokens:
-            problems.append(f"vocab_size: {vocab_size}, but the tokens number {tokens} "
-                            f"({f'the tokenizer {tokenizer}' if tokenizer else 'UTF-8 bytes'}); "
-                            f"set datamodule.vocab_size={tokens}")
+            problems.append(
+                f"vocab_size: {vocab_size}, but the tokens number {tokens} "
+                f"({f'the tokenizer {tokenizer}' if tokenizer else 'UTF-8 bytes'}); "
+                f"set datamodule.vocab_size={tokens}"
+            )
         return problems
 
     def setup(self, stage: str) -> None:
@@ -136,13 +161,16 @@ class TextDataModule(BaseDataModule):
         windows = (len(tokens) - 1) // self.seq_len
         problems = split_problems(windows, self.val_fraction, self.test_fraction)
         if windows < 1 or problems:
-            raise ValueError(f"datamodule: {len(tokens)} tokens make {windows} windows of seq_len={self.seq_len}; "
-                             + ("; ".join(problems) or "use a shorter seq_len or more text"))
-        cut = tokens[:windows * self.seq_len + 1]
+            raise ValueError(
+                f"datamodule: {len(tokens)} tokens make {windows} windows of seq_len={self.seq_len}; "
+                + ("; ".join(problems) or "use a shorter seq_len or more text")
+            )
+        cut = tokens[: windows * self.seq_len + 1]
         inputs = cut[:-1].view(windows, self.seq_len)
         targets = cut[1:].view(windows, self.seq_len)
         self.val_set, self.test_set, self.train_set = split_dataset(
-            GatheringTensorDataset(inputs, targets), [self.val_fraction, self.test_fraction], self.split_seed)
+            GatheringTensorDataset(inputs, targets), [self.val_fraction, self.test_fraction], self.split_seed
+        )
         self.predict_set = GatheringTensorDataset(self._prompt_tokens())
 
     def _prompt_tokens(self) -> torch.Tensor:
@@ -158,5 +186,10 @@ class TextDataModule(BaseDataModule):
         """predictions.jsonl's rows: each prompt and the text generated after it."""
         tokens = predictions["tokens"] if isinstance(predictions, dict) else predictions
         prompt_len = self.predict_set.tensors[0].shape[1]
-        return [{"prompt": self.predict_prompts[i] if i < len(self.predict_prompts) else "",
-                 "continuation": self.codec.decode(row[prompt_len:].tolist())} for i, row in enumerate(tokens)]
+        return [
+            {
+                "prompt": self.predict_prompts[i] if i < len(self.predict_prompts) else "",
+                "continuation": self.codec.decode(row[prompt_len:].tolist()),
+            }
+            for i, row in enumerate(tokens)
+        ]

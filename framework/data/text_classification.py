@@ -5,6 +5,7 @@ tokenizer (its special tokens added, padded with its padding token), split by a 
 ``text`` and ``label`` columns; labels are names (or numbers), their classes numbered in sorted
 order. null: Python's own docstrings labelled by their Library Reference chapter (``docstrings``).
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,8 +32,11 @@ def read_documents(data_file: Optional[str]) -> list[tuple[str, str]]:
         return list(labelled_docstrings())
     path = Path(data_file)
     with path.open(encoding="utf-8", newline="") as handle:
-        rows = [json.loads(line) for line in handle if line.strip()] if path.suffix == ".jsonl" \
+        rows = (
+            [json.loads(line) for line in handle if line.strip()]
+            if path.suffix == ".jsonl"
             else list(csv.DictReader(handle))
+        )
     bad = [i + 1 for i, row in enumerate(rows) if not isinstance(row, dict) or "text" not in row or "label" not in row]
     if bad:
         raise ValueError(f"datamodule.data_file: rows {bad[:5]} of '{data_file}' lack a text or a label")
@@ -44,9 +48,18 @@ class TextClassificationDataModule(BaseDataModule):
 
     argument_ranges = {"seq_len": Range(low=2)}
 
-    def __init__(self, tokenizer: str, batch_size: int = 32, seq_len: int = 64, data_file: Optional[str] = None,
-                 val_fraction: float = 0.1, test_fraction: float = 0.1, split_seed: int = 0, num_workers: int = 0,
-                 num_classes: Optional[int] = None):
+    def __init__(
+        self,
+        tokenizer: str,
+        batch_size: int = 32,
+        seq_len: int = 64,
+        data_file: Optional[str] = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        split_seed: int = 0,
+        num_workers: int = 0,
+        num_classes: Optional[int] = None,
+    ):
         super().__init__(batch_size, num_workers, num_classes=num_classes)
         self.seq_len, self.data_file, self.split_seed = seq_len, data_file, split_seed
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
@@ -56,13 +69,28 @@ class TextClassificationDataModule(BaseDataModule):
         self.class_names: list[str] = []
 
     @classmethod
-    def check_config(cls, tokenizer: Optional[str] = None, data_file: Optional[str] = None, val_fraction: float = 0.1,
-                     test_fraction: float = 0.1, num_classes: Optional[int] = None, **_) -> list[str]:
-        problems = tokenizer_problems(tokenizer) if tokenizer else [
-            "tokenizer: null; text classification needs the model's tokenizer (its directory, or a tokenizers JSON file)"]
+    def check_config(
+        cls,
+        tokenizer: Optional[str] = None,
+        data_file: Optional[str] = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        num_classes: Optional[int] = None,
+        **_,
+    ) -> list[str]:
+        problems = (
+            tokenizer_problems(tokenizer)
+            if tokenizer
+            else [
+                "tokenizer: null; text classification needs the model's tokenizer "
+                "(its directory, or a tokenizers JSON file)"
+            ]
+        )
         if data_file and (not Path(data_file).is_file() or Path(data_file).suffix not in FORMATS):
-            problems.append(f"data_file: no {' or '.join(FORMATS)} file at '{data_file}' (rows of text and label; "
-                            "null: the built-in docstrings)")
+            problems.append(
+                f"data_file: no {' or '.join(FORMATS)} file at '{data_file}' (rows of text and label; "
+                "null: the built-in docstrings)"
+            )
             return problems
         try:
             documents = read_documents(data_file)
@@ -70,15 +98,17 @@ class TextClassificationDataModule(BaseDataModule):
             return [*problems, str(err).removeprefix("datamodule.")]
         classes = sorted({label for _, label in documents})
         if isinstance(num_classes, int) and num_classes != len(classes):
-            problems.append(f"num_classes: {num_classes}, but the data has {len(classes)} labels "
-                            f"({', '.join(classes[:8])}{', ...' if len(classes) > 8 else ''}); set "
-                            f"datamodule.num_classes={len(classes)}")
+            problems.append(
+                f"num_classes: {num_classes}, but the data has {len(classes)} labels "
+                f"({', '.join(classes[:8])}{', ...' if len(classes) > 8 else ''}); set "
+                f"datamodule.num_classes={len(classes)}"
+            )
         return problems + split_problems(len(documents), val_fraction, test_fraction)
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
         rows = []
         for encoding in self.tokenizer.encode_batch(texts):
-            ids = encoding.ids[:self.seq_len]
+            ids = encoding.ids[: self.seq_len]
             if len(encoding.ids) > self.seq_len and encoding.special_tokens_mask[-1]:
                 ids[-1] = encoding.ids[-1]  # keep the closing special token ([SEP]) of a cut document
             rows.append(ids + [self.pad_id] * (self.seq_len - len(ids)))
@@ -94,4 +124,5 @@ class TextClassificationDataModule(BaseDataModule):
         labels = torch.tensor([self.class_names.index(label) for _, label in documents], dtype=torch.long)
         tokens = self._encode([text for text, _ in documents])
         self.val_set, self.test_set, self.train_set = split_dataset(
-            GatheringTensorDataset(tokens, labels), [self.val_fraction, self.test_fraction], self.split_seed)
+            GatheringTensorDataset(tokens, labels), [self.val_fraction, self.test_fraction], self.split_seed
+        )

@@ -7,6 +7,7 @@ shard is ``shards/<input>-<piece>.<split>.bin``, raw little-endian tokens (uint1
 fits, else uint32), beside ``.docs.npy``, the offsets where its documents start. A split is its shards
 read one after another as one stream of tokens. Nothing here is code: JSON and raw numbers only.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,7 +25,7 @@ SPLITS = ("train", "val", "test")
 
 
 def token_dtype(vocab_size: int) -> str:
-    return "uint16" if vocab_size <= 2 ** 16 else "uint32"
+    return "uint16" if vocab_size <= 2**16 else "uint32"
 
 
 def tokenizer_fingerprint(tokenizer_json: Optional[Path]) -> str:
@@ -50,7 +51,7 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def offsets_file(shard) -> str:
     """The document offsets beside a shard's tokens (``<name>.bin`` -> ``<name>.docs.npy``)."""
-    return str(shard)[:-len(".bin")] + ".docs.npy"
+    return str(shard)[: -len(".bin")] + ".docs.npy"
 
 
 def write_shard(directory: Path, name: str, tokens: np.ndarray, document_starts: np.ndarray) -> dict:
@@ -69,8 +70,10 @@ def read_index(directory) -> dict:
     missing or not one."""
     path = Path(directory) / INDEX
     if not path.is_file():
-        raise FileNotFoundError(f"no prepared corpus at '{directory}' ({INDEX} missing): prepare one with "
-                                f"framework-prepare-data input=<files> output={directory}")
+        raise FileNotFoundError(
+            f"no prepared corpus at '{directory}' ({INDEX} missing): prepare one with "
+            f"framework-prepare-data input=<files> output={directory}"
+        )
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
@@ -96,9 +99,11 @@ def shard_problems(directory, index: dict) -> list[str]:
             if not path.is_file():
                 problems.append(f"missing shard '{path}' (the index lists {shard['tokens']} tokens there)")
             elif path.stat().st_size != shard["tokens"] * width:
-                problems.append(f"shard '{path}' has {path.stat().st_size} bytes, the index says "
-                                f"{shard['tokens']} tokens of {index['dtype']} ({shard['tokens'] * width} bytes): "
-                                "it is truncated or not this corpus's; prepare the corpus again")
+                problems.append(
+                    f"shard '{path}' has {path.stat().st_size} bytes, the index says "
+                    f"{shard['tokens']} tokens of {index['dtype']} ({shard['tokens'] * width} bytes): "
+                    "it is truncated or not this corpus's; prepare the corpus again"
+                )
             else:
                 problems += _offsets_problems(docs, shard["documents"])
     return problems
@@ -112,10 +117,14 @@ def _offsets_problems(docs: Path, documents: int) -> list[str]:
     try:
         offsets = np.load(docs, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError):
-        return [f"document offsets '{docs}' are not a whole saved array (damaged, or cut short): prepare the corpus again"]
+        return [
+            f"document offsets '{docs}' are not a whole saved array (damaged, or cut short): prepare the corpus again"
+        ]
     if offsets.dtype != np.int64 or offsets.shape != (documents,):
-        return [f"document offsets '{docs}' hold {offsets.shape} {offsets.dtype}, the index says {documents} int64: "
-                "prepare the corpus again"]
+        return [
+            f"document offsets '{docs}' hold {offsets.shape} {offsets.dtype}, the index says {documents} int64: "
+            "prepare the corpus again"
+        ]
     return []
 
 

@@ -7,6 +7,7 @@ same pieces, so an interrupted preparation resumes piece by piece. Documents: a 
 paragraphs (separated by ``document_separator``, each keeping it, so the documents put back together
 are the file), a ``.jsonl`` line's or a ``.parquet`` row's ``text_key`` field (read by pyarrow).
 """
+
 from __future__ import annotations
 
 import glob
@@ -20,6 +21,7 @@ SUFFIXES = (".txt", ".jsonl", ".parquet")
 class Piece:
     """Piece ``number`` of input ``input_number``: bytes [start, end) of a text file, or row group
     ``start`` of a parquet file; ``size``: its bytes (a row group's uncompressed), for progress."""
+
     input_number: int
     number: int
     path: str
@@ -87,11 +89,16 @@ def plan_pieces(input_number: int, path: Path, piece_bytes: int, separator: str)
         import pyarrow.parquet as pq
 
         metadata = pq.ParquetFile(path).metadata
-        return [Piece(input_number, g, str(path), g, g + 1, metadata.row_group(g).total_byte_size)
-                for g in range(metadata.num_row_groups)]
+        return [
+            Piece(input_number, g, str(path), g, g + 1, metadata.row_group(g).total_byte_size)
+            for g in range(metadata.num_row_groups)
+        ]
     delimiter = b"\n" if path.suffix == ".jsonl" else separator.encode("utf-8")
     ends = _aligned_ends(path, piece_bytes, delimiter)
-    return [Piece(input_number, n, str(path), start, end, end - start) for n, (start, end) in enumerate(zip([0, *ends], ends))]
+    return [
+        Piece(input_number, n, str(path), start, end, end - start)
+        for n, (start, end) in enumerate(zip([0, *ends], ends))
+    ]
 
 
 def _paragraphs(text: str, separator: str) -> list[str]:
@@ -118,8 +125,9 @@ def read_documents(piece: Piece, separator: str, text_key: str) -> list[str]:
 
         parquet = pq.ParquetFile(path)
         if text_key not in parquet.schema_arrow.names:
-            raise ValueError(f"text_key: '{path}' has no column '{text_key}' (its columns: "
-                             f"{', '.join(parquet.schema_arrow.names)})")
+            raise ValueError(
+                f"text_key: '{path}' has no column '{text_key}' (its columns: {', '.join(parquet.schema_arrow.names)})"
+            )
         return _texts(parquet.read_row_group(piece.start, columns=[text_key]), path, piece, text_key)
     with open(path, "rb") as f:
         f.seek(piece.start)
@@ -134,6 +142,7 @@ def read_documents(piece: Piece, separator: str, text_key: str) -> list[str]:
     try:
         table = pj.read_json(pa.BufferReader(raw), parse_options=options)
     except pa.ArrowInvalid as err:
-        raise ValueError(f"input: '{path}' (bytes {piece.start}-{piece.end}) is not JSON lines with a text "
-                         f"'{text_key}': {err}") from err
+        raise ValueError(
+            f"input: '{path}' (bytes {piece.start}-{piece.end}) is not JSON lines with a text '{text_key}': {err}"
+        ) from err
     return _texts(table, path, piece, text_key)

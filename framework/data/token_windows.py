@@ -8,11 +8,11 @@ after another): the inputs, and the same shifted by one as the targets. With ``p
 window also gets its tokens' positions within their documents, restarting at 0 where a document
 starts (and at the window's first token), from which a model keeps documents apart.
 """
+
 from __future__ import annotations
 
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -46,8 +46,9 @@ class TokenWindows(Dataset):
         # (a forked worker shares these descriptors: positional reads move no shared offset)
         self._files = [os.open(f, os.O_RDONLY) for f in self.files]
         if self.positions:
-            docs = [np.load(offsets_file(f), allow_pickle=False) + base
-                    for f, base in zip(self.files, self.bounds[:-1])]
+            docs = [
+                np.load(offsets_file(f), allow_pickle=False) + base for f, base in zip(self.files, self.bounds[:-1])
+            ]
             self._starts = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
 
     def _span(self, start: int, stop: int) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Tokenizer files: a ``tokenizers`` JSON file, or a model directory (``pkg://`` too) that holds one,
 loaded with its own padding and truncation off. No torch here: ``framework-prepare-data``'s workers
 load tokenizers through it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,5 +32,11 @@ def tokenizer_problems(tokenizer: Optional[str]) -> list[str]:
         found = tokenizer_file(tokenizer).is_file() if tokenizer else True
     except FileNotFoundError as err:
         return [f"tokenizer: {err}"]
-    return [] if found else [f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file, or a model "
-                             "directory holding tokenizer.json; null: bytes)"]
+    return (
+        []
+        if found
+        else [
+            f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file, or a model "
+            "directory holding tokenizer.json; null: bytes)"
+        ]
+    )

@@ -6,6 +6,7 @@ The engine's sampler deals the windows to the data-parallel ranks without overla
 global order of windows is the same, only its split across ranks differs. ``document_boundaries``:
 batches carry each token's position in its document, and the model attends within documents only.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,9 +42,11 @@ def _tokenizer_problems(index: dict, tokenizer: Optional[str]) -> list[str]:
     prepared = index["tokenizer"]
     if ours == prepared["fingerprint"]:
         return []
-    return [f"tokenizer: '{tokenizer}' is not the tokenizer the corpus was prepared with "
-            f"({prepared['file'] or 'UTF-8 bytes'}, fingerprint {prepared['fingerprint']} against {ours}); "
-            "prepare the corpus with this tokenizer, or train with that one"]
+    return [
+        f"tokenizer: '{tokenizer}' is not the tokenizer the corpus was prepared with "
+        f"({prepared['file'] or 'UTF-8 bytes'}, fingerprint {prepared['fingerprint']} against {ours}); "
+        "prepare the corpus with this tokenizer, or train with that one"
+    ]
 
 
 class TokensDataModule(BaseDataModule):
@@ -52,35 +55,53 @@ class TokensDataModule(BaseDataModule):
 
     argument_ranges = {"seq_len": Range(low=1)}
 
-    def __init__(self, path: str, batch_size: int = 32, seq_len: int = 128, num_workers: int = 0,
-                 vocab_size: Optional[int] = None, tokenizer: Optional[str] = None,
-                 document_boundaries: bool = False):
+    def __init__(
+        self,
+        path: str,
+        batch_size: int = 32,
+        seq_len: int = 128,
+        num_workers: int = 0,
+        vocab_size: Optional[int] = None,
+        tokenizer: Optional[str] = None,
+        document_boundaries: bool = False,
+    ):
         super().__init__(batch_size, num_workers)
         self.path, self.seq_len, self.document_boundaries = path, seq_len, document_boundaries
         self.index = read_index(path)
         if vocab_size is not None and vocab_size != self.index["vocab_size"]:
-            raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the corpus at {path} has "
-                             f"{self.index['vocab_size']} tokens")
+            raise ValueError(
+                f"datamodule.vocab_size: {vocab_size}, but the corpus at {path} has {self.index['vocab_size']} tokens"
+            )
 
     @property
     def vocab_size(self) -> int:
         return self.index["vocab_size"]
 
     @classmethod
-    def check_config(cls, path: Optional[str] = None, seq_len: int = 128, vocab_size: Optional[int] = None,
-                     tokenizer: Optional[str] = None, **_) -> list[str]:
+    def check_config(
+        cls,
+        path: Optional[str] = None,
+        seq_len: int = 128,
+        vocab_size: Optional[int] = None,
+        tokenizer: Optional[str] = None,
+        **_,
+    ) -> list[str]:
         index, problems = _index_or_problem(path)
         if index is None:
             return problems
         problems += [f"path: {p}" for p in shard_problems(path, index)]
         problems += _tokenizer_problems(index, tokenizer)
         if isinstance(vocab_size, int) and vocab_size != index["vocab_size"]:
-            problems.append(f"vocab_size: {vocab_size}, but the corpus at {path} has {index['vocab_size']} tokens; "
-                            "leave it to the corpus's index (the default)")
+            problems.append(
+                f"vocab_size: {vocab_size}, but the corpus at {path} has {index['vocab_size']} tokens; "
+                "leave it to the corpus's index (the default)"
+            )
         train = split_tokens(index, "train")
         if isinstance(seq_len, int) and seq_len >= 1 and train <= seq_len:
-            problems.append(f"seq_len: the corpus's train split has {train} tokens, not enough for one window of "
-                            f"{seq_len} (and its next token)")
+            problems.append(
+                f"seq_len: the corpus's train split has {train} tokens, not enough for one window of "
+                f"{seq_len} (and its next token)"
+            )
         return problems
 
     @classmethod
@@ -97,8 +118,16 @@ class TokensDataModule(BaseDataModule):
         problems = shard_problems(self.path, self.index)
         if problems:
             raise FileNotFoundError("datamodule.path: " + "; ".join(problems))
-        sets = {split: TokenWindows(self.path, self.index["splits"].get(split, []), self.index["dtype"], self.seq_len,
-                                    self.document_boundaries) for split in SPLITS}
+        sets = {
+            split: TokenWindows(
+                self.path,
+                self.index["splits"].get(split, []),
+                self.index["dtype"],
+                self.seq_len,
+                self.document_boundaries,
+            )
+            for split in SPLITS
+        }
         self.train_set, self.val_set, self.test_set = (sets[s] if len(sets[s]) else None for s in SPLITS)
 
     def __repr__(self) -> str:

@@ -1,4 +1,5 @@
 """torchvision datasets read from a local ``data_dir``; nothing downloads unless asked to."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,13 +9,21 @@ from framework.data.base import BaseDataModule, split_dataset
 
 class _TorchvisionDataModule(BaseDataModule):
     dataset_name = ""  # torchvision.datasets class, set by subclasses
-    expected = ""       # what must exist under data_dir, for the error message
+    expected = ""  # what must exist under data_dir, for the error message
     mean: tuple = ()
     std: tuple = ()
 
-    def __init__(self, data_dir: str = "data", download: bool = False, batch_size: int = 128,
-                 num_workers: int = 0, val_fraction: float = 0.1, split_seed: int = 0,
-                 input_shape: list | None = None, num_classes: int = 10):
+    def __init__(
+        self,
+        data_dir: str = "data",
+        download: bool = False,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        val_fraction: float = 0.1,
+        split_seed: int = 0,
+        input_shape: list | None = None,
+        num_classes: int = 10,
+    ):
         super().__init__(batch_size, num_workers, input_shape, num_classes)
         self.data_dir, self.download = data_dir, download
         self.val_fraction, self.split_seed = val_fraction, split_seed
@@ -25,10 +34,12 @@ class _TorchvisionDataModule(BaseDataModule):
         if download or (Path(data_dir) / cls.expected).exists():
             return []
         name = cls.dataset_name
-        return [f"datamodule.data_dir: {name} not found: '{Path(data_dir) / cls.expected}' does not exist. "
-                f"Get it on a machine with internet: python -c \"import torchvision; "
-                f"torchvision.datasets.{name}('{data_dir}', download=True)\" and copy '{data_dir}' here, "
-                f"or set datamodule.data_dir=<dir that holds it> (datamodule.download=true downloads at run time)"]
+        return [
+            f"datamodule.data_dir: {name} not found: '{Path(data_dir) / cls.expected}' does not exist. "
+            f'Get it on a machine with internet: python -c "import torchvision; '
+            f"torchvision.datasets.{name}('{data_dir}', download=True)\" and copy '{data_dir}' here, "
+            f"or set datamodule.data_dir=<dir that holds it> (datamodule.download=true downloads at run time)"
+        ]
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
@@ -62,9 +73,17 @@ class CIFAR10DataModule(_TorchvisionDataModule):
 class ImageFolderDataModule(BaseDataModule):
     """``data_dir/train/<class>/*``; ``data_dir/val`` and ``data_dir/test`` if present, else split from train."""
 
-    def __init__(self, data_dir: str, batch_size: int = 64, num_workers: int = 0, val_fraction: float = 0.1,
-                 test_fraction: float = 0.1, split_seed: int = 0, input_shape: list = (3, 64, 64),
-                 num_classes: int | None = None):
+    def __init__(
+        self,
+        data_dir: str,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        split_seed: int = 0,
+        input_shape: list = (3, 64, 64),
+        num_classes: int | None = None,
+    ):
         super().__init__(batch_size, num_workers, input_shape, num_classes)
         self.data_dir = Path(data_dir)
         self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
@@ -73,8 +92,10 @@ class ImageFolderDataModule(BaseDataModule):
     def check_config(cls, data_dir: str = "", **_) -> list[str]:
         if (Path(data_dir) / "train").is_dir():
             return []
-        return [f"datamodule.data_dir: '{Path(data_dir) / 'train'}' is not a directory. ImageFolder expects "
-                f"<data_dir>/train/<class name>/<image files> (and optionally <data_dir>/val, <data_dir>/test)"]
+        return [
+            f"datamodule.data_dir: '{Path(data_dir) / 'train'}' is not a directory. ImageFolder expects "
+            f"<data_dir>/train/<class name>/<image files> (and optionally <data_dir>/val, <data_dir>/test)"
+        ]
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:

@@ -7,6 +7,7 @@ instead of wrapping it in another module: parameter names, state dicts, checkpoi
 and DataParallel's replicas (copies of the instance) recompute with their own weights.
 BatchNorm statistics are updated once per forward, as without checkpointing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,24 +38,38 @@ def _norm_statistics_kept(module: torch.nn.Module) -> Iterator[None]:
 
 def _checkpointed_class(cls: type) -> type:
     if cls not in _CHECKPOINTED:
+
         def forward(self, *args, **kwargs):
             if not torch.is_grad_enabled():  # evaluation: nothing is saved for backward anyway
                 return cls.forward(self, *args, **kwargs)
-            return checkpoint(cls.forward, self, *args, use_reentrant=False,
-                              context_fn=lambda: (contextlib.nullcontext(), _norm_statistics_kept(self)), **kwargs)
+            return checkpoint(
+                cls.forward,
+                self,
+                *args,
+                use_reentrant=False,
+                context_fn=lambda: (contextlib.nullcontext(), _norm_statistics_kept(self)),
+                **kwargs,
+            )
 
-        _CHECKPOINTED[cls] = type(cls.__name__, (cls,), {"forward": forward, "__qualname__": cls.__qualname__,
-                                                         "__module__": cls.__module__, "_checkpointed": True})
+        _CHECKPOINTED[cls] = type(
+            cls.__name__,
+            (cls,),
+            {"forward": forward, "__qualname__": cls.__qualname__, "__module__": cls.__module__, "_checkpointed": True},
+        )
     return _CHECKPOINTED[cls]
 
 
-def checkpoint_problems(model: torch.nn.Module, requested: Sequence[str],
-                        key: str = "trainer.activation_checkpointing") -> list[str]:
+def checkpoint_problems(
+    model: torch.nn.Module, requested: Sequence[str], key: str = "trainer.activation_checkpointing"
+) -> list[str]:
     """Each requested class name (at config ``key``) must be the class of some submodule (not the
     root: checkpointing it would recompute the loss whole, saving nothing)."""
     present = {type(m).__name__ for name, m in model.named_modules() if name}
-    return [f"{key}: no submodule of {type(model).__name__} is a '{name}'; its "
-            f"classes: {', '.join(sorted(present))}" for name in requested if name not in present]
+    return [
+        f"{key}: no submodule of {type(model).__name__} is a '{name}'; its classes: {', '.join(sorted(present))}"
+        for name in requested
+        if name not in present
+    ]
 
 
 def apply_activation_checkpointing(model: torch.nn.Module, requested: Sequence[str]) -> list[str]:

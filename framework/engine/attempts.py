@@ -7,6 +7,7 @@ trains (its checkpoint loaded, the fit loop started: ``promote``): an attempt th
 that leaves the top record byte for byte as it was. Before the first later attempt, the top
 record is kept as ``attempts/1/``, so every attempt's config and results stay, numbered.
 """
+
 from __future__ import annotations
 
 import os

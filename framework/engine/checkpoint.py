@@ -14,6 +14,7 @@ Saves are atomic: everything is written to ``.tmp-<name>`` beside the target and
 into place only once complete, so an interrupted save never leaves a broken checkpoint,
 and the previous one under the same name stays loadable until the new one replaces it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,14 +29,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from framework.engine.checkpoint_files import (MANIFEST, TRAINER_FILE, CheckpointError, is_checkpoint,
-                                               remove_entry, resolve_ckpt_path, verify_checkpoint, write_manifest)
-from framework.engine.safe_load import (UntrustedCheckpoint, dcp_planner, dcp_reader, load_file,
-                                        read_dcp_metadata)
+from framework.engine.checkpoint_files import (
+    MANIFEST,
+    TRAINER_FILE,
+    CheckpointError,
+    is_checkpoint,
+    remove_entry,
+    resolve_ckpt_path,
+    verify_checkpoint,
+    write_manifest,
+)
+from framework.engine.safe_load import UntrustedCheckpoint, dcp_planner, dcp_reader, load_file, read_dcp_metadata
 from framework.strategies.collectives import barrier
 
-__all__ = ["CheckpointError", "copy_checkpoint", "is_checkpoint", "load_checkpoint", "load_model_checkpoint",
-           "load_model_weights", "resolve_ckpt_path", "save_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "copy_checkpoint",
+    "is_checkpoint",
+    "load_checkpoint",
+    "load_model_checkpoint",
+    "load_model_weights",
+    "resolve_ckpt_path",
+    "save_checkpoint",
+]
 
 
 @contextlib.contextmanager
@@ -57,9 +73,17 @@ def rng_state() -> dict:
     """Every RNG's state as tensors and plain values (numpy's keys as a tensor): data that loads
     with ``weights_only``."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
-             "numpy": {"name": name, "keys": torch.from_numpy(keys.copy()), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
+    state = {
+        "python": random.getstate(),
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.copy()),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -69,8 +93,9 @@ def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     saved = state["numpy"]
     if isinstance(saved, dict):
-        np.random.set_state((saved["name"], saved["keys"].numpy(), saved["pos"], saved["has_gauss"],
-                             saved["cached_gaussian"]))
+        np.random.set_state(
+            (saved["name"], saved["keys"].numpy(), saved["pos"], saved["has_gauss"], saved["cached_gaussian"])
+        )
     else:  # a checkpoint of an earlier version: numpy's own tuple
         np.random.set_state(saved)
     torch.set_rng_state(state["torch"])
@@ -87,19 +112,30 @@ def save_checkpoint(path: Path, trainer) -> None:
         _write(tmp, trainer)
     except BaseException as err:  # DCP's CheckpointException is a BaseException
         # torch's zip writer hides ENOSPC ("unexpected pos ..."): the free space tells
-        full = _io_failure(err) and (isinstance(err, OSError) and err.errno == errno.ENOSPC
-                                     or "No space left on device" in str(err)
-                                     or shutil.disk_usage(path.parent).free < 2**20)
+        full = _io_failure(err) and (
+            isinstance(err, OSError)
+            and err.errno == errno.ENOSPC
+            or "No space left on device" in str(err)
+            or shutil.disk_usage(path.parent).free < 2**20
+        )
         if strategy.is_global_zero:  # nothing half-written stays behind; the committed ones are untouched
             remove_entry(tmp)
         if full:
-            raise OSError(errno.ENOSPC, f"the disk is full: saving checkpoint '{path}' failed and its partial "
-                                        f"files are removed; the checkpoints saved before are intact "
-                                        f"(free space on {path.parent})") from err
+            raise OSError(
+                errno.ENOSPC,
+                f"the disk is full: saving checkpoint '{path}' failed and its partial "
+                f"files are removed; the checkpoints saved before are intact "
+                f"(free space on {path.parent})",
+            ) from err
         raise
     if strategy.is_global_zero:  # every rank's files are written: list them, then commit
-        write_manifest(tmp, step=trainer.global_step, epoch=trainer.current_epoch, strategy=strategy.name,
-                       world_size=strategy.world_size)
+        write_manifest(
+            tmp,
+            step=trainer.global_step,
+            epoch=trainer.current_epoch,
+            strategy=strategy.name,
+            world_size=strategy.world_size,
+        )
         _commit(tmp, path)
     barrier()
 
@@ -119,8 +155,9 @@ def _write(tmp: Path, trainer) -> None:
     torch.save(rng_state(), tmp / "rng" / f"{strategy.rank}.pt")
     torch.save(_buffers(trainer), tmp / "buffers" / f"{strategy.rank}.pt")
     if strategy.is_global_zero:
-        torch.save({**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size},
-                   tmp / TRAINER_FILE)
+        torch.save(
+            {**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size}, tmp / TRAINER_FILE
+        )
     barrier()
 
 
@@ -165,20 +202,30 @@ def _reading(path: Path, expected: dict | None = None):
         if not _io_failure(err) or isinstance(err, UntrustedCheckpoint):
             raise
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        checked = "sizes and checksums" if "crc32" in json.loads((path / MANIFEST).read_text()) else \
-            "sizes; its manifest has no checksums, so changed contents would not show"
+        checked = (
+            "sizes and checksums"
+            if "crc32" in json.loads((path / MANIFEST).read_text())
+            else "sizes; its manifest has no checksums, so changed contents would not show"
+        )
         differences = _differences(path, expected)
-        cause = f"was it saved with another model or optimizer?{differences}" if differences or not expected else (
-            "its keys and shapes are this run's, so a file's contents are damaged in a way its manifest does not "
-            "show (a manifest written after the damage?)")
-        raise CheckpointError(f"checkpoint '{path}' is whole (its files match their {checked}) but cannot be "
-                              f"loaded into this run ({type(err).__name__}: {first}); {cause}") from err
+        cause = (
+            f"was it saved with another model or optimizer?{differences}"
+            if differences or not expected
+            else (
+                "its keys and shapes are this run's, so a file's contents are damaged in a way its manifest does not "
+                "show (a manifest written after the damage?)"
+            )
+        )
+        raise CheckpointError(
+            f"checkpoint '{path}' is whole (its files match their {checked}) but cannot be "
+            f"loaded into this run ({type(err).__name__}: {first}); {cause}"
+        ) from err
 
 
 def _shapes(state, prefix: str = "") -> dict[str, tuple]:
     """{DCP's flattened key: shape} of the tensors in a nested state dict."""
     out: dict[str, tuple] = {}
-    for key, value in (state.items() if isinstance(state, dict) else ()):
+    for key, value in state.items() if isinstance(state, dict) else ():
         name = f"{prefix}{key}"
         if isinstance(value, torch.Tensor):
             out[name] = tuple(value.shape)
@@ -194,17 +241,21 @@ def _differences(path: Path, expected: dict | None) -> str:
     if not expected:
         return ""
     try:
-        saved = {k: tuple(m.size) for k, m in read_dcp_metadata(path).state_dict_metadata.items()
-                 if isinstance(m, TensorStorageMetadata)}
+        saved = {
+            k: tuple(m.size)
+            for k, m in read_dcp_metadata(path).state_dict_metadata.items()
+            if isinstance(m, TensorStorageMetadata)
+        }
     except Exception:  # noqa: BLE001 - the comparison is a hint; the error above stands
         return ""
     wanted = _shapes(expected)
     missing = sorted(k for k in wanted if k not in saved)
-    shapes = sorted(f"{k} (saved {list(saved[k])}, here {list(wanted[k])})" for k in wanted
-                    if k in saved and saved[k] != wanted[k])
-    parts = ([f"not in the checkpoint: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")] if missing
-             else []) + ([f"other shapes: {', '.join(shapes[:5])}" + (" ..." if len(shapes) > 5 else "")] if shapes
-                         else [])
+    shapes = sorted(
+        f"{k} (saved {list(saved[k])}, here {list(wanted[k])})" for k in wanted if k in saved and saved[k] != wanted[k]
+    )
+    parts = (
+        [f"not in the checkpoint: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")] if missing else []
+    ) + ([f"other shapes: {', '.join(shapes[:5])}" + (" ..." if len(shapes) > 5 else "")] if shapes else [])
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -290,12 +341,17 @@ def load_model_weights(path: Path, model: torch.nn.Module, strict: bool = True, 
         saved = load_file(path, trust)
     own = model.state_dict()
     matching = {k: v for k, v in saved.items() if k in own and own[k].shape == v.shape}
-    report = {"loaded": sorted(matching), "missing": sorted(set(own) - set(saved)),
-              "unexpected": sorted(set(saved) - set(own)),
-              "mismatched": sorted(k for k in saved if k in own and own[k].shape != saved[k].shape)}
+    report = {
+        "loaded": sorted(matching),
+        "missing": sorted(set(own) - set(saved)),
+        "unexpected": sorted(set(saved) - set(own)),
+        "mismatched": sorted(k for k in saved if k in own and own[k].shape != saved[k].shape),
+    }
     if strict and (report["missing"] or report["unexpected"] or report["mismatched"]):
-        raise RuntimeError(f"strict weight loading from {path} failed: missing {report['missing']}, "
-                           f"unexpected {report['unexpected']}, shape mismatch {report['mismatched']}")
+        raise RuntimeError(
+            f"strict weight loading from {path} failed: missing {report['missing']}, "
+            f"unexpected {report['unexpected']}, shape mismatch {report['mismatched']}"
+        )
     model.load_state_dict(matching, strict=False)
     return report
 
@@ -306,9 +362,11 @@ def _checkpoint_model_tensors(path: Path, trust: bool) -> dict[str, torch.Tensor
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     metadata = read_dcp_metadata(path, trust)
-    tensors = {key[len("model."):]: torch.empty(meta.size, dtype=meta.properties.dtype)
-               for key, meta in metadata.state_dict_metadata.items()
-               if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)}
+    tensors = {
+        key[len("model.") :]: torch.empty(meta.size, dtype=meta.properties.dtype)
+        for key, meta in metadata.state_dict_metadata.items()
+        if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)
+    }
     state = {"model": tensors}
     with _single_process_ok():  # each rank reads the whole tensors itself: no collective
         _dcp().load(state, storage_reader=dcp_reader(path, trust), planner=dcp_planner(trust), no_dist=True)

@@ -6,6 +6,7 @@ Every checkpoint ends with ``manifest.json`` (written last, before the commit re
 step, epoch, strategy and world size that saved it, and each file with its size. A file that
 is missing or has another size makes the checkpoint "incomplete or corrupted", named as such.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,8 +80,15 @@ def write_manifest(path: Path, **about) -> None:
     The files were just written, so reading them back comes from the page cache."""
     files = [p for p in sorted(path.rglob("*")) if p.is_file()]
     with open(path / MANIFEST, "w") as f:
-        json.dump({**about, "files": {str(p.relative_to(path)): p.stat().st_size for p in files},
-                   "crc32": {str(p.relative_to(path)): crc32(p) for p in files}}, f, indent=1)
+        json.dump(
+            {
+                **about,
+                "files": {str(p.relative_to(path)): p.stat().st_size for p in files},
+                "crc32": {str(p.relative_to(path)): crc32(p) for p in files},
+            },
+            f,
+            indent=1,
+        )
 
 
 def verify_checkpoint(path: Path, contents: bool = False) -> list[str]:
@@ -94,19 +102,25 @@ def verify_checkpoint(path: Path, contents: bool = False) -> list[str]:
         return [f"checkpoint '{path}' has no {MANIFEST} (a save that did not finish, or not a checkpoint)"]
     except ValueError as err:
         return [f"checkpoint '{path}': {MANIFEST} is corrupted ({err})"]
-    saved = (f"saved at step {manifest.get('step')} by strategy={manifest.get('strategy')} with "
-             f"{manifest.get('world_size')} rank(s)")
+    saved = (
+        f"saved at step {manifest.get('step')} by strategy={manifest.get('strategy')} with "
+        f"{manifest.get('world_size')} rank(s)"
+    )
     problems = []
     for name, size in manifest.get("files", {}).items():
         file = path / name
         if not file.is_file():
             problems.append(f"checkpoint '{path}' is incomplete: {name} ({size} bytes) is missing ({saved})")
         elif file.stat().st_size != size:
-            problems.append(f"checkpoint '{path}' is corrupted: {name} has {file.stat().st_size} bytes, "
-                            f"{size} were written ({saved})")
+            problems.append(
+                f"checkpoint '{path}' is corrupted: {name} has {file.stat().st_size} bytes, "
+                f"{size} were written ({saved})"
+            )
         elif contents and name in manifest.get("crc32", {}) and crc32(file) != manifest["crc32"][name]:
-            problems.append(f"checkpoint '{path}' is corrupted: the contents of {name} changed since it was "
-                            f"written (CRC-32 mismatch; {saved})")
+            problems.append(
+                f"checkpoint '{path}' is corrupted: the contents of {name} changed since it was "
+                f"written (CRC-32 mismatch; {saved})"
+            )
     return problems
 
 
@@ -137,17 +151,26 @@ def check_ckpt_path(value, output_dir) -> list[str]:
         return []
     path = resolve_ckpt_path(str(value), str(output_dir))
     if value in ("last", "best") and path.is_symlink() and outside(path, path.parent):
-        return [f"ckpt_path: {path} is a link to '{os.readlink(path)}', outside the run's checkpoints; refused "
-                "(the framework's own last and best never point outside it): remove the link, or name the "
-                "checkpoint directory itself"]
+        return [
+            f"ckpt_path: {path} is a link to '{os.readlink(path)}', outside the run's checkpoints; refused "
+            "(the framework's own last and best never point outside it): remove the link, or name the "
+            "checkpoint directory itself"
+        ]
     if value == "last" and not path.exists():
         return []
     if not path.exists() or not (is_checkpoint(path) or (path / MANIFEST).exists()):
-        hint = (" (ckpt_path=last|best look in this run's checkpoints/; to resume another run, pass its "
-                "checkpoint directory, or rerun in its directory with hydra.run.dir=<that run>)") \
-            if value == "best" else ""
-        return [f"ckpt_path: no checkpoint at '{path}'; a checkpoint is a directory holding .metadata, "
-                f"{TRAINER_FILE} and {MANIFEST}{hint}"]
+        hint = (
+            (
+                " (ckpt_path=last|best look in this run's checkpoints/; to resume another run, pass its "
+                "checkpoint directory, or rerun in its directory with hydra.run.dir=<that run>)"
+            )
+            if value == "best"
+            else ""
+        )
+        return [
+            f"ckpt_path: no checkpoint at '{path}'; a checkpoint is a directory holding .metadata, "
+            f"{TRAINER_FILE} and {MANIFEST}{hint}"
+        ]
     return [f"ckpt_path: {problem}" for problem in verify_checkpoint(path)]
 
 
@@ -159,13 +182,18 @@ def remove_leftovers(directory: Path) -> None:
     if not directory.is_dir():
         return
     for entry in directory.iterdir():
-        planted = entry.is_symlink() and (entry.name.startswith((".tmp-", ".old-"))
-                                          or (entry.name == "last" and outside(entry, directory)))
+        planted = entry.is_symlink() and (
+            entry.name.startswith((".tmp-", ".old-")) or (entry.name == "last" and outside(entry, directory))
+        )
         stale = entry.name.startswith(".tmp-") or (
-            entry.name.startswith(".old-") and is_checkpoint(directory / entry.name[len(".old-"):]))
+            entry.name.startswith(".old-") and is_checkpoint(directory / entry.name[len(".old-") :])
+        )
         if planted:
-            log.warning("Removing the link %s -> %s: the framework writes a checkpoint there, never through a link",
-                        entry, os.readlink(entry))
+            log.warning(
+                "Removing the link %s -> %s: the framework writes a checkpoint there, never through a link",
+                entry,
+                os.readlink(entry),
+            )
             entry.unlink()
         elif stale and entry.is_dir():
             log.info("Removing %s, left by an interrupted save", entry)

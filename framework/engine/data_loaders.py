@@ -1,5 +1,6 @@
 """The rank's data: each of the datamodule's loaders re-created with the per-rank batch and the
 strategy's sampler, and batches moved to the device."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -42,8 +43,9 @@ class RankLoaders:
     """Makes this rank's loaders: ``batch_size / data-parallel size`` samples per batch, one
     seeded sampler whose union over the ranks' batch k is single-device batch k."""
 
-    def __init__(self, strategy, seed: int, accumulate_grad_batches: int, overfit: bool,
-                 input_dtype: Optional[torch.dtype]):
+    def __init__(
+        self, strategy, seed: int, accumulate_grad_batches: int, overfit: bool, input_dtype: Optional[torch.dtype]
+    ):
         self.strategy, self.seed = strategy, seed
         self.accumulate_grad_batches, self.overfit = accumulate_grad_batches, overfit
         self.input_dtype = input_dtype
@@ -63,29 +65,43 @@ class RankLoaders:
         if loader is None:
             return None
         if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None:
-            raise ValueError("datamodule: the engine shards map-style datasets with a batch_size; "
-                             "an IterableDataset or a custom batch_sampler cannot be split across ranks")
+            raise ValueError(
+                "datamodule: the engine shards map-style datasets with a batch_size; "
+                "an IterableDataset or a custom batch_sampler cannot be split across ranks"
+            )
         global_batch = loader.batch_size
         world = self.strategy.topology.data_parallel_size
         if global_batch % world:
-            raise ValueError(f"datamodule.batch_size: the global batch {global_batch} does not divide "
-                             f"across {world} data-parallel ranks")
+            raise ValueError(
+                f"datamodule.batch_size: the global batch {global_batch} does not divide "
+                f"across {world} data-parallel ranks"
+            )
         length = len(loader.dataset)
         if train:
             if length < global_batch:
-                raise ValueError(f"datamodule.batch_size: the global batch {global_batch} is larger than the "
-                                 f"training set ({length} samples)")
+                raise ValueError(
+                    f"datamodule.batch_size: the global batch {global_batch} is larger than the "
+                    f"training set ({length} samples)"
+                )
             self.global_batch_size = global_batch * self.accumulate_grad_batches
             self.micro_batch_global_size = global_batch
         shuffle = train and isinstance(loader.sampler, RandomSampler) and not self.overfit
         # Training drops the tail that does not fill a global batch: every rank then runs
         # the same number of equal steps, and 1 rank and N ranks see the same batches.
         sampler = self.strategy.sampler(length, shuffle, self.seed, global_batch if train else None)
-        return DataLoader(loader.dataset, batch_size=global_batch // world, sampler=sampler,
-                          num_workers=loader.num_workers, collate_fn=collate_for(loader.collate_fn),
-                          pin_memory=self.strategy.device.type == "cuda", drop_last=False,
-                          persistent_workers=loader.persistent_workers, worker_init_fn=loader.worker_init_fn,
-                          timeout=loader.timeout, generator=self.generator)
+        return DataLoader(
+            loader.dataset,
+            batch_size=global_batch // world,
+            sampler=sampler,
+            num_workers=loader.num_workers,
+            collate_fn=collate_for(loader.collate_fn),
+            pin_memory=self.strategy.device.type == "cuda",
+            drop_last=False,
+            persistent_workers=loader.persistent_workers,
+            worker_init_fn=loader.worker_init_fn,
+            timeout=loader.timeout,
+            generator=self.generator,
+        )
 
     def stand_in_batch(self, loader: DataLoader):
         """The dataset's first sample as a batch on the device, for forwards whose results are discarded."""

@@ -1,5 +1,6 @@
 """Validation, test and predict passes of one rank, in lockstep with the other ranks where the
 strategy gathers sharded parameters inside forward (FSDP)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -80,8 +81,11 @@ class EvaluationPasses:
         # stages of a pipeline, predicted alike (the first stage's ranks come first, in the mesh)
         parts = gather_object(concat_outputs(outputs))
         t = self.strategy.topology
-        return interleave(parts[:t.data_parallel_size * t.tensor_parallel:t.tensor_parallel]) \
-            if trainer.is_global_zero else None
+        return (
+            interleave(parts[: t.data_parallel_size * t.tensor_parallel : t.tensor_parallel])
+            if trainer.is_global_zero
+            else None
+        )
 
     def _predict_step(self, model, batch):
         with self.precision.autocast():
@@ -137,6 +141,6 @@ class EvaluationPasses:
             batch = self.loaders.stand_in_batch(loader)
             repeats = max(repeats, 1)
         for _ in range(repeats):
-            with self.precision.autocast(), (self.epoch_metrics.paused() if self.epoch_metrics else self._null):
+            with self.precision.autocast(), self.epoch_metrics.paused() if self.epoch_metrics else self._null:
                 _, metrics = self.task.step(model, batch, stage)
             self._names.setdefault(stage, ["loss", *metrics])

@@ -1,4 +1,5 @@
 """The fit loop's progress: exactly what a checkpoint saves of it, nothing derived."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,11 +11,11 @@ class LoopState:
     a checkpoint taken in an epoch's end callbacks reads ``(e, all batches, finished)`` and
     resumes at epoch e+1 without redoing the end of epoch e (validation, scheduler step)."""
 
-    global_step: int = 0          # optimizer steps taken
-    current_epoch: int = 0        # the epoch being trained, or the next one between epochs
-    batch_in_epoch: int = 0       # training batches of current_epoch already run (the resume point)
+    global_step: int = 0  # optimizer steps taken
+    current_epoch: int = 0  # the epoch being trained, or the next one between epochs
+    batch_in_epoch: int = 0  # training batches of current_epoch already run (the resume point)
     epoch_finished: bool = False  # current_epoch's end-of-epoch work is done
-    last_val_step: int = -1       # global_step of the latest validation (-1: none yet)
+    last_val_step: int = -1  # global_step of the latest validation (-1: none yet)
 
     def advance_if_finished(self) -> None:
         """Move past a finished epoch: the next one starts at its first batch."""

@@ -1,4 +1,5 @@
 """Model-state memory: the bytes of parameters, gradients and optimizer state held by this rank."""
+
 from __future__ import annotations
 
 import torch
@@ -36,7 +37,7 @@ def model_state_bytes(model: torch.nn.Module, optimizer) -> dict:
     p = sum(_local(x).numel() * x.element_size() for x in params)
     g = sum(_local(x.grad).numel() * x.grad.element_size() for x in params if x.grad is not None)
     o = 0  # (``optimizer``: the strategy's inner_optimizer, which holds this rank's state)
-    for state in (optimizer.state.values() if optimizer is not None else ()):
+    for state in optimizer.state.values() if optimizer is not None else ():
         for value in state.values():
             if isinstance(value, torch.Tensor) and value.dim() > 0:
                 o += _local(value).numel() * value.element_size()

@@ -1,5 +1,6 @@
 """Precision: autocast for the forward pass and GradScaler for fp16 (``*-mixed``), or the whole
 model, its inputs and its compute in one dtype (``*-true``)."""
+
 from __future__ import annotations
 
 import contextlib

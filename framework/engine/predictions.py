@@ -5,6 +5,7 @@ dataset, and batch k of every rank together covers positions [k*B, (k+1)*B) (B: 
 batch). So the first n batches of all ranks cover a prefix of the dataset, and interleaving
 the ranks' outputs (rank r's j-th sample at position r + j*W) restores its order exactly.
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,10 @@ def concat_outputs(outputs: Sequence[Any]) -> Any:
         return {key: concat_outputs([o[key] for o in outputs]) for key in first}
     if isinstance(first, torch.Tensor) and first.dim():
         return torch.cat([o.detach().cpu() for o in outputs])
-    raise TypeError(f"predict_step returned {type(first).__name__}; it must return a tensor with a batch dimension "
-                    "or a mapping of name -> tensor")
+    raise TypeError(
+        f"predict_step returned {type(first).__name__}; it must return a tensor with a batch dimension "
+        "or a mapping of name -> tensor"
+    )
 
 
 def interleave(parts: Sequence[Any]) -> Any:
@@ -61,8 +64,9 @@ def write_predictions(predictions: Any, directory: Path, fmt: str, records=None)
         return path
     columns = predictions if isinstance(predictions, Mapping) else {"output": predictions}
     flat = {name: t.reshape(len(t), -1) for name, t in columns.items()}
-    header = ["index"] + [name if t.shape[1] == 1 else f"{name}_{i}" for name, t in flat.items()
-                          for i in range(t.shape[1])]
+    header = ["index"] + [
+        name if t.shape[1] == 1 else f"{name}_{i}" for name, t in flat.items() for i in range(t.shape[1])
+    ]
     values = [t.tolist() for t in flat.values()]  # integer outputs stay integers
     with open(path, "w", newline="") as f:  # (csv)
         writer = csv.writer(f)

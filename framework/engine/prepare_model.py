@@ -9,6 +9,7 @@
 
 Names must survive 1-3 because the strategy's wrapping and every checkpoint go by them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,16 +20,20 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 
-def prepare_model(model: nn.Module, config, precision, strategy, optimizer_factory: Optional[Callable] = None,
-                  training: bool = True) -> tuple[nn.Module, object]:
+def prepare_model(
+    model: nn.Module, config, precision, strategy, optimizer_factory: Optional[Callable] = None, training: bool = True
+) -> tuple[nn.Module, object]:
     """(the model ready to run on this rank, its optimizer or None without ``optimizer_factory``)."""
     if training and config.activation_checkpointing:
         from framework.engine.activation_checkpointing import apply_activation_checkpointing
 
         names = apply_activation_checkpointing(model, config.activation_checkpointing)
         if strategy.is_global_zero:
-            log.info("Activation checkpointing: %d submodules recompute in backward (%s)", len(names),
-                     ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""))
+            log.info(
+                "Activation checkpointing: %d submodules recompute in backward (%s)",
+                len(names),
+                ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""),
+            )
     if training and config.compile:
         model.compile()  # in place: parameter names (and so checkpoints) stay the same
     return strategy.setup(precision.convert_module(model), optimizer_factory)

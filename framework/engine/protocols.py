@@ -6,6 +6,7 @@ checks every configured ``_target_`` class against its contract before any proce
 (``contract_problems``), so a misspelled hook or a logger without ``finalize`` is a config
 error naming the key, not a failure after training.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -184,8 +185,11 @@ class Task(Protocol):
 
 
 CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, "task": Task}
-_OPTIONAL = {Callback: {*EVENTS, "evaluation_weights", "sharded_state_dict"}, Logger: {"resume"},
-             DataModule: {"predict_dataloader"}}
+_OPTIONAL = {
+    Callback: {*EVENTS, "evaluation_weights", "sharded_state_dict"},
+    Logger: {"resume"},
+    DataModule: {"predict_dataloader"},
+}
 
 
 def contract_problems(obj: Any, group: str, key: str) -> list[str]:
@@ -196,9 +200,11 @@ def contract_problems(obj: Any, group: str, key: str) -> list[str]:
         return []
     required = [n for n in vars(protocol) if not n.startswith("_") and callable(vars(protocol)[n])]
     needed = [n for n in required if n not in _OPTIONAL.get(protocol, ())]
-    problems = [f"{key}._target_: {obj.__qualname__} has no method {name}() (a {protocol.__name__} needs: "
-                f"{', '.join(needed)})" for name in required
-                if name not in _OPTIONAL.get(protocol, ()) and not callable(getattr(obj, name, None))]
+    problems = [
+        f"{key}._target_: {obj.__qualname__} has no method {name}() (a {protocol.__name__} needs: {', '.join(needed)})"
+        for name in required
+        if name not in _OPTIONAL.get(protocol, ()) and not callable(getattr(obj, name, None))
+    ]
     if protocol is Callback:
         problems += _callback_problems(obj, key)
     return problems
@@ -210,11 +216,14 @@ def _callback_problems(obj: type, key: str) -> list[str]:
         if name.startswith("on_") and name not in EVENTS and callable(getattr(obj, name)):
             close = difflib.get_close_matches(name, EVENTS, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            problems.append(f"{key}._target_: {obj.__qualname__}.{name} is not a callback hook{hint} "
-                            f"(hooks: {', '.join(EVENTS)})")
+            problems.append(
+                f"{key}._target_: {obj.__qualname__}.{name} is not a callback hook{hint} (hooks: {', '.join(EVENTS)})"
+            )
     has_save, has_load = callable(getattr(obj, "state_dict", None)), callable(getattr(obj, "load_state_dict", None))
     if has_save != has_load:
-        problems.append(f"{key}._target_: {obj.__qualname__} defines {'state_dict' if has_save else 'load_state_dict'}"
-                        f"() without {'load_state_dict' if has_save else 'state_dict'}(); a checkpointed callback "
-                        "needs both")
+        problems.append(
+            f"{key}._target_: {obj.__qualname__} defines {'state_dict' if has_save else 'load_state_dict'}"
+            f"() without {'load_state_dict' if has_save else 'state_dict'}(); a checkpointed callback "
+            "needs both"
+        )
     return problems

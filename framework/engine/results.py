@@ -1,4 +1,5 @@
 """results.json: everything a sweep compares, written by the job itself."""
+
 from __future__ import annotations
 
 import json
@@ -31,26 +32,41 @@ def throughput(step_times: list[float], samples: int, windows: int = 5) -> dict:
     same over ``windows`` consecutive parts of the steady steps, whose spread says how steady
     the speed was; ``samples_per_s_all``: over every step."""
     if not step_times or sum(step_times) <= 0:
-        return {"samples_per_s": None, "samples_per_s_all": None, "samples_per_s_windows": [], "warmup_steps": 0,
-                "step_time_ms_median": statistics.median(step_times) * 1000 if step_times else None}
+        return {
+            "samples_per_s": None,
+            "samples_per_s_all": None,
+            "samples_per_s_windows": [],
+            "warmup_steps": 0,
+            "step_time_ms_median": statistics.median(step_times) * 1000 if step_times else None,
+        }
     per_step = samples / len(step_times)
     warmup = min(20, len(step_times) // 5)
     steady = step_times[warmup:]
     size = max(1, len(steady) // windows)
-    parts = [steady[i:i + size] for i in range(0, len(steady) - size + 1, size)]
-    return {"samples_per_s": per_step * len(steady) / sum(steady),
-            "samples_per_s_all": samples / sum(step_times),
-            "samples_per_s_windows": [per_step * len(p) / sum(p) for p in parts],
-            "warmup_steps": warmup, "step_time_ms_median": statistics.median(steady) * 1000}
+    parts = [steady[i : i + size] for i in range(0, len(steady) - size + 1, size)]
+    return {
+        "samples_per_s": per_step * len(steady) / sum(steady),
+        "samples_per_s_all": samples / sum(step_times),
+        "samples_per_s_windows": [per_step * len(p) / sum(p) for p in parts],
+        "warmup_steps": warmup,
+        "step_time_ms_median": statistics.median(steady) * 1000,
+    }
 
 
 def job_record(container: dict, strategy: str, world_size: int) -> dict:
     """What results.json says of a job whatever its outcome (``container``: the resolved config)."""
     trainer = container["trainer"]
-    return {"status": "running", "experiment": container.get("name"), "strategy": strategy,
-            "accelerator": resolve_accelerator(trainer.get("accelerator") or "auto"), "devices": trainer.get("devices"),
-            "num_nodes": trainer.get("num_nodes"), "world_size": world_size, "precision": trainer.get("precision"),
-            "output_dir": str(container.get("output_dir"))}
+    return {
+        "status": "running",
+        "experiment": container.get("name"),
+        "strategy": strategy,
+        "accelerator": resolve_accelerator(trainer.get("accelerator") or "auto"),
+        "devices": trainer.get("devices"),
+        "num_nodes": trainer.get("num_nodes"),
+        "world_size": world_size,
+        "precision": trainer.get("precision"),
+        "output_dir": str(container.get("output_dir")),
+    }
 
 
 def strict(value):

@@ -5,6 +5,7 @@ A run or a sweep holds an advisory lock (``flock``) on its directory itself for 
 ends, however it ends, so a crashed run never leaves a stale lock. A second run into the same
 directory is refused at once, naming the first's process (from the kernel's table of locks).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -50,9 +51,13 @@ class DirectoryLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise DirectoryBusy([f"{self.key}: '{self.path}' is being written by another run "
-                                 f"({self._describe_holder()}); wait for it to end, or choose another "
-                                 "directory"]) from None
+            raise DirectoryBusy(
+                [
+                    f"{self.key}: '{self.path}' is being written by another run "
+                    f"({self._describe_holder()}); wait for it to end, or choose another "
+                    "directory"
+                ]
+            ) from None
         self.fd = fd
         return self
 
@@ -87,13 +92,31 @@ def previous_run(directory: Path) -> list[str]:
     found = ["results.json"] if (directory / "results.json").exists() else []
     checkpoints = directory / "checkpoints"
     # `.old-<name>`: a checkpoint whose replacement was interrupted; it still counts
-    if checkpoints.is_dir() and any(not p.name.startswith(".") or p.name.startswith(".old-")
-                                    for p in checkpoints.iterdir()):
+    if checkpoints.is_dir() and any(
+        not p.name.startswith(".") or p.name.startswith(".old-") for p in checkpoints.iterdir()
+    ):
         found.append("checkpoints/")
     return found
 
 
 # What a run writes into its directory besides train.log (which Hydra has opened already):
 # overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one.
-RUN_OUTPUTS = ("results.json", "results.failed.json", "metrics.csv", "model.pt", "model.safetensors", "model_hf", "predictions.pt",
-               "predictions.csv", "predictions.jsonl", "profile.txt", "tb", "wandb", "checkpoints", "ranks", "profiler", ".hydra", "attempts")
+RUN_OUTPUTS = (
+    "results.json",
+    "results.failed.json",
+    "metrics.csv",
+    "model.pt",
+    "model.safetensors",
+    "model_hf",
+    "predictions.pt",
+    "predictions.csv",
+    "predictions.jsonl",
+    "profile.txt",
+    "tb",
+    "wandb",
+    "checkpoints",
+    "ranks",
+    "profiler",
+    ".hydra",
+    "attempts",
+)

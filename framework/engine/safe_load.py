@@ -8,6 +8,7 @@ layouts, a path) and ``weights_only`` for the values DCP stores as bytes. A file
 anything else is refused with the object it asked for. ``trust_checkpoint=true`` is the explicit
 way to load a checkpoint from someone you trust whose files hold more (an old or foreign one).
 """
+
 from __future__ import annotations
 
 import io
@@ -24,9 +25,16 @@ TRUST_HINT = "if you trust whoever wrote it, load it with trust_checkpoint=true"
 
 # What DCP's .metadata pickle is made of (torch 2.4-2.14): its dataclasses and their fields' types.
 _METADATA_CLASSES = {
-    "torch.distributed.checkpoint.metadata": {"Metadata", "TensorStorageMetadata", "BytesStorageMetadata",
-                                              "ChunkStorageMetadata", "MetadataIndex", "TensorProperties",
-                                              "StorageMeta", "_MEM_FORMAT_ENCODING"},
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "MetadataIndex",
+        "TensorProperties",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
+    },
     "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
     "torch.serialization": {"_get_layout"},
     "torch": {"Size"},
@@ -49,8 +57,10 @@ class UntrustedCheckpoint(CheckpointError):
 
 
 def refusal(what: str, needs: str) -> UntrustedCheckpoint:
-    return UntrustedCheckpoint(f"{what} is refused: loading it would call {needs}, which is not data (a "
-                               f"checkpoint holds tensors and plain values), so it could run code; {TRUST_HINT}")
+    return UntrustedCheckpoint(
+        f"{what} is refused: loading it would call {needs}, which is not data (a "
+        f"checkpoint holds tensors and plain values), so it could run code; {TRUST_HINT}"
+    )
 
 
 def _allowed(module: str, name: str) -> bool:
@@ -85,9 +95,11 @@ def check_storage_paths(metadata, directory: Path) -> None:
     for index, info in (getattr(metadata, "storage_data", None) or {}).items():
         relative = str(getattr(info, "relative_path", "") or "")
         if Path(relative).is_absolute() or outside(directory / relative, directory):
-            raise CheckpointError(f"checkpoint file '{directory / '.metadata'}' names '{relative}' for "
-                                  f"{getattr(index, 'fqn', index)}, outside the checkpoint's directory: refused "
-                                  "(every file of a checkpoint lies inside it)")
+            raise CheckpointError(
+                f"checkpoint file '{directory / '.metadata'}' names '{relative}' for "
+                f"{getattr(index, 'fqn', index)}, outside the checkpoint's directory: refused "
+                "(every file of a checkpoint lies inside it)"
+            )
 
 
 def load_file(path, trust: bool = False, map_location: Any = "cpu", description: str = "") -> Any:
@@ -101,8 +113,10 @@ def load_file(path, trust: bool = False, map_location: Any = "cpu", description:
         found = re.search(r"GLOBAL ([\w.]+)", str(err)) or re.search(r"global '?([\w.]+)", str(err))
         if not found and "weights_only" not in str(err).lower().replace(" ", "_"):
             # not a refused object: a file whose bytes do not make a pickle at all
-            raise CheckpointError(f"{description or f'checkpoint file {str(path)!r}'} is damaged: it is not a "
-                                  f"readable torch.save file ({str(err).splitlines()[0]})") from None
+            raise CheckpointError(
+                f"{description or f'checkpoint file {str(path)!r}'} is damaged: it is not a "
+                f"readable torch.save file ({str(err).splitlines()[0]})"
+            ) from None
         needs = found.group(1) if found else "an object outside the allowlist"
         needs = needs if "." in needs or not found else f"builtins.{needs}"  # torch names builtins bare
         raise refusal(description or f"checkpoint file '{path}'", needs) from None
@@ -168,14 +182,19 @@ def scan_checkpoint(path: Path) -> list[str]:
     """Why loading the checkpoint directory (or torch.save file) ``path`` as data would be refused,
     found without loading anything but DCP's small .metadata (through the allowlist)."""
     path = Path(path)
-    files = [path] if path.is_file() else [path / "trainer.pt", *sorted(path.glob("rng/*.pt")),
-                                           *sorted(path.glob("buffers/*.pt"))]
+    files = (
+        [path]
+        if path.is_file()
+        else [path / "trainer.pt", *sorted(path.glob("rng/*.pt")), *sorted(path.glob("buffers/*.pt"))]
+    )
     problems = []
     for file in (f for f in files if f.is_file()):
         if _damaged_archive(file):  # damage, not a refused object: trust_checkpoint would not help
             if not path.is_dir() or size_written(path, str(file.relative_to(path))) == file.stat().st_size:
-                problems.append(f"checkpoint file '{file}' is damaged: a torch.save archive that cannot be read "
-                                "(truncated or overwritten)")  # (another size: the manifest's check names it)
+                problems.append(
+                    f"checkpoint file '{file}' is damaged: a torch.save archive that cannot be read "
+                    "(truncated or overwritten)"
+                )  # (another size: the manifest's check names it)
             continue
         problems += [str(refusal(f"checkpoint file '{file}'", needs)) for needs in unsafe_globals(file)[:1]]
     if path.is_dir() and (path / ".metadata").is_file():
@@ -184,6 +203,8 @@ def scan_checkpoint(path: Path) -> list[str]:
         except CheckpointError as err:  # code it would run, or a file it names outside the checkpoint
             problems.append(str(err))
         except Exception as err:  # noqa: BLE001 - a damaged file: its CRC says so when its manifest knows it
-            problems.append(changed_contents(path, ".metadata") or
-                            f"checkpoint file '{path / '.metadata'}' cannot be read: {type(err).__name__}: {err}")
+            problems.append(
+                changed_contents(path, ".metadata")
+                or f"checkpoint file '{path / '.metadata'}' cannot be read: {type(err).__name__}: {err}"
+            )
     return problems

@@ -1,4 +1,5 @@
 """A learning-rate scheduler partial plus when to step it (Lightning's interval/frequency)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,5 +17,7 @@ class SchedulerSpec:
 
     def build(self, optimizer, total_intervals: int):
         """Instantiate on ``optimizer``; null length arguments become ``total_intervals``."""
-        fill = {k: total_intervals for k in LENGTH_ARGS if k in self.factory.keywords and self.factory.keywords[k] is None}
+        fill = {
+            k: total_intervals for k in LENGTH_ARGS if k in self.factory.keywords and self.factory.keywords[k] is None
+        }
         return self.factory(optimizer, **fill)

@@ -1,4 +1,5 @@
 """Seeding and determinism, as Lightning's seed_everything and Trainer(deterministic=True)."""
+
 from __future__ import annotations
 
 import logging

@@ -5,6 +5,7 @@ A second signal ends the process at once, as the default handler would. Signals 
 ``DUPLICATE_WINDOW_S`` of the first count as that one: Ctrl-C or ``scancel`` reach every
 process of the job's group, and the launcher and its fork server pass on signals of their own.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,10 @@ class Interrupted(Exception):
 
     def __init__(self, signum: int, results: Optional[dict] = None):
         self.signum, self.results = signum, results or {}
-        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {self.results.get('steps')}; "
-                         f"resume with ckpt_path=last")
+        super().__init__(
+            f"interrupted by {signal.Signals(signum).name} at step {self.results.get('steps')}; "
+            f"resume with ckpt_path=last"
+        )
 
 
 def stop_signals(usr1: Optional[bool]) -> list[int]:
@@ -97,11 +100,14 @@ class StopSignals:
                 except ProcessLookupError:
                     pass
             if self.stop_at_once:
-                log.warning("Received %s: stopping now (training is over; what it saved stays)",
-                            signal.Signals(signum).name)
+                log.warning(
+                    "Received %s: stopping now (training is over; what it saved stays)", signal.Signals(signum).name
+                )
                 raise StopNow(signum)
-            log.warning("Received %s: stopping at the next step, saving checkpoints/last (send it again to "
-                        "stop at once)", signal.Signals(signum).name)
+            log.warning(
+                "Received %s: stopping at the next step, saving checkpoints/last (send it again to stop at once)",
+                signal.Signals(signum).name,
+            )
             return
         if time.monotonic() - self._at < DUPLICATE_WINDOW_S:
             return  # the same stop, delivered again (process group, launcher, fork server)

@@ -7,6 +7,7 @@ others do not. Every rank stops after the same step: requests are all-reduced at
 and epoch ends, signals and ``request_stop`` travel with a vote started at each step and read
 one step later (no step waits for the reduction it starts).
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,8 +52,7 @@ class Stopping:
     def vote(self) -> None:
         """Send this rank's flags (a signal received, request_stop) and read the flags all ranks
         sent one step earlier: every rank reads the same values at the same step."""
-        received = [float(self.signals.received or 0) if self.signals is not None else 0.0,
-                    float(self._vote_requested)]
+        received = [float(self.signals.received or 0) if self.signals is not None else 0.0, float(self._vote_requested)]
         agreed = received
         if is_distributed():
             agreed = [0.0, 0.0]
@@ -92,8 +92,12 @@ class Stopping:
             self.diverged = {"after_step": self._checked_step, "by_step": step}
             self.requested = True
             if self.is_global_zero:
-                log.error("The training loss became NaN or infinite between steps %d and %d: stopping; no "
-                          "checkpoint is saved from now on", self._checked_step + 1, step)
+                log.error(
+                    "The training loss became NaN or infinite between steps %d and %d: stopping; no "
+                    "checkpoint is saved from now on",
+                    self._checked_step + 1,
+                    step,
+                )
         else:
             self._unchecked_losses, self._checked_step = [], step
         return self.diverged is None
@@ -112,7 +116,11 @@ class Stopping:
         epochs_done = state.current_epoch + (state.batch_in_epoch >= num_training_batches)
         waiting = (cfg.min_epochs or 0) > epochs_done or (cfg.min_steps or 0) > state.global_step
         if waiting and not self._told_minimum and self.is_global_zero:
-            log.info("A stop was requested at step %d; training goes on to min_epochs=%s / min_steps=%s",
-                     state.global_step, cfg.min_epochs, cfg.min_steps)
+            log.info(
+                "A stop was requested at step %d; training goes on to min_epochs=%s / min_steps=%s",
+                state.global_step,
+                cfg.min_epochs,
+                cfg.min_steps,
+            )
         self._told_minimum = self._told_minimum or waiting
         return not waiting

@@ -8,6 +8,7 @@ test and predict, in lockstep across ranks), ``Stopping`` (every reason to stop 
 the loop never asks which one it has. It reads the loss from the device only at logging steps
 (``log_every_n_steps``), so it adds no host sync to a step.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,9 +42,18 @@ def effective_config(config: TrainerConfig) -> TrainerConfig:
     if config.fast_dev_run:
         # Lightning's meaning: N batches of each loop, one epoch, nothing written by loggers.
         n = 1 if config.fast_dev_run is True else int(config.fast_dev_run)
-        config = replace(config, max_epochs=1, max_steps=n, limit_train_batches=n, limit_val_batches=n,
-                         limit_test_batches=n, limit_predict_batches=n, val_check_interval=1.0,
-                         check_val_every_n_epoch=1, log_every_n_steps=1)
+        config = replace(
+            config,
+            max_epochs=1,
+            max_steps=n,
+            limit_train_batches=n,
+            limit_val_batches=n,
+            limit_test_batches=n,
+            limit_predict_batches=n,
+            val_check_interval=1.0,
+            check_val_every_n_epoch=1,
+            log_every_n_steps=1,
+        )
     if config.overfit_batches:
         config = replace(config, limit_train_batches=config.overfit_batches)
     return config
@@ -55,9 +65,17 @@ class Trainer:
     stops the run at a step boundary, with a ``last`` checkpoint (None: signals are not watched);
     ``trust_checkpoint``: load checkpoints whose files are more than data (engine/safe_load.py)."""
 
-    def __init__(self, config: TrainerConfig, strategy: Strategy, task, loggers=(),
-                 callbacks: Mapping[str, object] | Sequence[object] = (), seed: int = 0, signals=None,
-                 trust_checkpoint: bool = False):
+    def __init__(
+        self,
+        config: TrainerConfig,
+        strategy: Strategy,
+        task,
+        loggers=(),
+        callbacks: Mapping[str, object] | Sequence[object] = (),
+        seed: int = 0,
+        signals=None,
+        trust_checkpoint: bool = False,
+    ):
         self.config = config = effective_config(config)
         self.strategy, self.task, self.seed = strategy, task, seed
         self.trust_checkpoint = trust_checkpoint  # load checkpoints that are more than data (safe_load.py)
@@ -68,8 +86,9 @@ class Trainer:
         self.epoch_metrics = getattr(task, "epoch_metrics", None) or None
         if self.epoch_metrics is not None:
             self.epoch_metrics.to(strategy.device)
-        self.loaders = RankLoaders(strategy, seed, config.accumulate_grad_batches, bool(config.overfit_batches),
-                                   self.precision.input_dtype)
+        self.loaders = RankLoaders(
+            strategy, seed, config.accumulate_grad_batches, bool(config.overfit_batches), self.precision.input_dtype
+        )
         self.stopping = Stopping(config, strategy.device, signals, strategy.is_global_zero)
         self.training_step = TrainingStep(task, strategy, self.precision, config, self.loaders.on_device)
         self.evaluation = EvaluationPasses(task, strategy, self.precision, config, self.loaders, self.epoch_metrics)
@@ -157,8 +176,14 @@ class Trainer:
         return self.stopping.check_finite(self.global_step)
 
     # ---------------------------------------------------------------- public loops
-    def fit(self, model: torch.nn.Module, datamodule, optimizer_factory: Callable,
-            scheduler: Optional[SchedulerSpec] = None, ckpt_path: Optional[str] = None) -> None:
+    def fit(
+        self,
+        model: torch.nn.Module,
+        datamodule,
+        optimizer_factory: Callable,
+        scheduler: Optional[SchedulerSpec] = None,
+        ckpt_path: Optional[str] = None,
+    ) -> None:
         """Train ``model`` on ``datamodule``; the strategy wraps it and builds the optimizer.
 
         ``ckpt_path``: a checkpoint directory to resume from (model, optimizer, scheduler,
@@ -167,8 +192,7 @@ class Trainer:
         self.datamodule = datamodule
         if self.config.reload_dataloaders_every_n_epochs:
             datamodule.trainer = self  # Lightning's idiom: its *_dataloader() may read trainer.current_epoch
-        self.model, self.optimizer = prepare_model(model, self.config, self.precision, self.strategy,
-                                                   optimizer_factory)
+        self.model, self.optimizer = prepare_model(model, self.config, self.precision, self.strategy, optimizer_factory)
         train_loader = self.loaders.make(datamodule.train_dataloader(), train=True)
         val_loader = None
         if self.config.limit_val_batches != 0:
@@ -223,8 +247,11 @@ class Trainer:
             from framework.engine.checkpoint import load_model_checkpoint
 
             load_model_checkpoint(ckpt_path, self, self.trust_checkpoint)
-            log.info("%s with the weights of %s", {"test": "Testing", "predict": "Predicting"}.get(stage, "Validating"),
-                     ckpt_path)
+            log.info(
+                "%s with the weights of %s",
+                {"test": "Testing", "predict": "Predicting"}.get(stage, "Validating"),
+                ckpt_path,
+            )
 
     def _resume(self, ckpt_path) -> None:
         from framework.engine.checkpoint import load_checkpoint
@@ -245,7 +272,8 @@ class Trainer:
         """The loop's state for a checkpoint (model and optimizer are saved by the strategy)."""
         return {
             "sharded_callbacks": list(self.callbacks.sharded_keys),
-            "loop": asdict(self.state), "logged_metrics": dict(self.logged_metrics),
+            "loop": asdict(self.state),
+            "logged_metrics": dict(self.logged_metrics),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
             "callbacks": self.callbacks.state_dict(),
@@ -260,9 +288,12 @@ class Trainer:
             self.precision.scaler.load_state_dict(state["scaler"])
         saved = self.callbacks.load_states(state.get("callbacks", {}))
         if saved and self.is_global_zero:
-            log.warning("The checkpoint holds state of callbacks that are not configured now: %s "
-                        "(configured: %s); that state is not used", ", ".join(sorted(saved)),
-                        ", ".join(self.callbacks.keys) or "none")
+            log.warning(
+                "The checkpoint holds state of callbacks that are not configured now: %s "
+                "(configured: %s); that state is not used",
+                ", ".join(sorted(saved)),
+                ", ".join(self.callbacks.keys) or "none",
+            )
 
     # ---------------------------------------------------------------- the fit loop
     def _fit_loop(self, train_loader: DataLoader, val_loader: Optional[DataLoader]) -> None:
@@ -278,8 +309,12 @@ class Trainer:
         self.stopping.finish_vote()
         self.strategy.end_training(self.model)
         # A run cut short by max_steps still reports validation metrics of its final weights.
-        if val_loader is not None and st.last_val_step != st.global_step and st.global_step > 0 \
-                and self.interrupted is None:
+        if (
+            val_loader is not None
+            and st.last_val_step != st.global_step
+            and st.global_step > 0
+            and self.interrupted is None
+        ):
             self.evaluation.evaluate(self, val_loader, "val")
         self._call("on_fit_end")
 
@@ -295,9 +330,12 @@ class Trainer:
 
     def _should_train(self) -> bool:
         cfg, st = self.config, self.state
-        return (self.num_training_batches > 0 and not self.stopping.stops_now(st, self.num_training_batches)
-                and (unlimited(cfg.max_epochs) or st.current_epoch < cfg.max_epochs)
-                and not self.stopping.max_steps_reached(st))
+        return (
+            self.num_training_batches > 0
+            and not self.stopping.stops_now(st, self.num_training_batches)
+            and (unlimited(cfg.max_epochs) or st.current_epoch < cfg.max_epochs)
+            and not self.stopping.max_steps_reached(st)
+        )
 
     def _train_epoch(self, loader: DataLoader, val_loader: Optional[DataLoader]) -> None:
         """The epoch's remaining batches, one optimizer step (accumulation window) at a time,
@@ -316,8 +354,11 @@ class Trainer:
         while st.batch_in_epoch < n and not self.stopping.stops_now(st, n):
             first = st.batch_in_epoch
             self._train_step(batches, min(accum, n - first))
-            if self._validates_this_epoch(val_loader) and st.batch_in_epoch // val_every > first // val_every \
-                    and st.batch_in_epoch < n:
+            if (
+                self._validates_this_epoch(val_loader)
+                and st.batch_in_epoch // val_every > first // val_every
+                and st.batch_in_epoch < n
+            ):
                 self.evaluation.evaluate(self, val_loader, "val")
                 self.stopping.agree()
                 self._t_prev = time.perf_counter()
@@ -359,8 +400,12 @@ class Trainer:
         batches are all run (a stopped epoch only gets its callbacks)."""
         st, n, cfg = self.state, self.num_training_batches, self.config
         finished = st.batch_in_epoch >= n
-        if finished and self._validates_this_epoch(val_loader) and st.last_val_step != st.global_step \
-                and (isinstance(cfg.val_check_interval, float) or n % self._val_every(n) == 0):
+        if (
+            finished
+            and self._validates_this_epoch(val_loader)
+            and st.last_val_step != st.global_step
+            and (isinstance(cfg.val_check_interval, float) or n % self._val_every(n) == 0)
+        ):
             self.evaluation.evaluate(self, val_loader, "val")
         spec = self.scheduler_spec
         if finished and spec is not None and spec.interval == "epoch" and (st.current_epoch + 1) % spec.frequency == 0:

@@ -1,6 +1,7 @@
 """One optimizer step of training: the micro-batches of an accumulation window forward and
 backward, then the strategy's optimizer step. What the loop does around it (counting, the
 scheduler, logging, the stop vote, callbacks) is the Trainer's."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,7 @@ class TrainingStep:
         for i in range(size):
             self.current_batch = batch = self.on_device(next(batches))
             # Only the last micro-batch of an accumulation window all-reduces gradients.
-            with (self._null if i == size - 1 else self.strategy.no_sync(model)):
+            with self._null if i == size - 1 else self.strategy.no_sync(model):
                 with self.precision.autocast():
                     loss, metrics = self.task.step(model, batch, "train")
                 self.strategy.backward(model, loss / accum if accum > 1 else loss, self.precision)
@@ -62,11 +63,13 @@ class TrainingStep:
 
     def optimizer_step(self, model, optimizer) -> None:
         cfg = self.config
-        self.strategy.optimizer_step(model, optimizer, self.precision, cfg.gradient_clip_val,
-                                     cfg.gradient_clip_algorithm)
+        self.strategy.optimizer_step(
+            model, optimizer, self.precision, cfg.gradient_clip_val, cfg.gradient_clip_algorithm
+        )
         if self.model_state_bytes is None:  # once, while gradients and optimizer state both exist
             self.model_state_bytes = self.strategy.model_state_bytes(model, optimizer) or model_state_bytes(
-                self.strategy.unwrap(model), self.strategy.inner_optimizer(optimizer))
+                self.strategy.unwrap(model), self.strategy.inner_optimizer(optimizer)
+            )
         self.strategy.zero_grad(optimizer)
 
     @staticmethod

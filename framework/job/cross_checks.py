@@ -1,6 +1,7 @@
 """Checks across groups, before any process starts: what one group's values say of another's (the
 data's tokens against the model's embedding and positions, the task against the data, the init's
 submodule names against the model) and the directories a run will write to."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -74,18 +75,24 @@ def check_tokens(container: dict) -> list[str]:
     ours, theirs = sizes.get("vocab_size"), _data_vocabulary(data)
     key = "model.vocab_size" if "vocab_size" in model else "model (its config's vocab_size)"
     if _ints(ours, theirs) and ours < theirs:
-        problems.append(f"{key}: {ours}, but the data's token ids run to {theirs - 1} (datamodule's vocabulary: "
-                        f"{theirs}); set model.vocab_size={theirs}, or leave it at ${{datamodule.vocab_size}}"
-                        if "vocab_size" in model else
-                        f"{key}: an embedding of {ours} tokens, but the tokenizer datamodule.tokenizer has {theirs}: "
-                        "give the model's own tokenizer (its directory)")
+        problems.append(
+            f"{key}: {ours}, but the data's token ids run to {theirs - 1} (datamodule's vocabulary: "
+            f"{theirs}); set model.vocab_size={theirs}, or leave it at ${{datamodule.vocab_size}}"
+            if "vocab_size" in model
+            else f"{key}: an embedding of {ours} tokens, but the tokenizer datamodule.tokenizer has {theirs}: "
+            "give the model's own tokenizer (its directory)"
+        )
     longest, window = sizes.get("max_seq_len"), data.get("seq_len")
     if _ints(longest, window) and window > longest:
-        held, fix = (("model.max_seq_len", f"set model.max_seq_len={window} or datamodule.seq_len={longest}")
-                     if "max_seq_len" in model else
-                     ("its config's max_position_embeddings", f"set datamodule.seq_len={longest} or less"))
-        problems.append(f"datamodule.seq_len: windows of {window} tokens, but the model holds positions for "
-                        f"{longest} ({held}); {fix}")
+        held, fix = (
+            ("model.max_seq_len", f"set model.max_seq_len={window} or datamodule.seq_len={longest}")
+            if "max_seq_len" in model
+            else ("its config's max_position_embeddings", f"set datamodule.seq_len={longest} or less")
+        )
+        problems.append(
+            f"datamodule.seq_len: windows of {window} tokens, but the model holds positions for "
+            f"{longest} ({held}); {fix}"
+        )
     return problems
 
 
@@ -105,9 +112,11 @@ def check_document_boundaries(container: dict) -> list[str]:
         return []
     if "positions" in forward or any(p.kind is p.VAR_KEYWORD for p in forward.values()):
         return []
-    return [f"datamodule.document_boundaries: the batches carry each token's position in its document, but "
-            f"{target.rsplit('.', 1)[-1]}.forward takes no 'positions'; set document_boundaries=false, or use "
-            "model=gpt or hf/causal_lm (or give your model's forward a positions argument)"]
+    return [
+        f"datamodule.document_boundaries: the batches carry each token's position in its document, but "
+        f"{target.rsplit('.', 1)[-1]}.forward takes no 'positions'; set document_boundaries=false, or use "
+        "model=gpt or hf/causal_lm (or give your model's forward a positions argument)"
+    ]
 
 
 def check_prepared_tokenizer(container: dict) -> list[str]:
@@ -128,9 +137,11 @@ def check_prepared_tokenizer(container: dict) -> list[str]:
         return []  # a missing corpus or model is named by its own check
     if fingerprint == theirs["fingerprint"]:
         return []
-    return [f"datamodule.path: the corpus at {data['path']} was prepared with {theirs['file'] or 'UTF-8 bytes'} "
-            f"(fingerprint {theirs['fingerprint']}), not model.path's tokenizer {ours} ({fingerprint}); prepare it "
-            f"again with tokenizer={model['path']}"]
+    return [
+        f"datamodule.path: the corpus at {data['path']} was prepared with {theirs['file'] or 'UTF-8 bytes'} "
+        f"(fingerprint {theirs['fingerprint']}), not model.path's tokenizer {ours} ({fingerprint}); prepare it "
+        f"again with tokenizer={model['path']}"
+    ]
 
 
 def check_validation_interval(container: dict) -> list[str]:
@@ -142,8 +153,14 @@ def check_validation_interval(container: dict) -> list[str]:
 
     data, trainer = (container.get(g) or {} for g in ("datamodule", "trainer"))
     batch, limit = data.get("batch_size"), trainer.get("limit_train_batches", 1.0)
-    if trainer.get("fast_dev_run") or trainer.get("limit_val_batches") == 0 or not _ints(batch) or batch < 1 \
-            or isinstance(limit, bool) or not isinstance(limit, (int, float)):
+    if (
+        trainer.get("fast_dev_run")
+        or trainer.get("limit_val_batches") == 0
+        or not _ints(batch)
+        or batch < 1
+        or isinstance(limit, bool)
+        or not isinstance(limit, (int, float))
+    ):
         return []
     if _ints(limit) and validation_interval_problem(trainer.get("val_check_interval"), limit):
         return []  # named against trainer.limit_train_batches by the trainer's own check
@@ -155,8 +172,9 @@ def check_validation_interval(container: dict) -> list[str]:
     if not _ints(samples):
         return []
     batches = limit_batches(samples // batch, limit)
-    problem = validation_interval_problem(trainer.get("val_check_interval"), batches,
-                                          f" ({samples:,} training samples in global batches of {batch})")
+    problem = validation_interval_problem(
+        trainer.get("val_check_interval"), batches, f" ({samples:,} training samples in global batches of {batch})"
+    )
     return [problem] if problem else []
 
 
@@ -171,9 +189,15 @@ def check_export_format(container: dict) -> list[str]:
         known = callable(getattr(import_target(target), "save_hf", None))
     except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
         return []
-    return [] if known else [f"export_format: hf writes a directory transformers loads, from a Hugging Face model "
-                             f"(model=hf/causal_lm, hf/sequence_classification); {target.rsplit('.', 1)[-1]} is "
-                             "not one: choose export_format=pt or safetensors"]
+    return (
+        []
+        if known
+        else [
+            f"export_format: hf writes a directory transformers loads, from a Hugging Face model "
+            f"(model=hf/causal_lm, hf/sequence_classification); {target.rsplit('.', 1)[-1]} is "
+            "not one: choose export_format=pt or safetensors"
+        ]
+    )
 
 
 def check_task_fits_data(container: dict) -> list[str]:
@@ -183,21 +207,28 @@ def check_task_fits_data(container: dict) -> list[str]:
         return []
     problems, key = [], f"task._target_: {task['_target_']}"
     if "vocab_size" not in data:
-        problems.append(f"{key} trains on windows of tokens, but datamodule "
-                        f"{str(data.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
-                        "choose datamodule=text (or a datamodule of tokens of your own)")
+        problems.append(
+            f"{key} trains on windows of tokens, but datamodule "
+            f"{str(data.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
+            "choose datamodule=text (or a datamodule of tokens of your own)"
+        )
     if "vocab_size" not in model and _declared_sizes(model) is None:
-        problems.append(f"{key} needs logits per token, but model "
-                        f"{str(model.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
-                        "choose model=gpt (or a language model of your own)")
+        problems.append(
+            f"{key} needs logits per token, but model "
+            f"{str(model.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
+            "choose model=gpt (or a language model of your own)"
+        )
     return problems
 
 
 def check_init_names(container: dict) -> list[str]:
     """``init.reset`` / ``init.freeze`` name submodules of the model (built on the meta device)."""
     init = container.get("init") or {}
-    named = {key: [str(n) for n in init.get(key) or []] for key in ("reset", "freeze")
-             if isinstance(init.get(key), list) and init.get(key)}
+    named = {
+        key: [str(n) for n in init.get(key) or []]
+        for key in ("reset", "freeze")
+        if isinstance(init.get(key), list) and init.get(key)
+    }
     if not named or not isinstance(container.get("model"), dict):
         return []
     model = meta_model(container)
@@ -205,8 +236,12 @@ def check_init_names(container: dict) -> list[str]:
         return []
     modules = {name for name, _ in model.named_modules() if name}
     top = ", ".join(name for name, _ in model.named_children())
-    return [f"init.{key}: the model has no submodule {name!r} (top-level submodules: {top})"
-            for key, names in named.items() for name in names if name not in modules]
+    return [
+        f"init.{key}: the model has no submodule {name!r} (top-level submodules: {top})"
+        for key, names in named.items()
+        for name in names
+        if name not in modules
+    ]
 
 
 def check_writable(container: dict) -> list[str]:

@@ -1,4 +1,5 @@
 """A job's name and output directory, filled into its config before validation."""
+
 from __future__ import annotations
 
 from typing import Iterable, Mapping
@@ -6,8 +7,9 @@ from typing import Iterable, Mapping
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 
-def set_job_fields(cfg: DictConfig, output_dir: str, choices: Mapping | None = None,
-                   overrides: Iterable[str] = ()) -> None:
+def set_job_fields(
+    cfg: DictConfig, output_dir: str, choices: Mapping | None = None, overrides: Iterable[str] = ()
+) -> None:
     """Fill ``output_dir`` and, when unset, ``name``."""
     with open_dict(cfg):
         cfg.output_dir = str(output_dir)
@@ -20,9 +22,14 @@ def fill_name(cfg: DictConfig, choices: Mapping | None = None, overrides: Iterab
     if cfg.get("name") is not None:
         return
     with open_dict(cfg):
-        cfg.name = default_name(choices, overrides) if choices else "_".join(
-            str(OmegaConf.select(cfg, f"{group}._target_", default="custom")).rsplit(".", 1)[-1].lower()
-            for group in ("model", "datamodule"))
+        cfg.name = (
+            default_name(choices, overrides)
+            if choices
+            else "_".join(
+                str(OmegaConf.select(cfg, f"{group}._target_", default="custom")).rsplit(".", 1)[-1].lower()
+                for group in ("model", "datamodule")
+            )
+        )
 
 
 def default_name(choices: Mapping, overrides: Iterable[str] = ()) -> str:

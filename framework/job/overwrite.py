@@ -1,5 +1,6 @@
 """The run directory before a run starts: a previous run there is refused, resumed, or (with
 ``overwrite``) replaced, so that nothing already written is lost by accident."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ def replaces_previous_run(container: dict) -> list[str]:
     if not output_dir or not container.get("overwrite") or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")):
         return []
     ckpt = container.get("ckpt_path")
-    if not previous_run(Path(output_dir)) or (ckpt and _inside(resolve_ckpt_path(str(ckpt), output_dir),
-                                                                 Path(output_dir))):
+    if not previous_run(Path(output_dir)) or (
+        ckpt and _inside(resolve_ckpt_path(str(ckpt), output_dir), Path(output_dir))
+    ):
         return []
     return [name for name in RUN_OUTPUTS if (Path(output_dir) / name).exists()]
 
@@ -33,8 +35,10 @@ def check_output_dir(container: dict) -> list[str]:
     ckpt = container.get("ckpt_path")
     if not found or (ckpt and _inside(resolve_ckpt_path(str(ckpt), output_dir), Path(output_dir))):
         return []
-    return [f"output_dir: '{output_dir}' already holds a run ({', '.join(found)}) that this run would overwrite; "
-            f"resume it with ckpt_path=last, choose another directory (hydra.run.dir=...), or set overwrite=true"]
+    return [
+        f"output_dir: '{output_dir}' already holds a run ({', '.join(found)}) that this run would overwrite; "
+        f"resume it with ckpt_path=last, choose another directory (hydra.run.dir=...), or set overwrite=true"
+    ]
 
 
 def _inside(path: Path, directory: Path) -> bool:

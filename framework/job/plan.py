@@ -18,6 +18,7 @@ pipeline's first stage holds its share (1/stages) of the activations of the micr
 flight (all of them under GPipe, one per stage under 1F1B); it idles for the bubble fraction
 (p - 1) / (m + p - 1) of each step (p stages, m micro-batches).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -53,8 +54,11 @@ def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Modul
     model = meta_model(cfg) if model is None else model
     model.to("meta")  # buffers a model keeps on the CPU while on meta (the GPT's rotary tables) too
     # token ids for a language model (datamodule.seq_len), else float inputs of datamodule.input_shape
-    inputs = torch.zeros(batch, seq_len, dtype=torch.long, device="meta") if seq_len else \
-        torch.randn(batch, *shape, device="meta")
+    inputs = (
+        torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
+        if seq_len
+        else torch.randn(batch, *shape, device="meta")
+    )
     apply_activation_checkpointing(model, list(cfg.trainer.get("activation_checkpointing") or []))
     params = {id(p) for p in model.parameters()}
     saved = [0]
@@ -101,8 +105,13 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
         cls = STRATEGIES[name]
         options = cls.schema(name=name, **extra)
         for n in devices:
-            row = {"strategy": label, "devices": n, "parameters": params, "model_state_bytes_per_rank": None,
-                   "activation_bytes_per_rank": None}
+            row = {
+                "strategy": label,
+                "devices": n,
+                "parameters": params,
+                "model_state_bytes_per_rank": None,
+                "activation_bytes_per_rank": None,
+            }
             rows.append(row)
             try:
                 row.update(layout_bytes(cfg, cls, options, n, model, k, activations))
@@ -111,8 +120,9 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     return rows
 
 
-def layout_bytes(cfg: DictConfig, cls, options, devices: int, model: torch.nn.Module, k: int,
-                 activations: dict) -> dict:
+def layout_bytes(
+    cfg: DictConfig, cls, options, devices: int, model: torch.nn.Module, k: int, activations: dict
+) -> dict:
     """One layout's per-rank model-state and activation bytes (and a pipeline's figures) on
     ``devices`` devices of one node; ValueError when the layout cannot be made. ``activations``
     caches the activations per data-parallel size across calls."""
@@ -154,6 +164,9 @@ def _pipeline_figures(options, topology, acts: Optional[float]) -> dict:
     """The first stage's activations (its share of the micro-batches in flight) and the bubble."""
     ranks, micro = topology.pipeline_parallel, microbatches_per_batch(options, topology)
     in_flight = microbatches_in_flight(options.schedule, ranks, micro)
-    return {"activation_bytes_per_rank": None if acts is None else acts / ranks * in_flight / micro,
-            "bubble_fraction": bubble_fraction(ranks, micro, options.stages_per_rank), "microbatches": micro,
-            "schedule": options.schedule}
+    return {
+        "activation_bytes_per_rank": None if acts is None else acts / ranks * in_flight / micro,
+        "bubble_fraction": bubble_fraction(ranks, micro, options.stages_per_rank),
+        "microbatches": micro,
+        "schedule": options.schedule,
+    }

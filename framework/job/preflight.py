@@ -5,6 +5,7 @@ and their signatures); this module adds what needs the layers above it: the stra
 topology against this machine and the launcher, the plug-in contracts of callbacks,
 loggers, datamodule and task, the checkpoint to resume, and the run directory.
 """
+
 from __future__ import annotations
 
 import zipfile
@@ -16,11 +17,19 @@ from framework.config import validate
 from framework.config.param_groups import match_problems, structure_problems
 from framework.config.validate import check_target, import_target
 from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, resolve_ckpt_path
-from framework.engine.safe_load import scan_checkpoint
 from framework.engine.protocols import contract_problems
-from framework.job.cross_checks import (check_document_boundaries, check_export_format, check_init_names,
-                                       check_prepared_tokenizer, check_task_fits_data, check_tokens,
-                                       check_validation_interval, check_writable, meta_model)
+from framework.engine.safe_load import scan_checkpoint
+from framework.job.cross_checks import (
+    check_document_boundaries,
+    check_export_format,
+    check_init_names,
+    check_prepared_tokenizer,
+    check_task_fits_data,
+    check_tokens,
+    check_validation_interval,
+    check_writable,
+    meta_model,
+)
 from framework.job.overwrite import check_output_dir
 from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
@@ -30,13 +39,32 @@ from framework.strategies import check_strategy
 def preflight(cfg: DictConfig) -> dict:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
     container when it can run."""
-    return validate(cfg, checks=[check_strategy, candidate_problems, check_strategy_on_model, check_rank_start, check_contracts, check_predict,
-                                 check_tokens, check_task_fits_data, check_init_names, check_writable,
-                                 check_document_boundaries, check_prepared_tokenizer, check_validation_interval,
-                                 check_model_names, check_export_format,
-                                 check_task_metrics, test_ckpt_problems,
-                                 lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
-                                 check_init_weights, check_checkpoint_data, check_output_dir])
+    return validate(
+        cfg,
+        checks=[
+            check_strategy,
+            candidate_problems,
+            check_strategy_on_model,
+            check_rank_start,
+            check_contracts,
+            check_predict,
+            check_tokens,
+            check_task_fits_data,
+            check_init_names,
+            check_writable,
+            check_document_boundaries,
+            check_prepared_tokenizer,
+            check_validation_interval,
+            check_model_names,
+            check_export_format,
+            check_task_metrics,
+            test_ckpt_problems,
+            lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
+            check_init_weights,
+            check_checkpoint_data,
+            check_output_dir,
+        ],
+    )
 
 
 def check_contracts(container: dict) -> list[str]:
@@ -68,8 +96,10 @@ def check_predict(container: dict) -> list[str]:
     if callable(getattr(cls, "predict_dataloader", None)):
         return []
     other = " or set predict=false" if container.get("train") or container.get("test") else ""
-    return [f"predict: true, but datamodule._target_ {target} has no predict_dataloader(); add one (it returns "
-            f"the DataLoader of the samples to predict), choose a datamodule that has one{other}"]
+    return [
+        f"predict: true, but datamodule._target_ {target} has no predict_dataloader(); add one (it returns "
+        f"the DataLoader of the samples to predict), choose a datamodule that has one{other}"
+    ]
 
 
 def check_model_names(container: dict) -> list[str]:
@@ -92,7 +122,9 @@ def check_model_names(container: dict) -> list[str]:
         return []
     problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
     problems += checkpoint_problems(model, [str(c) for c in checkpointed]) if checkpointed else []
-    return problems + (checkpoint_problems(model, [str(c) for c in wrapped], "strategy.wrap_classes") if wrapped else [])
+    return problems + (
+        checkpoint_problems(model, [str(c) for c in wrapped], "strategy.wrap_classes") if wrapped else []
+    )
 
 
 def check_task_metrics(container: dict) -> list[str]:
@@ -151,14 +183,21 @@ def check_init_weights(container: dict) -> list[str]:
     if path is None or not path.exists():
         return []  # (a missing path is reported by the config checks)
     if path.is_dir():
-        return [] if is_checkpoint(path) else [
-            f"init.weights: '{path}' is a directory but not a checkpoint (one holds .metadata, trainer.pt and "
-            "manifest.json); pass a checkpoint directory or a model.pt"]
+        return (
+            []
+            if is_checkpoint(path)
+            else [
+                f"init.weights: '{path}' is a directory but not a checkpoint (one holds .metadata, trainer.pt and "
+                "manifest.json); pass a checkpoint directory or a model.pt"
+            ]
+        )
     if path.suffix == ".safetensors":
         return _safetensors_problems(path)
     if not zipfile.is_zipfile(path):
-        return [f"init.weights: '{path}' is not a checkpoint: a checkpoint directory, a state_dict file written "
-                "by torch.save (model.pt) or a .safetensors file is"]
+        return [
+            f"init.weights: '{path}' is not a checkpoint: a checkpoint directory, a state_dict file written "
+            "by torch.save (model.pt) or a .safetensors file is"
+        ]
     return []
 
 
@@ -183,8 +222,12 @@ def check_checkpoint_data(container: dict) -> list[str]:
         path = resolve_ckpt_path(str(ckpt), output_dir)
         found += [f"ckpt_path: {p}" for p in (scan_checkpoint(path) if path.exists() else [])]
     weights = (container.get("init") or {}).get("weights")
-    if weights and Path(str(weights)).exists() and not check_init_weights(container) \
-            and Path(str(weights)).suffix != ".safetensors":  # (tensors only: nothing to scan)
+    if (
+        weights
+        and Path(str(weights)).exists()
+        and not check_init_weights(container)
+        and Path(str(weights)).suffix != ".safetensors"
+    ):  # (tensors only: nothing to scan)
         found += [f"init.weights: {p}" for p in scan_checkpoint(Path(str(weights)))]
     return found
 
@@ -223,12 +266,16 @@ def check_rank_start(container: dict) -> list[str]:
         return []
     name = f"strategy={cls.name}"
     if cls.launcher == "spawn" and needs_main(container) and interactive_main():
-        return [f"{name}: starts fresh interpreters, which cannot see the classes defined in this notebook or "
-                "session (_target_: __main__...); use strategy=ddp_notebook (or ddp, fsdp, ...: they fork their "
-                "ranks from this process here), or move those classes into a module file"]
+        return [
+            f"{name}: starts fresh interpreters, which cannot see the classes defined in this notebook or "
+            "session (_target_: __main__...); use strategy=ddp_notebook (or ddp, fsdp, ...: they fork their "
+            "ranks from this process here), or move those classes into a module file"
+        ]
     if forks_ranks(container, cls.launcher) and torch.cuda.is_available() and torch.cuda.is_initialized():
-        return [f"{name}: its ranks are forks of this process, which has initialised CUDA already (a CUDA "
-                "tensor or call before fit), and a forked process cannot use CUDA; restart the kernel and call "
-                "fit before anything touches CUDA, or move the classes of _target_: __main__... into a module "
-                "file and use strategy=ddp"]
+        return [
+            f"{name}: its ranks are forks of this process, which has initialised CUDA already (a CUDA "
+            "tensor or call before fit), and a forked process cannot use CUDA; restart the kernel and call "
+            "fit before anything touches CUDA, or move the classes of _target_: __main__... into a module "
+            "file and use strategy=ddp"
+        ]
     return []

@@ -2,6 +2,7 @@
 
 Shared by the Hydra entry point (``python -m framework.train``) and the Python API.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,10 +19,10 @@ from framework.config.environment import detect_environment
 from framework.engine.attempts import attempt_dir, next_attempt
 from framework.engine.run_directory import DirectoryLock
 from framework.engine.signals import Interrupted
-from framework.launch.start import launch, start_ranks_early
-from framework.job.preflight import preflight
 from framework.job.overwrite import replaces_previous_run
+from framework.job.preflight import preflight
 from framework.job.strategy_choice import auto_node
+from framework.launch.start import launch, start_ranks_early
 from framework.strategies import resolved_options
 
 log = logging.getLogger(__name__)
@@ -69,14 +70,21 @@ def _write_record(cfg: DictConfig, record: Path, after_validation: Optional[Call
         if after_validation is not None:
             after_validation(record)
     except OSError as err:
-        raise ConfigError([f"output_dir: cannot write the run's config.yaml to '{record}': {err.strerror or err}"
-                           + (" (the disk is full)" if err.errno == errno.ENOSPC else "")]) from None
+        raise ConfigError(
+            [
+                f"output_dir: cannot write the run's config.yaml to '{record}': {err.strerror or err}"
+                + (" (the disk is full)" if err.errno == errno.ENOSPC else "")
+            ]
+        ) from None
 
 
 def _log_outcome(cfg: DictConfig, results: dict, output_dir: Path) -> None:
     metrics = results.get("metrics", {})
-    shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(metrics.items())
-                      if k.startswith(("val/", "test/")))
+    shown = ", ".join(
+        f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in sorted(metrics.items())
+        if k.startswith(("val/", "test/"))
+    )
     log.info("Finished '%s' (%s): %s", cfg.name, results.get("status"), shown or "no metrics")
     written = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in output_dir.iterdir()))
     log.info("Outputs: %s (%s)", output_dir.resolve(), written)
@@ -90,5 +98,6 @@ def _remove_previous_run(container: dict) -> None:
         path = Path(container["output_dir"]) / name
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     if replaced:
-        log.warning("overwrite=true: removed the previous run's %s from %s", ", ".join(replaced),
-                    container["output_dir"])
+        log.warning(
+            "overwrite=true: removed the previous run's %s from %s", ", ".join(replaced), container["output_dir"]
+        )

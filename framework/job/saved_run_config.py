@@ -1,6 +1,7 @@
 """The primary config that evaluates (or predicts with) a run's checkpoint: the run's saved ``config.yaml``,
 less the groups that the command line selects again (they come back from their files, so
 ``strategy=ddp`` replaces the saved strategy whole instead of merging into it)."""
+
 from __future__ import annotations
 
 import re
@@ -34,12 +35,19 @@ def saved_run_config(ckpt_path: str, overrides: list[str], mode: str = "eval") -
     if not Path(ckpt_path).exists():
         raise ConfigError([f"ckpt_path: nothing at '{ckpt_path}'"])
     if not (run_dir / "config.yaml").is_file():
-        raise ConfigError([f"ckpt_path: no run config at '{run_dir / 'config.yaml'}' "
-                           "(expected <run dir>/checkpoints/<checkpoint>)"])
+        raise ConfigError(
+            [f"ckpt_path: no run config at '{run_dir / 'config.yaml'}' (expected <run dir>/checkpoints/<checkpoint>)"]
+        )
     stamp = "${now:%Y-%m-%d_%H-%M-%S}"
-    return _primary_config(run_dir, overrides, {**MODES[mode], "ckpt_path": str(Path(ckpt_path).resolve())},
-                           {"run": {"dir": f"{run_dir}/{mode}/{stamp}"},
-                            "sweep": {"dir": f"{run_dir}/{mode}/multirun/{stamp}", "subdir": "${hydra.job.num}"}})
+    return _primary_config(
+        run_dir,
+        overrides,
+        {**MODES[mode], "ckpt_path": str(Path(ckpt_path).resolve())},
+        {
+            "run": {"dir": f"{run_dir}/{mode}/{stamp}"},
+            "sweep": {"dir": f"{run_dir}/{mode}/multirun/{stamp}", "subdir": "${hydra.job.num}"},
+        },
+    )
 
 
 def resume_run_config(run_dir: Path, ckpt_path: str, overrides: list[str]) -> tuple[str, list[str]]:
@@ -47,12 +55,18 @@ def resume_run_config(run_dir: Path, ckpt_path: str, overrides: list[str]) -> tu
     or one of its checkpoints) in that same directory: the run's saved config, the command line on
     top (as framework.evaluate's); written and returned as ``saved_run_config``'s. A run directory that
     was moved since keeps its paths (checkpoints, loggers) with it."""
-    return _primary_config(run_dir, overrides, {"ckpt_path": ckpt_path}, {"run": {"dir": str(run_dir)}},
-                           moved_to=str(Path(run_dir).resolve()))
+    return _primary_config(
+        run_dir,
+        overrides,
+        {"ckpt_path": ckpt_path},
+        {"run": {"dir": str(run_dir)}},
+        moved_to=str(Path(run_dir).resolve()),
+    )
 
 
-def _primary_config(run_dir: Path, overrides: list[str], updates: dict, hydra_dirs: dict,
-                    moved_to: str | None = None) -> tuple[str, list[str]]:
+def _primary_config(
+    run_dir: Path, overrides: list[str], updates: dict, hydra_dirs: dict, moved_to: str | None = None
+) -> tuple[str, list[str]]:
     """``run_dir``'s config.yaml with ``updates`` as a primary config in a new temporary directory,
     Hydra's run and sweep directories ``hydra_dirs``; and the overrides to compose it with (a
     group the command line selects again is dropped from the saved config and comes back whole).
@@ -62,8 +76,9 @@ def _primary_config(run_dir: Path, overrides: list[str], updates: dict, hydra_di
     if moved_to and isinstance(saved_dir, str) and saved_dir != moved_to:
         container = relocate(container, saved_dir, moved_to)
     searchpath = [HYDRA_CONFIG_PATH, *_saved_searchpath(run_dir)]
-    groups = group_names([p.removeprefix("file://") for p in searchpath[1:] if not p.startswith("pkg://")]
-                         + user_config_dirs(overrides))
+    groups = group_names(
+        [p.removeprefix("file://") for p in searchpath[1:] if not p.startswith("pkg://")] + user_config_dirs(overrides)
+    )
     args = []
     for override in overrides:
         match = _SELECTION.match(override)
@@ -75,8 +90,11 @@ def _primary_config(run_dir: Path, overrides: list[str], updates: dict, hydra_di
         else:
             args.append(override)
     container.update(**updates, output_dir=None, overwrite=False, attempt=None)
-    primary = {"defaults": [{"hydra": "default"}, "_self_"], **container,
-               "hydra": {"searchpath": searchpath, **hydra_dirs}}
+    primary = {
+        "defaults": [{"hydra": "default"}, "_self_"],
+        **container,
+        "hydra": {"searchpath": searchpath, **hydra_dirs},
+    }
     directory = tempfile.mkdtemp(prefix="framework-saved-run-")
     OmegaConf.save(OmegaConf.create(primary), Path(directory) / f"{EVALUATE_CONFIG}.yaml")
     return directory, args
@@ -104,8 +122,13 @@ def resumed_run_dir(args: list[str]) -> Path | None:
     ``@package _global_`` option): a requeued job repeats its command line and composes as it did."""
     values = {a.lstrip("+").split("=", 1)[0]: a.split("=", 1)[1] for a in args if "=" in a}
     run_dir, ckpt = values.get("hydra.run.dir"), values.get("ckpt_path")
-    if not run_dir or not ckpt or ckpt == "null" or not (Path(run_dir) / "config.yaml").is_file() \
-            or _selects_a_composition(args):
+    if (
+        not run_dir
+        or not ckpt
+        or ckpt == "null"
+        or not (Path(run_dir) / "config.yaml").is_file()
+        or _selects_a_composition(args)
+    ):
         return None
     if "/" not in ckpt:  # last, best, or a checkpoint's name: in this run's checkpoints/
         return Path(run_dir)

@@ -3,6 +3,7 @@
 and why the others were dropped. The ranks get the candidates that fit, in order of preference;
 they take the first, or with ``strategy.probe_steps`` the fastest (rank/strategy_probe.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -59,14 +60,17 @@ def candidate_problems(container: dict) -> list[str]:
         return []
     if not isinstance(listed, list) or not listed:
         return [f"strategy.candidates: expected a non-empty list of strategy names or nodes, got {listed!r}"]
-    eligible = sorted([*(n for n, c in STRATEGIES.items() if c.launcher == "elastic" and c.process_per_device),
-                       *ALIASES])
+    eligible = sorted(
+        [*(n for n, c in STRATEGIES.items() if c.launcher == "elastic" and c.process_per_device), *ALIASES]
+    )
     problems = []
     for i, entry in enumerate(listed):
         name = entry if isinstance(entry, str) else entry.get("name") if isinstance(entry, dict) else None
         if name not in eligible:
-            problems.append(f"strategy.candidates[{i}]: {entry!r} is not a strategy auto can choose (valid: "
-                            f"{', '.join(eligible)}; or a node such as {{name: fsdp, sharding: grad_op}})")
+            problems.append(
+                f"strategy.candidates[{i}]: {entry!r} is not a strategy auto can choose (valid: "
+                f"{', '.join(eligible)}; or a node such as {{name: fsdp, sharding: grad_op}})"
+            )
     return problems
 
 
@@ -110,10 +114,17 @@ def plan_candidates(container: dict) -> dict:
         row.update(model_state_bytes=state, activation_bytes=acts, predicted_bytes=state + (acts or 0))
         row["fits"] = budget is None or row["predicted_bytes"] <= budget
         if not row["fits"]:
-            row["dropped"] = (f"does not fit: {mib(row['predicted_bytes'])} predicted per rank > {mib(budget)} "
-                              f"({1 - margin:.0%} of {mib(limit)})")
-    return {"memory_limit_bytes": limit, "memory_limit_source": source, "memory_margin": margin,
-            "budget_bytes": budget, "candidates": rows}
+            row["dropped"] = (
+                f"does not fit: {mib(row['predicted_bytes'])} predicted per rank > {mib(budget)} "
+                f"({1 - margin:.0%} of {mib(limit)})"
+            )
+    return {
+        "memory_limit_bytes": limit,
+        "memory_limit_source": source,
+        "memory_margin": margin,
+        "budget_bytes": budget,
+        "candidates": rows,
+    }
 
 
 def auto_node(container: dict) -> dict | None:
@@ -126,13 +137,18 @@ def auto_node(container: dict) -> dict | None:
     plan = plan_candidates(container)
     fitting = [row for row in plan["candidates"] if row["fits"]]
     if not fitting:
-        raise ConfigError([f"strategy=auto: no candidate fits {plan['memory_limit_source']}: "
-                           + "; ".join(f"{r['strategy']}: {r['dropped']}" for r in plan["candidates"])
-                           + "; raise trainer.memory_limit, use more devices, a smaller model or batch, or "
-                             "trainer.activation_checkpointing"])
+        raise ConfigError(
+            [
+                f"strategy=auto: no candidate fits {plan['memory_limit_source']}: "
+                + "; ".join(f"{r['strategy']}: {r['dropped']}" for r in plan["candidates"])
+                + "; raise trainer.memory_limit, use more devices, a smaller model or batch, or "
+                "trainer.activation_checkpointing"
+            ]
+        )
     options = dict(container["strategy"])
     shared = {f.name: options.get(f.name, f.default) for f in fields(AutoStrategyConfig)}
-    candidates = [resolved_options({**container, "strategy": {**row["options"],
-                                                              "timeout_s": shared["timeout_s"]}})
-                  for row in fitting]
+    candidates = [
+        resolved_options({**container, "strategy": {**row["options"], "timeout_s": shared["timeout_s"]}})
+        for row in fitting
+    ]
     return {**shared, "name": "auto", "candidates": candidates, "plan": plan}

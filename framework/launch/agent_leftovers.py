@@ -3,6 +3,7 @@ ends: the signal handlers it installs and its TORCHELASTIC_SIGNALS_TO_HANDLE (af
 would raise its SignalException, a notebook kernel's shutdown print its traceback), and, when a
 signal ends the launch, the rendezvous it keeps open (a keep-alive thread and its store) for a
 later scaling event that a one-off local launch never has."""
+
 from __future__ import annotations
 
 import contextlib
@@ -49,9 +50,19 @@ def _tracked_c10d_handler(params):
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous import rendezvous_handler_registry as registry
 
-    handler = _Named(registry.create_handler(RendezvousParameters(
-        "c10d", params.endpoint, params.run_id, params.min_nodes, params.max_nodes, params.local_addr,
-        **params.config)))
+    handler = _Named(
+        registry.create_handler(
+            RendezvousParameters(
+                "c10d",
+                params.endpoint,
+                params.run_id,
+                params.min_nodes,
+                params.max_nodes,
+                params.local_addr,
+                **params.config,
+            )
+        )
+    )
     _created.append(handler)
     return handler
 

@@ -3,6 +3,7 @@ that imported torch and the framework once (launch/fork_server.py).
 
 Ranks get the resolved config as a plain dict: they never re-parse argv or re-run Hydra.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,15 +53,22 @@ def launch_elastic(container: dict, nprocs: int, fork: bool = False) -> dict:
 
     if not fork:
         use_fork_server()
-    usr1 = signal.SIGUSR1 in stop_signals(container["trainer"].get("stop_on_sigusr1")) \
+    usr1 = (
+        signal.SIGUSR1 in stop_signals(container["trainer"].get("stop_on_sigusr1"))
         and threading.current_thread() is threading.main_thread()
+    )
     try:
-        with agent_leftovers_taken_back(), ranks_without_main(container) if not fork else contextlib.nullcontext(), \
-                stores_listening_on("127.0.0.1"), _without_the_agents_failure_dump():
+        with (
+            agent_leftovers_taken_back(),
+            ranks_without_main(container) if not fork else contextlib.nullcontext(),
+            stores_listening_on("127.0.0.1"),
+            _without_the_agents_failure_dump(),
+        ):
             if usr1:
                 signal.signal(signal.SIGUSR1, _stop_agent)
             returns = elastic_launch(_launch_config(container, nprocs, fork), _elastic_entry)(
-                container, environment_changes())
+                container, environment_changes()
+            )
     except SignalException as err:
         # The agent got the signal and passed it to the ranks, which stopped at one step, saved
         # `last` and results.json; it waited for them (or killed them after its grace period).
@@ -89,10 +97,18 @@ def _launch_config(container: dict, nprocs: int, fork: bool):
 
     # Port 0: the agent's rendezvous store binds a free port itself (no pick-then-bind race),
     # and the ranks share that store.
-    return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
-                        rdzv_backend=RENDEZVOUS_BACKEND, rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
-                        max_restarts=int(container["trainer"].get("max_restarts") or 0),
-                        monitor_interval=0.1, start_method="fork" if fork else "forkserver")
+    return LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nprocs,
+        run_id=uuid.uuid4().hex,
+        rdzv_backend=RENDEZVOUS_BACKEND,
+        rdzv_endpoint="127.0.0.1:0",
+        local_addr="127.0.0.1",
+        max_restarts=int(container["trainer"].get("max_restarts") or 0),
+        monitor_interval=0.1,
+        start_method="fork" if fork else "forkserver",
+    )
 
 
 @contextlib.contextmanager
@@ -131,8 +147,11 @@ def _root_failure(failures: dict) -> tuple[int, str]:
     rank, failure = min((killed or failures).items(), key=lambda item: (item[1].timestamp, item[0]))
     if failure.exitcode < 0:
         return rank, f"killed by {signal.Signals(-failure.exitcode).name} (exit code {failure.exitcode})"
-    message = failure.message.get("message", str(failure.message)) if isinstance(failure.message, dict) \
+    message = (
+        failure.message.get("message", str(failure.message))
+        if isinstance(failure.message, dict)
         else str(failure.message)
+    )
     if message.startswith("To enable traceback"):  # torch's placeholder: the rank wrote no error file
         return rank, f"{_STARTED_BADLY} (exit code {failure.exitcode}; its traceback is on the console)"
     return rank, " | ".join(message.strip().splitlines()) or f"exit code {failure.exitcode}"

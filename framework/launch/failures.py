@@ -1,13 +1,14 @@
 """A launched job that failed or stopped: what rank 0 wrote, and the record of which rank
 failed first and why (results.json, with what survived and how to resume)."""
+
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
 
-from framework.engine.checkpoint_files import resolve_ckpt_path, saved_step
 from framework.engine.attempts import attempt_dir
+from framework.engine.checkpoint_files import resolve_ckpt_path, saved_step
 from framework.engine.results import job_record, write_results
 
 log = logging.getLogger(__name__)

@@ -5,6 +5,7 @@ started while this process still composes and validates the config, that time ov
 Light on purpose (no torch): the console entry starts it before Hydra composes anything when
 the command line asks for several devices.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,19 @@ from framework.launch.main_module import ranks_without_main
 # server keeps the environment it started with; later changes travel with each launch.
 _SERVER_ENV: dict | None = None
 # What the elastic agent sets for each worker: never taken from the parent's environment.
-_AGENT_KEYS = {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-               "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+_AGENT_KEYS = {
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+}
 
 
 def environment_changes() -> dict:

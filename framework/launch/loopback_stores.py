@@ -7,6 +7,7 @@ the rendezvous keys. While local ranks start, ``stores_listening_on`` hands each
 socket it bound itself to ``host`` (TCPStore's ``master_listen_fd``), so the store hears only
 there. Clients and everything else are unchanged.
 """
+
 from __future__ import annotations
 
 import contextlib

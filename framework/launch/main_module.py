@@ -5,6 +5,7 @@ Python starts a forkserver or spawn child by importing the parent's ``__main__``
 ``framework.fit`` at module level, without ``if __name__ == "__main__":``, would then fit
 again inside every rank. The ranks need nothing from ``__main__`` (they get a plain config
 and import every ``_target_``), unless the config names a class defined in the script."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,12 +13,15 @@ import json
 import sys
 
 # What a rank that failed while importing the user's script is told (its traceback is on the console).
-STARTUP_HINT = ("the config names a class defined in your script (_target_: __main__...), which every rank "
-                "imports: a script that calls fit() needs `if __name__ == \"__main__\":`")
+STARTUP_HINT = (
+    "the config names a class defined in your script (_target_: __main__...), which every rank "
+    'imports: a script that calls fit() needs `if __name__ == "__main__":`'
+)
 GUARD_MESSAGE = (
     "framework.fit() ran again while a rank process imported your script {script!r}: the config "
     "names a class defined in that script (_target_: __main__...), so every rank imports it. Put the "
-    "call under `if __name__ == \"__main__\":`, or move the class into a module of its own.")
+    'call under `if __name__ == "__main__":`, or move the class into a module of its own.'
+)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """How a process of the framework ends once its job is done (results written, process group
 left): without the interpreter's teardown."""
+
 from __future__ import annotations
 
 import atexit

@@ -1,5 +1,6 @@
 """N local ranks started by torch.multiprocessing.spawn (strategy=ddp_spawn): rank 0's results
 come back through results.json."""
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,14 @@ from framework.rank.run import run_launched
 
 
 def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank),
-                      LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(local_rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(nprocs),
+        LOCAL_WORLD_SIZE=str(nprocs),
+    )
     run_launched(container, detect_environment())
     exit_now(0)  # its results went to results.json (rank 0); a failure raises to spawn's error queue instead
 
@@ -27,8 +34,9 @@ def launch_spawn(container: dict, nprocs: int) -> dict:
     """N ranks by torch.multiprocessing.spawn; rank 0's results come back through results.json."""
     standard_start_method()
     with ranks_without_main(container):
-        context = torch.multiprocessing.start_processes(_spawn_entry, args=(container, nprocs, free_port()),
-                                                        nprocs=nprocs, join=False, start_method="spawn")
+        context = torch.multiprocessing.start_processes(
+            _spawn_entry, args=(container, nprocs, free_port()), nprocs=nprocs, join=False, start_method="spawn"
+        )
     # A stop signal to this process goes on to the ranks, which stop together and save `last`.
     with StopSignals([signal.SIGTERM, signal.SIGINT]) as signals:
         signals.forward_to = [p.pid for p in context.processes]
@@ -46,8 +54,9 @@ def _join(container: dict, context) -> None:
         # The child's traceback: keep the exception lines after its last indented frame line.
         lines = str(err).strip().splitlines()
         last_frame = max((i for i, line in enumerate(lines) if line.startswith(" ")), default=-1)
-        raise job_failed(container, len(context.processes), err.error_index,
-                          " | ".join(lines[last_frame + 1:]) or "failed") from None
+        raise job_failed(
+            container, len(context.processes), err.error_index, " | ".join(lines[last_frame + 1 :]) or "failed"
+        ) from None
     except torch.multiprocessing.ProcessExitedException as err:
         how = f"killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
         raise job_failed(container, len(context.processes), err.error_index, how) from None

@@ -1,6 +1,7 @@
 """How a job's ranks start: in this process (1 rank), the elastic agent or spawn (N local ranks,
 launch/elastic.py and launch/spawn.py), or joining an existing torchrun / SLURM group (the
 variables are already set)."""
+
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,8 +41,10 @@ def start_ranks_early(cfg: DictConfig) -> None:
         return
     try:
         devices = OmegaConf.select(cfg, "trainer.devices", default=None)
-        options = {"name": OmegaConf.select(cfg, "strategy.name", default="auto"),
-                   "_target_": OmegaConf.select(cfg, "strategy._target_", default=None)}
+        options = {
+            "name": OmegaConf.select(cfg, "strategy.name", default="auto"),
+            "_target_": OmegaConf.select(cfg, "strategy._target_", default=None),
+        }
         known = options["_target_"] or options["name"] in STRATEGIES or options["name"] == "auto"
         cls = selected_class(options, devices) if isinstance(devices, int) and devices > 1 and known else None
     except Exception:  # a broken interpolation, a target that does not import: validation will say which

@@ -1,4 +1,5 @@
 """metrics.csv: one row per logged step, a column per metric (``step``, ``epoch`` first)."""
+
 from __future__ import annotations
 
 import csv
@@ -15,17 +16,18 @@ class CSVLogger:
 
     def __init__(self, save_dir: str, filename: str = "metrics.csv"):
         self.path = Path(save_dir) / filename
-        self._rows: dict[int, dict] = {}   # step -> merged metrics logged at that step
-        self._names: set[str] = set()      # every metric column
+        self._rows: dict[int, dict] = {}  # step -> merged metrics logged at that step
+        self._names: set[str] = set()  # every metric column
         self._columns: list[str] | None = None  # the metric columns of the file's header
-        self._pending: set[int] = set()    # steps not in the file yet
+        self._pending: set[int] = set()  # steps not in the file yet
         self._rewrite = False
         if self.path.exists():
             with open(self.path, newline="") as f:
                 for row in csv.DictReader(f):
                     step = int(row.pop("step"))  # popped first: the step is the key, not a column
-                    self._rows[step] = {k: int(float(v)) if k == "epoch" else float(v)
-                                        for k, v in row.items() if v not in ("", None)}
+                    self._rows[step] = {
+                        k: int(float(v)) if k == "epoch" else float(v) for k, v in row.items() if v not in ("", None)
+                    }
             self._names = {k for row in self._rows.values() for k in row} - {"epoch"}
             self._columns = sorted(self._names)
 
@@ -70,8 +72,9 @@ class CSVLogger:
         if self._rewrite or columns != self._columns or not self.path.exists():
             tmp = self.path.with_suffix(".csv.tmp")
             with open(tmp, "w", newline="") as f:
-                self._write_rows(f, [s for s in sorted(self._rows) if s not in self._pending or s in ready],
-                                 columns, header=True)
+                self._write_rows(
+                    f, [s for s in sorted(self._rows) if s not in self._pending or s in ready], columns, header=True
+                )
             os.replace(tmp, self.path)
         else:
             with open(self.path, "a", newline="") as f:

@@ -1,4 +1,5 @@
 """MLflow tracking (optional: ``pip install mlflow``); runs are recorded under ``tracking_uri``."""
+
 from __future__ import annotations
 
 
@@ -16,8 +17,10 @@ class MLFlowLogger:
         try:
             import mlflow  # noqa: F401
         except ImportError:
-            return ["logger.mlflow: mlflow is not installed; pip install mlflow (or -e '.[mlflow]'), "
-                    "or choose logger=tensorboard / logger=csv"]
+            return [
+                "logger.mlflow: mlflow is not installed; pip install mlflow (or -e '.[mlflow]'), "
+                "or choose logger=tensorboard / logger=csv"
+            ]
         return []
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:

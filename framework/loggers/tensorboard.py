@@ -1,14 +1,13 @@
 """TensorBoard event files: scalars as they are logged, hparams with the final metrics."""
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional, Sequence
 
 from omegaconf import OmegaConf
-
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
-
 
 # What every run's row of the HPARAMS tab shows, after the keys the job's command line set.
 LAYOUT_HPARAMS = ("strategy.name", "trainer.devices", "trainer.num_nodes", "trainer.precision")
@@ -39,15 +38,20 @@ class TensorBoardLogger:
         overrides = self.save_dir.parent / ".hydra" / "overrides.yaml"
         given = [str(o).lstrip("+~").split("=", 1)[0] for o in OmegaConf.load(overrides)] if overrides.is_file() else []
         # a group selection (strategy=ddp, model=mlp) shows as the node's name or class
-        given = [k if k in params else next((f"{k}.{n}" for n in ("name", "_target_") if f"{k}.{n}" in params), k)
-                 for k in given if not k.startswith("hydra")]
+        given = [
+            k if k in params else next((f"{k}.{n}" for n in ("name", "_target_") if f"{k}.{n}" in params), k)
+            for k in given
+            if not k.startswith("hydra")
+        ]
         return [k for k in dict.fromkeys([*given, *LAYOUT_HPARAMS, *self.hparams]) if k in params]
 
     def log_hparams(self, params: dict, metrics: dict[str, float]) -> None:
         """``params``: flat {dotted.key: value}; the HPARAMS tab shows ``shown_keys`` of them with
         ``metrics`` (hundreds of flattened keys would bury the few that differ between runs)."""
-        clean = {k: (v if isinstance(v, (int, float, str, bool)) else str(v))
-                 for k, v in ((key, params[key]) for key in self.shown_keys(params))}
+        clean = {
+            k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+            for k, v in ((key, params[key]) for key in self.shown_keys(params))
+        }
         # Written into this writer's own event file (add_hparams would open a second run dir).
         # The metric curves already exist under the same tags, which the HPARAMS tab links to.
         for summary in hparams(clean, metrics):

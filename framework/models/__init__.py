@@ -1,5 +1,6 @@
 """Built-in models: plain ``nn.Module``s; any other module works through ``_target_`` (a component
 layer). May import: config."""
+
 from framework.models.cnn import CNN
 from framework.models.gpt import GPT
 from framework.models.hf_causal_lm import HFCausalLM

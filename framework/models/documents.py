@@ -1,6 +1,7 @@
 """Attention that keeps packed documents apart (``datamodule.document_boundaries``): from each
 token's position in its document (0 where a document starts), the mask that lets a token attend to
 the earlier tokens of its own document only."""
+
 from __future__ import annotations
 
 import torch

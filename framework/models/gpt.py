@@ -10,6 +10,7 @@ so a model built on the meta device and materialised shard by shard (``init_weig
 exactly the weights it would have had built whole. ``parallelize_plan`` is its tensor-parallel
 plan (torchtitan's for Llama).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,9 @@ class Attention(nn.Module):
         self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         batch, seq, _ = x.shape
         # the tables of the first ``seq`` positions: here the whole sequence, also where the blocks
         # between see a sequence-parallel shard of it (a later pipeline stage gets only that)
@@ -75,8 +77,14 @@ class Attention(nn.Module):
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
         if self.group > 1:  # grouped-query attention: each key/value head serves `group` query heads
             k, v = k.repeat_interleave(self.group, dim=2), v.repeat_interleave(self.group, dim=2)
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                                             dropout_p=self.dropout if self.training else 0.0, is_causal=mask is None)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=mask is None,
+        )
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -98,8 +106,9 @@ class Block(nn.Module):
         self.feed_forward = FeedForward(dim, ffn_hidden)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin, mask=mask))
         return x + self.dropout(self.feed_forward(self.ffn_norm(x)))
 
@@ -107,26 +116,52 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """``forward(tokens [batch, seq]) -> logits [batch, seq, vocab_size]``."""
 
-    argument_ranges = {"vocab_size": Range(low=1), "dim": Range(low=1), "n_layers": Range(low=1),
-                       "n_heads": Range(low=1), "n_kv_heads": Range(low=1), "ffn_hidden": Range(low=1),
-                       "max_seq_len": Range(low=1), "dropout": Range(low=0, high=1, high_strict=True)}
+    argument_ranges = {
+        "vocab_size": Range(low=1),
+        "dim": Range(low=1),
+        "n_layers": Range(low=1),
+        "n_heads": Range(low=1),
+        "n_kv_heads": Range(low=1),
+        "ffn_hidden": Range(low=1),
+        "max_seq_len": Range(low=1),
+        "dropout": Range(low=0, high=1, high_strict=True),
+    }
 
-    def __init__(self, vocab_size: int = 256, dim: int = 256, n_layers: int = 4, n_heads: int = 8,
-                 n_kv_heads: Optional[int] = None, ffn_hidden: Optional[int] = None, max_seq_len: int = 256,
-                 dropout: float = 0.0, tie_embeddings: bool = False, rope_theta: float = 10000.0,
-                 norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        vocab_size: int = 256,
+        dim: int = 256,
+        n_layers: int = 4,
+        n_heads: int = 8,
+        n_kv_heads: Optional[int] = None,
+        ffn_hidden: Optional[int] = None,
+        max_seq_len: int = 256,
+        dropout: float = 0.0,
+        tie_embeddings: bool = False,
+        rope_theta: float = 10000.0,
+        norm_eps: float = 1e-5,
+    ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
         ffn_hidden = ffn_hidden or 4 * dim
-        self.config = dict(vocab_size=vocab_size, dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
-                           ffn_hidden=ffn_hidden, max_seq_len=max_seq_len, tie_embeddings=tie_embeddings)
+        self.config = dict(
+            vocab_size=vocab_size,
+            dim=dim,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            ffn_hidden=ffn_hidden,
+            max_seq_len=max_seq_len,
+            tie_embeddings=tie_embeddings,
+        )
         self.rope_theta = rope_theta
         # (_weight: no init here, init_weights draws every weight; and a random op on the meta device
         # would import torch's compiler, seconds in a fresh rank)
         self.tok_embeddings = nn.Embedding(vocab_size, dim, _weight=torch.empty(vocab_size, dim))
         self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleDict({str(i): Block(dim, n_heads, n_kv_heads, ffn_hidden, dropout, norm_eps)
-                                     for i in range(n_layers)})
+        self.layers = nn.ModuleDict(
+            {str(i): Block(dim, n_heads, n_kv_heads, ffn_hidden, dropout, norm_eps) for i in range(n_layers)}
+        )
         self.norm = RMSNorm(dim, norm_eps)
         self.output = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
@@ -151,20 +186,28 @@ class GPT(nn.Module):
         sequence length, when sequence parallelism splits it too)."""
         where = f"the tensor-parallel degree {tp} (strategy=tp on {tp} ranks, or fsdp_tp's strategy.tensor_parallel)"
         c = self.config
-        problems = [f"model.{key}: {c[key]} is not divisible by {where}"
-                    for key in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size") if c[key] % tp]
+        problems = [
+            f"model.{key}: {c[key]} is not divisible by {where}"
+            for key in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size")
+            if c[key] % tp
+        ]
         if isinstance(seq_len, int) and seq_len % tp:
-            problems.append(f"datamodule.seq_len: {seq_len} is not divisible by the tensor-parallel degree {tp} with "
-                            "sequence parallelism; choose a multiple, or set strategy.sequence_parallel=false")
+            problems.append(
+                f"datamodule.seq_len: {seq_len} is not divisible by the tensor-parallel degree {tp} with "
+                "sequence parallelism; choose a multiple, or set strategy.sequence_parallel=false"
+            )
         if c["tie_embeddings"] and tp > 1:
-            problems.append("model.tie_embeddings: a tied embedding and output head cannot be split by the "
-                            "tensor-parallel plan (the embedding is split by rows, the head by columns); set "
-                            "model.tie_embeddings=false")
+            problems.append(
+                "model.tie_embeddings: a tied embedding and output head cannot be split by the "
+                "tensor-parallel plan (the embedding is split by rows, the head by columns); set "
+                "model.tie_embeddings=false"
+            )
         return problems
 
     def _rotary(self, device) -> None:
-        cos, sin = rotary_tables(self.config["dim"] // self.config["n_heads"], self.config["max_seq_len"],
-                                 self.rope_theta, device)
+        cos, sin = rotary_tables(
+            self.config["dim"] // self.config["n_heads"], self.config["max_seq_len"], self.rope_theta, device
+        )
         # not state: recomputed wherever the model is built or materialised
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -209,27 +252,45 @@ class GPT(nn.Module):
         q/k/v and w1/w3 column-wise, wo and w2 row-wise; with ``sequence_parallel`` the norms and
         the residual stream are sharded along the sequence between them."""
         from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                       SequenceParallel)
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            PrepareModuleInput,
+            RowwiseParallel,
+            SequenceParallel,
+        )
 
         between = Shard(1) if sequence_parallel else Replicate()
-        plan = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
-                "output": ColwiseParallel(input_layouts=between, output_layouts=Replicate(), use_local_output=True)}
+        plan = {
+            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
+            "output": ColwiseParallel(input_layouts=between, output_layouts=Replicate(), use_local_output=True),
+        }
         if sequence_parallel:
             plan["norm"] = SequenceParallel()
         # (a pipeline stage has only some of them: the hidden states reach the next stage as they are between blocks)
         plan = {name: style for name, style in plan.items() if getattr(self, name) is not None}
         for i in self.layers:
-            block = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
-                     "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=between),
-                     "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
-                     "feed_forward.w2": RowwiseParallel(output_layouts=between)}
+            block = {
+                "attention.wq": ColwiseParallel(),
+                "attention.wk": ColwiseParallel(),
+                "attention.wv": ColwiseParallel(),
+                "attention.wo": RowwiseParallel(output_layouts=between),
+                "feed_forward.w1": ColwiseParallel(),
+                "feed_forward.w3": ColwiseParallel(),
+                "feed_forward.w2": RowwiseParallel(output_layouts=between),
+            }
             if sequence_parallel:
-                block.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-                              "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None),
-                                                              desired_input_layouts=(Replicate(), None, None)),
-                              "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
-                                                                 desired_input_layouts=(Replicate(),))})
+                block.update(
+                    {
+                        "attention_norm": SequenceParallel(),
+                        "ffn_norm": SequenceParallel(),
+                        "attention": PrepareModuleInput(
+                            input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)
+                        ),
+                        "feed_forward": PrepareModuleInput(
+                            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+                        ),
+                    }
+                )
             plan.update({f"layers.{i}.{name}": style for name, style in block.items()})
         return plan
 
@@ -240,8 +301,9 @@ def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
 
     if isinstance(param, DTensor):
         # src_data_rank=None: every rank drew the same full tensor; each keeps its part, no communication
-        local = distribute_tensor(full.to(param.device_mesh.device_type), param.device_mesh, param.placements,
-                                  src_data_rank=None)
+        local = distribute_tensor(
+            full.to(param.device_mesh.device_type), param.device_mesh, param.placements, src_data_rank=None
+        )
         param.to_local().copy_(local.to_local())
     else:
         param.copy_(full.to(param.device, param.dtype))

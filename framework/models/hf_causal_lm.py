@@ -13,6 +13,7 @@ decoder layers in ``layers`` (an ``nn.ModuleDict``, so a pipeline stage keeps th
 - ``parallelize_plan`` is the family's tensor-parallel plan (``hf_plan``), FSDP wraps the family's
   ``_no_split_modules``, and ``save_hf`` writes a directory ``from_pretrained`` loads.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,12 +43,16 @@ class HFCausalLM(HFSource, nn.Module):
         super().__init__()
         library = hf_files.transformers()
         self.hf_config = hf_files.load_config(path, config)
-        whole = library.AutoModelForCausalLM.from_config(self.hf_config, dtype=torch.float32, attn_implementation="sdpa")
+        whole = library.AutoModelForCausalLM.from_config(
+            self.hf_config, dtype=torch.float32, attn_implementation="sdpa"
+        )
         base, self.layout = hf_layouts.layout_of(whole)
         self.base_prefix = whole.base_model_prefix
         for ours, theirs in self.layout.parts.items():  # (in order: a pipeline cuts the children in this order)
             part = getattr(base, theirs)
-            setattr(self, ours, nn.ModuleDict({str(i): layer for i, layer in enumerate(part)}) if ours == "layers" else part)
+            setattr(
+                self, ours, nn.ModuleDict({str(i): layer for i, layer in enumerate(part)}) if ours == "layers" else part
+            )
         self.lm_head = whole.lm_head
         # rotary tables: built on first use, on the input's device
         self._rotary_class = type(getattr(base, self.layout.rotary)) if self.layout.rotary else None
@@ -55,8 +60,11 @@ class HFCausalLM(HFSource, nn.Module):
         self.path, self.pretrained, self._sequence_parallel = path, pretrained, False
         self.fsdp_wrap_classes = list(getattr(whole, "_no_split_modules", None) or [])
         c = self.hf_config
-        self.config = dict(vocab_size=c.vocab_size, max_seq_len=c.max_position_embeddings,
-                           tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)))
+        self.config = dict(
+            vocab_size=c.vocab_size,
+            max_seq_len=c.max_position_embeddings,
+            tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
+        )
         if not self.embed_tokens.weight.is_meta:
             self.init_weights(torch.initial_seed())
 
@@ -127,8 +135,10 @@ class HFCausalLM(HFSource, nn.Module):
         if saved is None:
             raise ValueError(f"model.path: '{self.path}' has no weights for {self.hf_name(name)}")
         if reader.shape(saved) != list(param.shape):
-            raise ValueError(f"model.path: {saved} is saved with shape {reader.shape(saved)}, the model's is "
-                             f"{list(param.shape)} (model.config changes the saved architecture)")
+            raise ValueError(
+                f"model.path: {saved} is saved with shape {reader.shape(saved)}, the model's is "
+                f"{list(param.shape)} (model.config changes the saved architecture)"
+            )
         local = param.to_local() if isinstance(param, DTensor) else param
         index = (slice(None),) * param.dim()
         if isinstance(param, DTensor):
@@ -157,16 +167,27 @@ class HFCausalLM(HFSource, nn.Module):
         if plan:
             return plan
         heads = getattr(c, "num_attention_heads", None)
-        sizes = {"num_attention_heads": heads, "intermediate_size": getattr(c, "intermediate_size", None),
-                 "vocab_size": c.vocab_size, "num_key_value_heads": getattr(c, "num_key_value_heads", None) or heads}
-        problems = [f"model.config.{key}: {value} is not divisible by {where}" for key, value in sizes.items()
-                    if isinstance(value, int) and value % tp]
+        sizes = {
+            "num_attention_heads": heads,
+            "intermediate_size": getattr(c, "intermediate_size", None),
+            "vocab_size": c.vocab_size,
+            "num_key_value_heads": getattr(c, "num_key_value_heads", None) or heads,
+        }
+        problems = [
+            f"model.config.{key}: {value} is not divisible by {where}"
+            for key, value in sizes.items()
+            if isinstance(value, int) and value % tp
+        ]
         if isinstance(seq_len, int) and seq_len % tp:
-            problems.append(f"datamodule.seq_len: {seq_len} is not divisible by {where} with sequence parallelism; "
-                            "choose a multiple, or set strategy.sequence_parallel=false")
+            problems.append(
+                f"datamodule.seq_len: {seq_len} is not divisible by {where} with sequence parallelism; "
+                "choose a multiple, or set strategy.sequence_parallel=false"
+            )
         if self.config["tie_embeddings"] and tp > 1:
-            problems.append("model.config.tie_word_embeddings: a tied embedding and head cannot be split by the "
-                            "tensor-parallel plan; set model.config.tie_word_embeddings=false")
+            problems.append(
+                "model.config.tie_word_embeddings: a tied embedding and head cannot be split by the "
+                "tensor-parallel plan; set model.config.tie_word_embeddings=false"
+            )
         return problems
 
     def hf_weights(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

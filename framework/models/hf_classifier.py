@@ -4,6 +4,7 @@ encoder's weights, a new head of ``num_labels``), or from its config alone (the 
 architecture from scratch). Built whole on every rank (from the seeded generator: the same
 weights everywhere); data parallelism, FSDP (its ``_no_split_modules``) and DeepSpeed shard it.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -25,15 +26,21 @@ class HFSequenceClassifier(HFSource, nn.Module):
     PREFIX = "model."
     GROUP = "hf/sequence_classification"
 
-    def __init__(self, num_labels: int, path: Optional[str] = None, config: Optional[dict] = None,
-                 pretrained: bool = True):
+    def __init__(
+        self, num_labels: int, path: Optional[str] = None, config: Optional[dict] = None, pretrained: bool = True
+    ):
         super().__init__()
         library = hf_files.transformers()
         self.hf_config = hf_files.load_config(path, {**(config or {}), "num_labels": num_labels})
         auto = library.AutoModelForSequenceClassification
         if path and pretrained:
-            self.model = auto.from_pretrained(str(hf_files.resolve_path(path)), config=self.hf_config,
-                                              local_files_only=True, dtype=torch.float32, use_safetensors=True)
+            self.model = auto.from_pretrained(
+                str(hf_files.resolve_path(path)),
+                config=self.hf_config,
+                local_files_only=True,
+                dtype=torch.float32,
+                use_safetensors=True,
+            )
         else:
             self.model = auto.from_config(self.hf_config, dtype=torch.float32)
         self.path = path
@@ -45,4 +52,4 @@ class HFSequenceClassifier(HFSource, nn.Module):
         return self.model(input_ids=tokens, attention_mask=(tokens != self.pad_id).long()).logits
 
     def hf_weights(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k[len(self.PREFIX):]: v for k, v in weights.items() if k.startswith(self.PREFIX)}
+        return {k[len(self.PREFIX) :]: v for k, v in weights.items() if k.startswith(self.PREFIX)}

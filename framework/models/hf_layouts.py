@@ -7,6 +7,7 @@
 The wrapper names the parts alike (``embed_tokens``, ``embed_positions``, ``embed_dropout``,
 ``layers``, ``norm``, ``lm_head``); ``hf_name`` maps a parameter's name back to the library's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ class Layout:
 
 
 LLAMA = Layout("Llama", {"embed_tokens": "embed_tokens", "layers": "layers", "norm": "norm"}, rotary="rotary_emb")
-GPT2 = Layout("GPT-2", {"embed_tokens": "wte", "embed_positions": "wpe", "embed_dropout": "drop", "layers": "h",
-                        "norm": "ln_f"})
+GPT2 = Layout(
+    "GPT-2", {"embed_tokens": "wte", "embed_positions": "wpe", "embed_dropout": "drop", "layers": "h", "norm": "ln_f"}
+)
 LAYOUTS = (LLAMA, GPT2)
 
 
@@ -35,9 +37,11 @@ def layout_of(hf_model) -> tuple[nn.Module, Layout]:
         wanted = [*layout.parts.values(), *([layout.rotary] if layout.rotary else [])]
         if all(hasattr(base, attr) for attr in wanted) and hasattr(hf_model, "lm_head"):
             return base, layout
-    raise ValueError(f"model: the {hf_model.config.model_type} family has neither the Llama layout (embed_tokens, "
-                     "layers, norm, rotary_emb) nor GPT-2's (wte, wpe, h, ln_f): model=hf/causal_lm takes the "
-                     "Llama, Qwen2, Mistral and GPT-2 families and those of their layouts")
+    raise ValueError(
+        f"model: the {hf_model.config.model_type} family has neither the Llama layout (embed_tokens, "
+        "layers, norm, rotary_emb) nor GPT-2's (wte, wpe, h, ln_f): model=hf/causal_lm takes the "
+        "Llama, Qwen2, Mistral and GPT-2 families and those of their layouts"
+    )
 
 
 def hf_name(name: str, layout: Layout, prefix: str) -> str:

@@ -2,6 +2,7 @@
 whose config declares ``base_model_tp_plan``): the config's colwise/rowwise layers, and, as
 torchtitan's Llama plan does, the embedding split by rows, the head by columns, and with sequence
 parallelism the norms and the residual stream sharded along the sequence between them."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -23,19 +24,32 @@ def plan_problems(model: nn.Module, hf_config) -> list[str]:
     declared = declared_plan(hf_config)
     family = getattr(hf_config, "model_type", "?")
     if not declared:
-        return [f"model: the {family} family declares no tensor-parallel plan (its config's base_model_tp_plan): "
-                "strategy=tp and fsdp_tp cannot split it; choose ddp, fsdp or pp"]
+        return [
+            f"model: the {family} family declares no tensor-parallel plan (its config's base_model_tp_plan): "
+            "strategy=tp and fsdp_tp cannot split it; choose ddp, fsdp or pp"
+        ]
     names = [n for n, _ in model.named_modules() if n]
-    problems = [f"model: the {family} plan's {pattern}: {style!r} is not applied here (only {', '.join(SUPPORTED)}); "
-                "choose ddp, fsdp or pp for this model" for pattern, style in declared.items() if style not in SUPPORTED]
+    problems = [
+        f"model: the {family} plan's {pattern}: {style!r} is not applied here (only {', '.join(SUPPORTED)}); "
+        "choose ddp, fsdp or pp for this model"
+        for pattern, style in declared.items()
+        if style not in SUPPORTED
+    ]
     modules = dict(model.named_modules())
-    problems += [f"model: the {family} plan's {pattern}: {style!r} is applied to norms only, and {name} is a "
-                 f"{type(modules[name]).__name__}; choose ddp, fsdp or pp for this model"
-                 for pattern, style in declared.items() if style == "replicated_with_grad_allreduce"
-                 for name in names if fnmatch.fnmatchcase(name, pattern) and "Norm" not in type(modules[name]).__name__][:3]
-    problems += [f"model: the {family} plan names {pattern}, which matches no module of the model; "
-                 "choose ddp, fsdp or pp for this model" for pattern in declared
-                 if not any(fnmatch.fnmatchcase(n, pattern) for n in names)]
+    problems += [
+        f"model: the {family} plan's {pattern}: {style!r} is applied to norms only, and {name} is a "
+        f"{type(modules[name]).__name__}; choose ddp, fsdp or pp for this model"
+        for pattern, style in declared.items()
+        if style == "replicated_with_grad_allreduce"
+        for name in names
+        if fnmatch.fnmatchcase(name, pattern) and "Norm" not in type(modules[name]).__name__
+    ][:3]
+    problems += [
+        f"model: the {family} plan names {pattern}, which matches no module of the model; "
+        "choose ddp, fsdp or pp for this model"
+        for pattern in declared
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names)
+    ]
     return problems
 
 
@@ -47,14 +61,21 @@ def _block_plan(block: nn.Module, prefix: str, between, sequence_parallel: bool)
 
     if not sequence_parallel:
         return {}
-    plan = {f"{prefix}.{name}": SequenceParallel() for name, child in block.named_children()
-            if type(child).__name__.endswith(("RMSNorm", "LayerNorm"))}
-    for name, child in block.named_children():
+    plan = {
+        f"{prefix}.{name}": SequenceParallel()
+        for name, child in block.named_children()
+        if type(child).__name__.endswith(("RMSNorm", "LayerNorm"))
+    }
+    for name, _child in block.named_children():
         if name in ("self_attn", "attention"):  # called with hidden_states=...
-            plan[f"{prefix}.{name}"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": between},
-                                                          desired_input_kwarg_layouts={"hidden_states": Replicate()})
+            plan[f"{prefix}.{name}"] = PrepareModuleInput(
+                input_kwarg_layouts={"hidden_states": between},
+                desired_input_kwarg_layouts={"hidden_states": Replicate()},
+            )
         elif name in ("mlp", "feed_forward"):
-            plan[f"{prefix}.{name}"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+            plan[f"{prefix}.{name}"] = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            )
     return plan
 
 
@@ -77,8 +98,10 @@ def build_plan(model: nn.Module, hf_config, sequence_parallel: bool) -> dict:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
     between = Shard(1) if sequence_parallel else Replicate()
-    plan = {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
-            "lm_head": ColwiseParallel(input_layouts=between, output_layouts=Replicate(), use_local_output=True)}
+    plan = {
+        "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
+        "lm_head": ColwiseParallel(input_layouts=between, output_layouts=Replicate(), use_local_output=True),
+    }
     if sequence_parallel:
         plan["norm"] = SequenceParallel()
     plan = {name: style for name, style in plan.items() if getattr(model, name, None) is not None}

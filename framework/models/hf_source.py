@@ -1,5 +1,6 @@
 """What both Hugging Face wrappers share (a mixin beside ``nn.Module``): their checks before start,
 the sizes they declare for the checks against the data, and the export back to the library's form."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """A multi-layer perceptron over flattened inputs."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """torchvision's ResNet-18 architecture, adapted to the input channels, weights from a local file only."""
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,10 @@ def resnet18(input_shape: list, num_classes: int, weights: str | None = None) ->
     if weights is not None:
         path = Path(weights)
         if not path.is_file():
-            raise FileNotFoundError(f"model.weights: no file at '{path}'. Weights are never downloaded; "
-                                    "copy a ResNet-18 state_dict there or set model.weights=null.")
+            raise FileNotFoundError(
+                f"model.weights: no file at '{path}'. Weights are never downloaded; "
+                "copy a ResNet-18 state_dict there or set model.weights=null."
+            )
         state = torch.load(path, map_location="cpu", weights_only=True)
         own = model.state_dict()
         loadable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}

@@ -1,4 +1,5 @@
 """The moment a later attempt in a run's directory takes the top record: when it trains."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,6 +6,7 @@ loggers, checkpoints or resume, so nothing the job wrote or reports changes but 
 throughput's figures: ``samples_per_s_repeats`` (the job's own run first) and
 ``samples_per_s``, their median.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,9 +16,9 @@ import tempfile
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import RankEnv
-from framework.rank.build import apply_configured_init, build_trainer
 from framework.engine.results import throughput
 from framework.engine.trainer import Trainer
+from framework.rank.build import apply_configured_init, build_trainer
 from framework.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
@@ -43,5 +44,8 @@ def repeat_timing(cfg: DictConfig, env: RankEnv, strategy: Strategy, first: dict
             rates.append(throughput(trainer.step_times, trainer.train_samples)["samples_per_s"])
             log.info("benchmark repeat %d/%d: %.4g samples/s", repeat + 1, cfg.benchmark_repeats, rates[-1])
     measured = [r for r in rates if r]
-    return {**first, "samples_per_s_repeats": rates,
-            "samples_per_s": statistics.median(measured) if measured else first.get("samples_per_s")}
+    return {
+        **first,
+        "samples_per_s_repeats": rates,
+        "samples_per_s": statistics.median(measured) if measured else first.get("samples_per_s"),
+    }

@@ -1,6 +1,7 @@
 """Turn a validated config into objects: datamodule, model, task, optimizer/scheduler partials,
 loggers, callbacks, and the Trainer that runs them. Logs what it builds, so a run's log
 explains itself."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,16 +15,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from framework.callbacks.profiler import PROFILERS
-from framework.rank.attempt_record import AttemptRecord
 from framework.config.durations import parse_duration
+from framework.config.environment import RankEnv
 from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import SchedulerConfig, TrainerConfig
 from framework.config.validate import FRAMEWORK_KEYS, import_target
-from framework.config.environment import RankEnv
-from framework.engine.trainer import Trainer
-from framework.engine.transfer_learning import apply_init
 from framework.engine.scheduler import SchedulerSpec
 from framework.engine.seed import seed_everything, set_debug_flags, set_deterministic
+from framework.engine.trainer import Trainer
+from framework.engine.transfer_learning import apply_init
+from framework.rank.attempt_record import AttemptRecord
 from framework.strategies import Strategy, build_strategy
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,9 @@ def build_callbacks(cfg: DictConfig) -> dict:
     _switch(callbacks, trainer.get("enable_model_summary", True), ModelSummary, "model_summary", ModelSummary)
     _switch(callbacks, trainer.get("enable_checkpointing", True), ModelCheckpoint, "model_checkpoint")
     if trainer.get("max_time") is not None:
-        max_time = parse_duration(OmegaConf.to_container(trainer.max_time) if OmegaConf.is_config(trainer.max_time)
-                                  else trainer.max_time)
+        max_time = parse_duration(
+            OmegaConf.to_container(trainer.max_time) if OmegaConf.is_config(trainer.max_time) else trainer.max_time
+        )
         timers = [cb for cb in callbacks.values() if isinstance(cb, Timer)]
         for timer in timers:  # trainer.max_time is the duration of a configured timer too
             timer.duration = max_time
@@ -126,8 +128,9 @@ def build_components(cfg: DictConfig, is_global_zero: bool, on_meta: bool = Fals
     return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(cfg))
 
 
-def build_trainer(cfg: DictConfig, env: RankEnv = RankEnv(), strategy: Optional[Strategy] = None,
-                  signals=None) -> tuple[Trainer, Components]:
+def build_trainer(
+    cfg: DictConfig, env: RankEnv = RankEnv(), strategy: Optional[Strategy] = None, signals=None
+) -> tuple[Trainer, Components]:
     """Seed, build the components of the validated ``cfg`` and the Trainer that runs them on the
     rank ``env`` (with ``strategy`` when it is already built and joined to its group; ``signals``:
     the StopSignals that stop it at a step boundary)."""
@@ -138,8 +141,16 @@ def build_trainer(cfg: DictConfig, env: RankEnv = RankEnv(), strategy: Optional[
     set_deterministic(trainer_cfg.deterministic)
     set_debug_flags(trainer_cfg.detect_anomaly, trainer_cfg.benchmark)
     parts = build_components(cfg, strategy.is_global_zero, strategy.builds_on_meta)
-    trainer = Trainer(trainer_cfg, strategy, parts.task, parts.loggers, parts.callbacks, seed=seed, signals=signals,
-                      trust_checkpoint=bool(cfg.get("trust_checkpoint")))
+    trainer = Trainer(
+        trainer_cfg,
+        strategy,
+        parts.task,
+        parts.loggers,
+        parts.callbacks,
+        seed=seed,
+        signals=signals,
+        trust_checkpoint=bool(cfg.get("trust_checkpoint")),
+    )
     return trainer, parts
 
 
@@ -149,5 +160,11 @@ def apply_configured_init(cfg: DictConfig, model) -> dict | None:
     init = cfg.get("init") or {}
     if not (init.get("weights") or init.get("freeze")):
         return None
-    return apply_init(model, init.get("weights"), init.get("strict", False), list(init.get("reset") or []),
-                      list(init.get("freeze") or []), trust=bool(cfg.get("trust_checkpoint")))
+    return apply_init(
+        model,
+        init.get("weights"),
+        init.get("strict", False),
+        list(init.get("reset") or []),
+        list(init.get("freeze") or []),
+        trust=bool(cfg.get("trust_checkpoint")),
+    )

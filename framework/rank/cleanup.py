@@ -1,5 +1,6 @@
 """The end of a rank's job, whatever happened: loggers closed, results.json written (rank 0),
 the process group left. Teardown never hides the error that ended the run."""
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,17 @@ log = logging.getLogger(__name__)
 def lost_peer(err: BaseException) -> bool:
     """A broken connection: usually a peer died."""
     text = str(err)
-    return any(s in text for s in ("Connection reset by peer", "Connection closed by peer", "Connection refused",
-                                   "Socket closed", "remote process exited", "Broken pipe"))
+    return any(
+        s in text
+        for s in (
+            "Connection reset by peer",
+            "Connection closed by peer",
+            "Connection refused",
+            "Socket closed",
+            "remote process exited",
+            "Broken pipe",
+        )
+    )
 
 
 def cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, error: BaseException | None) -> None:
@@ -29,14 +39,18 @@ def cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, e
         try:
             logger.finalize(results["status"])
         except Exception as err:  # noqa: BLE001 - reported here, raised below
-            log.error("rank %d: %s.finalize failed: %s: %s", strategy.rank, type(logger).__name__,
-                      type(err).__name__, err)
+            log.error(
+                "rank %d: %s.finalize failed: %s: %s", strategy.rank, type(logger).__name__, type(err).__name__, err
+            )
             first = first or err
     if first is not None and error is None:
-        results.update(status="failed", error=f"{type(first).__name__} in a logger's finalize: {first}",
-                       failed_rank=strategy.rank)
-    for what, step in [("writing results.json", lambda: _write_results(cfg, strategy, results)),
-                       ("leaving the process group", strategy.teardown)]:
+        results.update(
+            status="failed", error=f"{type(first).__name__} in a logger's finalize: {first}", failed_rank=strategy.rank
+        )
+    for what, step in [
+        ("writing results.json", lambda: _write_results(cfg, strategy, results)),
+        ("leaving the process group", strategy.teardown),
+    ]:
         try:
             step()
         except Exception as err:  # noqa: BLE001

@@ -1,5 +1,6 @@
 """A run stopped by a signal: ``last`` holds its final step (saved here unless a checkpoint
 callback did), and under SLURM with ``trainer.requeue`` the job requeues itself."""
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,9 @@ def record_interruption(cfg: DictConfig, trainer: Trainer) -> dict:
         save_checkpoint(last, trainer)  # collective: every rank writes its shards
     name = signal.Signals(trainer.interrupted).name
     if strategy.is_global_zero:
-        log.warning("Interrupted by %s at step %d; %s holds it: resume with ckpt_path=last", name,
-                    trainer.global_step, last)
+        log.warning(
+            "Interrupted by %s at step %d; %s holds it: resume with ckpt_path=last", name, trainer.global_step, last
+        )
     out = {"status": "interrupted", "signal": name, "signal_number": trainer.interrupted, "checkpoint": str(last)}
     cause = signals.launcher_gone()
     if cause:
@@ -45,10 +47,20 @@ def stopped_after_training(cfg: DictConfig, trainer: Trainer, signum: int) -> di
     name = signal.Signals(signum).name
     last = Path(cfg.output_dir) / "checkpoints" / "last"
     if trainer.is_global_zero:
-        log.warning("Interrupted by %s after training (step %d), in the test or predict stage; %s", name,
-                    trainer.global_step, f"{last} holds the trained state" if last.exists() else "nothing was saved")
-    return {"status": "interrupted", "signal": name, "signal_number": signum, "steps": trainer.global_step,
-            "after_training": True, "checkpoint": str(last) if last.exists() else None}
+        log.warning(
+            "Interrupted by %s after training (step %d), in the test or predict stage; %s",
+            name,
+            trainer.global_step,
+            f"{last} holds the trained state" if last.exists() else "nothing was saved",
+        )
+    return {
+        "status": "interrupted",
+        "signal": name,
+        "signal_number": signum,
+        "steps": trainer.global_step,
+        "after_training": True,
+        "checkpoint": str(last) if last.exists() else None,
+    }
 
 
 def requeue() -> bool:
@@ -61,6 +73,11 @@ def requeue() -> bool:
         job = f"{job}_{os.environ['SLURM_ARRAY_TASK_ID']}"
     command = os.environ.get("FRAMEWORK_REQUEUE_COMMAND", "scontrol requeue {job_id}").format(job_id=job)
     done = subprocess.run(shlex.split(command), capture_output=True, text=True)
-    log.log(logging.INFO if done.returncode == 0 else logging.ERROR, "Requeue (%s): exit %d %s", command,
-            done.returncode, (done.stdout + done.stderr).strip())
+    log.log(
+        logging.INFO if done.returncode == 0 else logging.ERROR,
+        "Requeue (%s): exit %d %s",
+        command,
+        done.returncode,
+        (done.stdout + done.stderr).strip(),
+    )
     return done.returncode == 0

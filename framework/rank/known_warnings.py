@@ -1,5 +1,6 @@
 """Warnings of torch's that the framework knows to be harmless where it raises them: each is said
 once, in the framework's words, on rank 0, instead of once per rank; every other warning is kept."""
+
 from __future__ import annotations
 
 import logging
@@ -10,15 +11,20 @@ log = logging.getLogger(__name__)
 
 # (torch's message, why it does not matter here). Python warnings:
 WARNINGS = [
-    (re.compile(r"FSDP2-wrapped module \(\w+\) returned a view tensor"),
-     "fsdp: the model's output is a view (tensor parallel's local logits); the tasks read it out of place, "
-     "so its gradients are right (a task of your own must not change the model's output in place: x += y)"),
+    (
+        re.compile(r"FSDP2-wrapped module \(\w+\) returned a view tensor"),
+        "fsdp: the model's output is a view (tensor parallel's local logits); the tasks read it out of place, "
+        "so its gradients are right (a task of your own must not change the model's output in place: x += y)",
+    ),
 ]
 # ... and torch's log records, by logger:
 LOG_RECORDS = [
-    ("torch.distributed.tensor._redistribute", re.compile(r"sequential all_reduce operations will be performed"),
-     "fsdp x tp: the gradient norm for clipping is summed over dp_shard, then over tp (one all-reduce more per "
-     "step); every rank gets the same sum"),
+    (
+        "torch.distributed.tensor._redistribute",
+        re.compile(r"sequential all_reduce operations will be performed"),
+        "fsdp x tp: the gradient norm for clipping is summed over dp_shard, then over tp (one all-reduce more per "
+        "step); every rank gets the same sum",
+    ),
 ]
 
 

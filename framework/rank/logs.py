@@ -1,5 +1,6 @@
 """A rank's log: rank 0 appends to the job's train.log (and prints), rank r writes
 ``ranks/<r>/train.log``."""
+
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,6 @@
 """What a rank's job reports in results.json (rank 0 writes it): the job's fields whatever its
 outcome, and a completed run's figures."""
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,11 @@ def job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
     may run on and the CUDA devices it may see (a packed sweep gives each job its own)."""
     container = OmegaConf.to_container(cfg, resolve=True)
     placement = {"cpus": cpu_cores(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-    return {**job_record(container, strategy.name, strategy.world_size), "accelerator": strategy.accelerator,
-            "placement": placement}
+    return {
+        **job_record(container, strategy.name, strategy.world_size),
+        "accelerator": strategy.accelerator,
+        "placement": placement,
+    }
 
 
 def collect(cfg: DictConfig, trainer: Trainer) -> dict:
@@ -52,8 +56,9 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     predicted = None
     if model is not None:
         trainable = sum(whole_numel(p) for p in model.parameters() if p.requires_grad)
-        predicted = type(strategy).predict_model_state_bytes(trainable, optimizer_state_bytes(cfg.optimizer),
-                                                             strategy.topology, strategy.unwrap(model), strategy.options)
+        predicted = type(strategy).predict_model_state_bytes(
+            trainable, optimizer_state_bytes(cfg.optimizer), strategy.topology, strategy.unwrap(model), strategy.options
+        )
         if predicted is not None:  # (the same on every rank, but a pipeline's stages: the largest)
             predicted = max(all_gather_object(predicted))
     final = {k: v for k, v in trainer.logged_metrics.items() if "/" in k}
@@ -62,15 +67,21 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
         logger.log_hparams(hparams, final)
     comm, pipeline = strategy.comm_stats(), _pipeline(strategy)
     return {
-        **({"comm": comm} if comm else {}), **({"pipeline": pipeline} if pipeline else {}),
-        "status": "diverged" if trainer.diverged else "completed", "diverged": trainer.diverged,
-        "global_batch_size": trainer.global_batch_size, "epochs": trainer.state.epochs_run,
-        "steps": trainer.global_step, "metrics": dict(trainer.logged_metrics),
+        **({"comm": comm} if comm else {}),
+        **({"pipeline": pipeline} if pipeline else {}),
+        "status": "diverged" if trainer.diverged else "completed",
+        "diverged": trainer.diverged,
+        "global_batch_size": trainer.global_batch_size,
+        "epochs": trainer.state.epochs_run,
+        "steps": trainer.global_step,
+        "metrics": dict(trainer.logged_metrics),
         "throughput": _tokens(throughput(trainer.step_times, trainer.train_samples), cfg),
-        "memory": {"peak_bytes_per_rank": peaks,
-                   "model_state_bytes_per_rank": [s["total"] if s else None for s in states],
-                   "predicted_model_state_bytes": predicted,
-                   "parameters": _parameters(strategy, model) if model is not None else None},
+        "memory": {
+            "peak_bytes_per_rank": peaks,
+            "model_state_bytes_per_rank": [s["total"] if s else None for s in states],
+            "predicted_model_state_bytes": predicted,
+            "parameters": _parameters(strategy, model) if model is not None else None,
+        },
     }
 
 

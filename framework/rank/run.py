@@ -5,6 +5,7 @@ The path of a rank, top to bottom: ``run_launched`` (a locally launched rank: it
 threads) -> ``run`` -> build (rank/build.py) -> stages -> results (rank/results.py), with a stop
 signal recorded by rank/interruption.py and teardown in rank/cleanup.py.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,8 @@ from framework.engine.signals import StopNow, StopSignals, stop_signals, watch_p
 from framework.rank.benchmark_repeats import repeat_timing
 from framework.rank.build import build_trainer
 from framework.rank.cleanup import cleanup, lost_peer
-from framework.rank.known_warnings import quiet_known_warnings
 from framework.rank.interruption import record_interruption, stopped_after_training
+from framework.rank.known_warnings import quiet_known_warnings
 from framework.rank.logs import configure_rank_logging
 from framework.rank.results import collect, job_fields
 from framework.rank.stages import run_stages
@@ -86,8 +87,9 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
         return _run_stages_and_clean_up(cfg, env, strategy, results, stops, start)
 
 
-def _run_stages_and_clean_up(cfg: DictConfig, env: RankEnv, strategy: Strategy, results: dict,
-                             stops: StopSignals, start: float) -> dict:
+def _run_stages_and_clean_up(
+    cfg: DictConfig, env: RankEnv, strategy: Strategy, results: dict, stops: StopSignals, start: float
+) -> dict:
     trainer, parts, error = None, None, None
     try:
         trainer, parts = build_trainer(cfg, env, strategy, stops)
@@ -97,8 +99,9 @@ def _run_stages_and_clean_up(cfg: DictConfig, env: RankEnv, strategy: Strategy, 
         results.update(run_stages(cfg, trainer, parts, stops))
         results.update(collect(cfg, trainer))
         if cfg.get("benchmark_repeats", 1) > 1 and cfg.train and not trainer.interrupted:
-            results["throughput"] = repeat_timing(OmegaConf.merge(cfg, {"seed": trainer.seed}), env, strategy,
-                                                  results["throughput"])
+            results["throughput"] = repeat_timing(
+                OmegaConf.merge(cfg, {"seed": trainer.seed}), env, strategy, results["throughput"]
+            )
         if trainer.interrupted:  # still under the handlers: a duplicate signal must not kill the save
             results.update(record_interruption(cfg, trainer))
         return results
@@ -111,8 +114,12 @@ def _run_stages_and_clean_up(cfg: DictConfig, env: RankEnv, strategy: Strategy, 
             results.update(stopped_after_training(cfg, trainer, signals.RECEIVED))
             return results
         error = err
-        results.update(status="failed", error=f"{type(err).__name__}: {err}", failed_rank=env.rank,
-                       traceback=traceback.format_exc())
+        results.update(
+            status="failed",
+            error=f"{type(err).__name__}: {err}",
+            failed_rank=env.rank,
+            traceback=traceback.format_exc(),
+        )
         log.error("rank %d failed: %s\n%s", env.rank, results["error"], results["traceback"].rstrip())
         if env.world_size > 1 and lost_peer(err):
             # A broken connection usually means a peer died. Exit a moment later, so that the

@@ -1,5 +1,6 @@
 """The stages of one rank's job, in order: transfer-learning init, fit (or resume), export the
 final weights, test, predict. Each runs when the config asks for it; the Trainer runs the loops."""
+
 from __future__ import annotations
 
 import contextlib
@@ -86,12 +87,14 @@ def predict(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | N
     """The predict loop on the weights just tested or trained (with neither: the checkpoint's,
     or the model as built); rank 0 writes them to predictions.<predict_format>."""
     fresh = trainer.model is None
-    predictions = trainer.predict(parts.datamodule, model=parts.model if fresh else None,
-                                  ckpt_path=ckpt if fresh else None)
+    predictions = trainer.predict(
+        parts.datamodule, model=parts.model if fresh else None, ckpt_path=ckpt if fresh else None
+    )
     if predictions is None:  # the other ranks, or nothing to predict
         return None
-    path = write_predictions(predictions, Path(cfg.output_dir), cfg.predict_format,
-                             getattr(parts.datamodule, "prediction_records", None))
+    path = write_predictions(
+        predictions, Path(cfg.output_dir), cfg.predict_format, getattr(parts.datamodule, "prediction_records", None)
+    )
     samples = len(predictions if isinstance(predictions, torch.Tensor) else next(iter(predictions.values())))
     log.info("Wrote the predictions of %d samples to %s", samples, path)
     return {"path": str(path), "samples": samples}

@@ -7,6 +7,7 @@ validation; a scratch directory) and is dropped; the run then builds everything 
 seed, so it is the same run as one given the chosen strategy. Every rank takes the slowest rank's
 median step time of each candidate, so all of them choose the same.
 """
+
 from __future__ import annotations
 
 import gc
@@ -58,8 +59,11 @@ def _simplest_within_noise(labels: list[str], times: dict, spreads: dict) -> int
     """The first candidate (they come in order of preference: the simplest first) whose step time
     the probe cannot tell from the fastest's: slower by no more than either one's spread."""
     fastest = min(labels, key=times.get)
-    return next(i for i, label in enumerate(labels)
-                if label == fastest or times[label] / times[fastest] - 1 <= max(spreads[label], spreads[fastest]))
+    return next(
+        i
+        for i, label in enumerate(labels)
+        if label == fastest or times[label] / times[fastest] - 1 <= max(spreads[label], spreads[fastest])
+    )
 
 
 def _with_strategy(cfg: DictConfig, node: dict) -> DictConfig:
@@ -69,11 +73,18 @@ def _with_strategy(cfg: DictConfig, node: dict) -> DictConfig:
 
 
 def _record(plan: dict, chosen: str, steps: int, measured: dict, spreads: dict) -> dict:
-    rows = [{**row, "step_time_s": measured.get(row["strategy"]), "step_time_spread": spreads.get(row["strategy"])}
-            for row in plan.get("candidates", [])]
-    return {**{k: v for k, v in plan.items() if k != "candidates"}, "chosen": chosen,
-            "by": _reason(chosen, steps, measured, spreads), "probe_steps": steps if measured else 0,
-            "within_noise": bool(measured) and chosen != min(measured, key=measured.get), "candidates": rows}
+    rows = [
+        {**row, "step_time_s": measured.get(row["strategy"]), "step_time_spread": spreads.get(row["strategy"])}
+        for row in plan.get("candidates", [])
+    ]
+    return {
+        **{k: v for k, v in plan.items() if k != "candidates"},
+        "chosen": chosen,
+        "by": _reason(chosen, steps, measured, spreads),
+        "probe_steps": steps if measured else 0,
+        "within_noise": bool(measured) and chosen != min(measured, key=measured.get),
+        "candidates": rows,
+    }
 
 
 def _reason(chosen: str, steps: int, measured: dict, spreads: dict) -> str:
@@ -83,29 +94,52 @@ def _reason(chosen: str, steps: int, measured: dict, spreads: dict) -> str:
     fastest = min(measured, key=measured.get)
     if chosen != fastest:
         margin = measured[chosen] / measured[fastest] - 1
-        return (f"{fastest} was {margin:.1%} faster by {steps} probe steps each, within the probe's noise "
-                f"(step times spread {max(spreads[chosen], spreads[fastest]):.1%}): the simpler strategy is kept")
+        return (
+            f"{fastest} was {margin:.1%} faster by {steps} probe steps each, within the probe's noise "
+            f"(step times spread {max(spreads[chosen], spreads[fastest]):.1%}): the simpler strategy is kept"
+        )
     others = {k: v for k, v in measured.items() if k != chosen}
     runner_up = min(others, key=others.get)
-    return (f"the fastest of {len(measured)} by {steps} probe steps each, {measured[runner_up] / measured[chosen] - 1:.1%} "
-            f"ahead of {runner_up} (step times spread {max(spreads[chosen], spreads[runner_up]):.1%})")
+    return (
+        f"the fastest of {len(measured)} by {steps} probe steps each, {measured[runner_up] / measured[chosen] - 1:.1%} "
+        f"ahead of {runner_up} (step times spread {max(spreads[chosen], spreads[runner_up]):.1%})"
+    )
 
 
 def _probe(cfg: DictConfig, env: RankEnv, candidate: dict, steps: int, signals, name: str) -> tuple[float, float]:
     """The median seconds per step of ``steps`` steps (after the warm-up) through ``candidate``, and
     their spread (the median absolute deviation scaled to a standard deviation, over the median)."""
-    probe = _with_strategy(OmegaConf.merge(cfg, {"trainer": {
-        "max_steps": steps + WARMUP_STEPS, "max_epochs": -1, "max_time": None, "limit_val_batches": 0,
-        "num_sanity_val_steps": 0, "enable_progress_bar": False, "enable_model_summary": False,
-        "enable_checkpointing": False, "profiler": None}}), candidate)
+    probe = _with_strategy(
+        OmegaConf.merge(
+            cfg,
+            {
+                "trainer": {
+                    "max_steps": steps + WARMUP_STEPS,
+                    "max_epochs": -1,
+                    "max_time": None,
+                    "limit_val_batches": 0,
+                    "num_sanity_val_steps": 0,
+                    "enable_progress_bar": False,
+                    "enable_model_summary": False,
+                    "enable_checkpointing": False,
+                    "profiler": None,
+                }
+            },
+        ),
+        candidate,
+    )
     strategy = build_strategy(OmegaConf.to_container(probe, resolve=True), env)
     strategy.setup_environment()  # the first candidate joins the job's process group; the others find it
     with tempfile.TemporaryDirectory(prefix="framework-probe-") as scratch:
         times = fit_quietly(probe, env, strategy, scratch, signals).step_times[WARMUP_STEPS:]
     del strategy
     gc.collect()  # the candidate's wrapped model and optimizer go before the next one is built
-    log.info("strategy=auto probe %s: %s s/step over %d steps", name,
-             f"{statistics.median(times):.4g}" if times else "?", len(times))
+    log.info(
+        "strategy=auto probe %s: %s s/step over %d steps",
+        name,
+        f"{statistics.median(times):.4g}" if times else "?",
+        len(times),
+    )
     if not times:
         return float("inf"), 0.0
     median = statistics.median(times)
@@ -122,11 +156,18 @@ def mib(value: float | None) -> str:
 def decision_lines(plan: dict, measured: dict | None = None, chosen: str | None = None) -> list[str]:
     """The decision as a table, one line per candidate (for train.log and framework-plan --choose)."""
     limit = plan["memory_limit_bytes"]
-    lines = [f"strategy=auto: memory limit {mib(limit)} per device ({plan['memory_limit_source']}), margin "
-             f"{plan['memory_margin']:.0%}" if limit else f"strategy=auto: no memory limit ({plan['memory_limit_source']})"]
+    lines = [
+        f"strategy=auto: memory limit {mib(limit)} per device ({plan['memory_limit_source']}), margin "
+        f"{plan['memory_margin']:.0%}"
+        if limit
+        else f"strategy=auto: no memory limit ({plan['memory_limit_source']})"
+    ]
     for row in plan["candidates"]:
         step = (measured or {}).get(row["strategy"])
         verdict = "chosen" if row["strategy"] == chosen else (row["dropped"] or "fits")
-        lines.append(f"  {row['strategy']:<14} {mib(row['predicted_bytes']):>12}"
-                     + (f"  {step * 1e3:9.2f} ms/step" if step is not None else "") + f"  {verdict}")
+        lines.append(
+            f"  {row['strategy']:<14} {mib(row['predicted_bytes']):>12}"
+            + (f"  {step * 1e3:9.2f} ms/step" if step is not None else "")
+            + f"  {verdict}"
+        )
     return lines

@@ -2,6 +2,7 @@
 ``ckpt_path="best"``): ``best`` (the checkpoint callback's best by its monitor), ``last`` (its
 last save) or ``final`` (the weights training ended with); null = ``best`` when a checkpoint
 callback monitors a metric (and no ``swa`` callback gives the model its average), else ``final``."""
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,11 @@ def _checkpoint_callbacks(container: dict) -> list[dict]:
     trainer = container.get("trainer") or {}
     if trainer.get("enable_checkpointing") is False or trainer.get("fast_dev_run"):
         return []
-    return [node for node in (container.get("callbacks") or {}).values()
-            if isinstance(node, dict) and str(node.get("_target_", "")).endswith("ModelCheckpoint")]
+    return [
+        node
+        for node in (container.get("callbacks") or {}).values()
+        if isinstance(node, dict) and str(node.get("_target_", "")).endswith("ModelCheckpoint")
+    ]
 
 
 def requested(container: dict) -> str:
@@ -26,8 +30,10 @@ def requested(container: dict) -> str:
     choice = container.get("test_ckpt")
     if choice is not None:
         return choice
-    if any(isinstance(node, dict) and str(node.get("_target_", "")).endswith("SWA")
-           for node in (container.get("callbacks") or {}).values()):
+    if any(
+        isinstance(node, dict) and str(node.get("_target_", "")).endswith("SWA")
+        for node in (container.get("callbacks") or {}).values()
+    ):
         return "final"  # the model holds the average once training ends: that is what to test
     return "best" if any(node.get("monitor") for node in _checkpoint_callbacks(container)) else "final"
 
@@ -39,11 +45,15 @@ def test_ckpt_problems(container: dict) -> list[str]:
         return []
     nodes = _checkpoint_callbacks(container)
     if choice == "best" and not any(node.get("monitor") for node in nodes):
-        return ["test_ckpt: best needs a checkpoint callback that monitors a metric (callbacks.model_checkpoint."
-                "monitor, trainer.enable_checkpointing=true); choose test_ckpt=last|final, or configure one"]
+        return [
+            "test_ckpt: best needs a checkpoint callback that monitors a metric (callbacks.model_checkpoint."
+            "monitor, trainer.enable_checkpointing=true); choose test_ckpt=last|final, or configure one"
+        ]
     if choice == "last" and not any(node.get("save_last", True) for node in nodes):
-        return ["test_ckpt: last needs a checkpoint callback with save_last=true (and "
-                "trainer.enable_checkpointing=true); choose test_ckpt=best|final, or configure one"]
+        return [
+            "test_ckpt: last needs a checkpoint callback with save_last=true (and "
+            "trainer.enable_checkpointing=true); choose test_ckpt=best|final, or configure one"
+        ]
     return []
 
 
@@ -63,5 +73,4 @@ def test_checkpoint(container: dict) -> tuple[str, Path | None]:
 
 def record(which: str, path: Path | None) -> dict:
     """results.json's ``test_ckpt``."""
-    return {"weights": which, "path": str(path.resolve()) if path else None,
-            "step": saved_step(path) if path else None}
+    return {"weights": which, "path": str(path.resolve()) if path else None, "step": saved_step(path) if path else None}

@@ -19,6 +19,7 @@ Modules: ``rows`` (results.json -> rows), ``compare`` (across jobs), ``table`` (
 ``plots``, ``timing``, ``callback`` (the Hydra callback). A plug-in layer: may import engine and
 every layer below it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,7 +37,10 @@ def main() -> None:
         print("usage: python -m framework.report <sweep dir>", file=sys.stderr)
         sys.exit(2)
     if (Path(sys.argv[1]) / "results.json").exists():
-        print(f"{sys.argv[1]} is one run's directory; the report compares the jobs of a sweep directory "
-              f"(outputs/multirun/<date>/<time>)", file=sys.stderr)
+        print(
+            f"{sys.argv[1]} is one run's directory; the report compares the jobs of a sweep directory "
+            f"(outputs/multirun/<date>/<time>)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     print(write_report(sys.argv[1]))

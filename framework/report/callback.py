@@ -1,4 +1,5 @@
 """The Hydra callback that ends every multirun with its report."""
+
 from __future__ import annotations
 
 import json
@@ -32,17 +33,26 @@ class SweepReport(Callback):
         if not config.get("overwrite"):
             taken = [p.name for p in job_dirs(sweep_dir) if previous_run(p)]
             if taken:  # before any job starts: the jobs would overwrite them one by one
-                message = (f"hydra.sweep.dir: '{sweep_dir}' already holds the results of jobs {', '.join(taken)}; "
-                           f"choose another hydra.sweep.dir, or set overwrite=true")
+                message = (
+                    f"hydra.sweep.dir: '{sweep_dir}' already holds the results of jobs {', '.join(taken)}; "
+                    f"choose another hydra.sweep.dir, or set overwrite=true"
+                )
                 log.error(message)
                 print(message, file=sys.stderr)
                 sys.exit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         choices = OmegaConf.select(config, "hydra.runtime.choices", default={}) or {}
-        write_json(sweep_dir / SWEEP_FILE, {
-            "started_at": time.time(), "overrides": list(OmegaConf.select(config, "hydra.overrides.task") or []),
-            "launcher": choices.get("hydra/launcher"), "sweeper": choices.get("hydra/sweeper"),
-            "optimized_metric": config.get("optimized_metric"), "optimized_mode": config.get("optimized_mode")})
+        write_json(
+            sweep_dir / SWEEP_FILE,
+            {
+                "started_at": time.time(),
+                "overrides": list(OmegaConf.select(config, "hydra.overrides.task") or []),
+                "launcher": choices.get("hydra/launcher"),
+                "sweeper": choices.get("hydra/sweeper"),
+                "optimized_metric": config.get("optimized_metric"),
+                "optimized_mode": config.get("optimized_mode"),
+            },
+        )
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -63,5 +73,3 @@ def finish_sweep(sweep_dir: Path) -> list[dict]:
     path = write_report(sweep_dir, rows)
     log.info("Sweep report: %s", Path(path).resolve())
     return rows
-
-

@@ -1,6 +1,7 @@
 """What the report computes across jobs: which keys were swept, each job's speed-up over its
 1-device baseline (flagged when it cannot be true), and how far its losses are from that
 baseline's (the framework's equivalence promise, shown)."""
+
 from __future__ import annotations
 
 import csv

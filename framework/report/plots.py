@@ -1,4 +1,5 @@
 """The report's plots: throughput and memory against world size, and the loss curves."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,15 +15,28 @@ def plots(sweep_dir: Path, rows: list[dict]) -> list[Path]:
     import matplotlib.pyplot as plt
 
     done = [r for r in rows if r.get("status") == "completed"]
-    paths = [_by_world_size(plt, sweep_dir / "throughput.png", done, "samples/s (steady state)",
-                            lambda r: r.get("samples_per_s"))]
+    paths = [
+        _by_world_size(
+            plt, sweep_dir / "throughput.png", done, "samples/s (steady state)", lambda r: r.get("samples_per_s")
+        )
+    ]
     if done and all(r.get("accelerator") == "cuda" for r in done):
-        paths.append(_by_world_size(plt, sweep_dir / "memory.png", done, "peak allocated per rank (MiB)",
-                                    lambda r: r.get("peak_mem_mib")))
+        paths.append(
+            _by_world_size(
+                plt, sweep_dir / "memory.png", done, "peak allocated per rank (MiB)", lambda r: r.get("peak_mem_mib")
+            )
+        )
     else:  # on CPU, resident memory says how a rank started more than what it holds: the model state
-        paths.append(_by_world_size(
-            plt, sweep_dir / "memory.png", done, "model-state bytes per parameter, per rank",
-            lambda r: _per_parameter(r, "model_state_bytes"), lambda r: _per_parameter(r, "predicted_model_state_bytes")))
+        paths.append(
+            _by_world_size(
+                plt,
+                sweep_dir / "memory.png",
+                done,
+                "model-state bytes per parameter, per rank",
+                lambda r: _per_parameter(r, "model_state_bytes"),
+                lambda r: _per_parameter(r, "predicted_model_state_bytes"),
+            )
+        )
     paths.append(_loss_curves(plt, sweep_dir, done))
     return paths
 
@@ -40,11 +54,10 @@ def _by_world_size(plt, path: Path, rows: list[dict], ylabel: str, measured, pre
         mine = [r for r in rows if r["series"] == series]
         pts = sorted((r["world_size"], measured(r)) for r in mine if measured(r) is not None)
         if pts:
-            line, = ax.plot(*zip(*pts), marker="o", label=series)
+            (line,) = ax.plot(*zip(*pts), marker="o", label=series)
             guess = sorted((r["world_size"], predicted(r)) for r in mine if predicted and predicted(r) is not None)
             if guess:
-                ax.plot(*zip(*guess), linestyle="--", marker="x", color=line.get_color(),
-                        label=f"{series} (predicted)")
+                ax.plot(*zip(*guess), linestyle="--", marker="x", color=line.get_color(), label=f"{series} (predicted)")
     ax.set_xlabel("devices (world size)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
@@ -63,8 +76,13 @@ def _loss_curves(plt, sweep_dir: Path, rows: list[dict]) -> Path:
         losses = train_losses(sweep_dir / r["job"])
         if losses:
             # a job that logged few points shows them as markers (a line of one point is invisible)
-            ax.plot(list(losses), list(losses.values()), marker="o" if len(losses) < 5 else None, markersize=4,
-                    label=f"{r['job']}: {r['series']} x{r['world_size']}")
+            ax.plot(
+                list(losses),
+                list(losses.values()),
+                marker="o" if len(losses) < 5 else None,
+                markersize=4,
+                label=f"{r['job']}: {r['series']} x{r['world_size']}",
+            )
     ax.set_xlabel("step")
     ax.set_ylabel("train/loss")
     ax.grid(alpha=0.3)

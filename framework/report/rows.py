@@ -1,4 +1,5 @@
 """One row per job of a sweep, read from its ``results.json``."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,16 @@ NOISY_SPREAD = 1.5
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
     """The job directories: those a job has started writing to (Hydra opens train.log first)."""
-    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
-                   and any((p / name).exists() for name in ("train.log", "config.yaml", "results.json"))),
-                  key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else p.name))
+    return sorted(
+        (
+            p
+            for p in sweep_dir.iterdir()
+            if p.is_dir()
+            and not p.name.startswith(".")
+            and any((p / name).exists() for name in ("train.log", "config.yaml", "results.json"))
+        ),
+        key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else p.name),
+    )
 
 
 def job_overrides(job: dict) -> dict[str, str]:
@@ -64,8 +72,11 @@ def _flag_packed(rows: list[dict], sweep_dir: Path) -> None:
         record = jobs.get(row["job"]) or {}
         row["packed_devices"] = record.get("devices")
         if record.get("beside"):
-            flag(row, f"measured beside job(s) {', '.join(map(str, record['beside']))} (hydra/launcher=packed), on "
-                      f"devices {record['devices']} of its own")
+            flag(
+                row,
+                f"measured beside job(s) {', '.join(map(str, record['beside']))} (hydra/launcher=packed), on "
+                f"devices {record['devices']} of its own",
+            )
 
 
 def _strategy_choice(row: dict, r: dict) -> None:
@@ -73,7 +84,10 @@ def _strategy_choice(row: dict, r: dict) -> None:
     choice = r.get("strategy_choice")
     if choice:
         dropped = [f"{c['strategy']} {c['dropped']}" for c in choice.get("candidates", []) if c.get("dropped")]
-        flag(row, f"auto chose {choice['chosen']} ({choice['by']})" + (f"; dropped: {'; '.join(dropped)}" if dropped else ""))
+        flag(
+            row,
+            f"auto chose {choice['chosen']} ({choice['by']})" + (f"; dropped: {'; '.join(dropped)}" if dropped else ""),
+        )
 
 
 def _row(name: str, r: dict) -> dict:
@@ -82,27 +96,41 @@ def _row(name: str, r: dict) -> dict:
     states = [b for b in memory.get("model_state_bytes_per_rank") or [] if b]
     hydra_job = r.get("job") or {}
     overrides = job_overrides(hydra_job)
-    row = {"job": name, "strategy": strategy_label(r.get("strategy"), overrides), "devices": r.get("devices"),
-           "world_size": r.get("world_size"), "status": r.get("status"), "accelerator": r.get("accelerator"),
-           **_throughput(r.get("throughput") or {}),
-           "peak_mem_mib": max(peaks) / 2**20 if peaks else None,
-           "model_state_bytes": max(states) if states else None,
-           "predicted_model_state_bytes": memory.get("predicted_model_state_bytes"),
-           "parameters": memory.get("parameters"),
-           "comm_bytes_per_step": comm.get("bytes_per_step"), "comm_algorithm": comm.get("algorithm"),
-           "bubble_predicted": (r.get("pipeline") or {}).get("bubble_predicted"),
-           "bubble_measured": (r.get("pipeline") or {}).get("bubble_measured"),
-           "wall_time_s": r.get("wall_time_s"), "reason": r.get("error") or r.get("reason") or "",
-           # not columns: what the comparison groups and the timing section use
-           "overrides": overrides, "job_time_s": hydra_job.get("time_s"), "started_at": hydra_job.get("started_at"),
-           "fit_time_s": r.get("fit_time_s"), "test_time_s": r.get("test_time_s")}
+    row = {
+        "job": name,
+        "strategy": strategy_label(r.get("strategy"), overrides),
+        "devices": r.get("devices"),
+        "world_size": r.get("world_size"),
+        "status": r.get("status"),
+        "accelerator": r.get("accelerator"),
+        **_throughput(r.get("throughput") or {}),
+        "peak_mem_mib": max(peaks) / 2**20 if peaks else None,
+        "model_state_bytes": max(states) if states else None,
+        "predicted_model_state_bytes": memory.get("predicted_model_state_bytes"),
+        "parameters": memory.get("parameters"),
+        "comm_bytes_per_step": comm.get("bytes_per_step"),
+        "comm_algorithm": comm.get("algorithm"),
+        "bubble_predicted": (r.get("pipeline") or {}).get("bubble_predicted"),
+        "bubble_measured": (r.get("pipeline") or {}).get("bubble_measured"),
+        "wall_time_s": r.get("wall_time_s"),
+        "reason": r.get("error") or r.get("reason") or "",
+        # not columns: what the comparison groups and the timing section use
+        "overrides": overrides,
+        "job_time_s": hydra_job.get("time_s"),
+        "started_at": hydra_job.get("started_at"),
+        "fit_time_s": r.get("fit_time_s"),
+        "test_time_s": r.get("test_time_s"),
+    }
     if r.get("failed_rank") is not None:
         row["reason"] = f"rank {r['failed_rank']}: {row['reason']}"
     _strategy_choice(row, r)
     warmup, steps = comm.get("warmup_steps"), r.get("steps")
     if warmup and steps is not None and steps <= warmup:
-        flag(row, f"never left its warm-up ({steps} steps <= strategy.warmup_steps={warmup}): it ran as "
-                  "synchronous gradient averaging")
+        flag(
+            row,
+            f"never left its warm-up ({steps} steps <= strategy.warmup_steps={warmup}): it ran as "
+            "synchronous gradient averaging",
+        )
     low, high = row.get("samples_per_s_min"), row.get("samples_per_s_max")
     if low and high and high / low > NOISY_SPREAD:
         flag(row, f"noisy timing: {low:.4g}-{high:.4g} samples/s across the steady-state windows")
@@ -114,6 +142,9 @@ def _throughput(throughput: dict) -> dict:
     """samples/s of the steady-state steps and its spread: over the job's repeated trainings
     (benchmark_repeats), else over the timing windows of its one run."""
     spread = [w for w in throughput.get("samples_per_s_repeats") or throughput.get("samples_per_s_windows") or [] if w]
-    return {"samples_per_s": throughput.get("samples_per_s"), "tokens_per_s": throughput.get("tokens_per_s"),
-            "samples_per_s_min": min(spread) if spread else None,
-            "samples_per_s_max": max(spread) if spread else None}
+    return {
+        "samples_per_s": throughput.get("samples_per_s"),
+        "tokens_per_s": throughput.get("tokens_per_s"),
+        "samples_per_s_min": min(spread) if spread else None,
+        "samples_per_s_max": max(spread) if spread else None,
+    }

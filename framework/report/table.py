@@ -1,4 +1,5 @@
 """report.csv and report.md: the jobs' table, the best job, footnotes, timing and plots."""
+
 from __future__ import annotations
 
 import csv
@@ -13,9 +14,22 @@ from framework.report.timing import timing
 
 # The swept parameters come after "job", then one column per metric the jobs logged (val/*,
 # test/*: the task's own), then LAST_COLUMNS.
-COLUMNS = ["job", "strategy", "devices", "world_size", "status", "samples_per_s", "speedup", "efficiency",
-           "loss_rel_diff", "peak_mem_mib", "model_state_bytes", "predicted_model_state_bytes",
-           "comm_bytes_per_step", "comm_algorithm"]
+COLUMNS = [
+    "job",
+    "strategy",
+    "devices",
+    "world_size",
+    "status",
+    "samples_per_s",
+    "speedup",
+    "efficiency",
+    "loss_rel_diff",
+    "peak_mem_mib",
+    "model_state_bytes",
+    "predicted_model_state_bytes",
+    "comm_bytes_per_step",
+    "comm_algorithm",
+]
 # In report.csv only (the table in report.md is wide enough), after samples_per_s.
 CSV_ONLY = ["samples_per_s_min", "samples_per_s_max", "accelerator", "parameters"]
 LAST_COLUMNS = ["rank", "wall_time_s", "notes", "reason"]
@@ -49,28 +63,31 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         row["series"] = " ".join([str(row.get("strategy"))] + [f"{k}={row[k]}" for k in params])
     objective = _objective(sweep_dir)
     _rank(rows, *objective)
-    columns = COLUMNS[:1] + params + COLUMNS[1:] + metric_columns(rows) + LAST_COLUMNS
-    at = columns.index("samples_per_s") + 1
-    if any(row.get("tokens_per_s") for row in rows):  # language models: tokens/s beside samples/s
-        columns.insert(at, "tokens_per_s")
-        at += 1
-    if any(row.get("bubble_predicted") is not None for row in rows):  # pipelines: the bubble, planned and measured
-        after = columns.index("predicted_model_state_bytes") + 1
-        columns[after:after] = ["bubble_predicted", "bubble_measured"]
+    columns, at = _columns(rows, params)
     with open(sweep_dir / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns[:at] + CSV_ONLY + columns[at:], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    lines = [f"# Sweep report: {sweep_dir}", "",
-             ", ".join(f"{sum(r.get('status') == s for r in rows)} {s}" for s in STATUSES) + ".", "",
-             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(row.get(c)).replace("|", "/").replace("\n", " ")[:200] for c in columns) + " |"
-              for row in rows]
+    lines = [
+        f"# Sweep report: {sweep_dir}",
+        "",
+        ", ".join(f"{sum(r.get('status') == s for r in rows)} {s}" for s in STATUSES) + ".",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    lines += [
+        "| " + " | ".join(fmt(row.get(c)).replace("|", "/").replace("\n", " ")[:200] for c in columns) + " |"
+        for row in rows
+    ]
     best = next((r for r in rows if r.get("rank") == 1), None)
     if best is not None:
         metric, mode = objective
-        lines += ["", f"Best by {metric} ({mode}): job {best['job']} ({fmt(best[metric])}), "
-                      + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params])]
+        lines += [
+            "",
+            f"Best by {metric} ({mode}): job {best['job']} ({fmt(best[metric])}), "
+            + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params]),
+        ]
     lines += ["", *footnotes(rows), *timing(sweep_dir, rows), ""]
     runs = link_tensorboard_runs(sweep_dir, rows)
     if runs is not None:
@@ -80,36 +97,61 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
     return sweep_dir / "report.md"
 
 
+def _columns(rows: list[dict], params: list[str]) -> tuple[list[str], int]:
+    """The report's columns for these rows, and where the CSV-only columns go (after throughput)."""
+    columns = COLUMNS[:1] + params + COLUMNS[1:] + metric_columns(rows) + LAST_COLUMNS
+    at = columns.index("samples_per_s") + 1
+    if any(row.get("tokens_per_s") for row in rows):  # language models: tokens/s beside samples/s
+        columns.insert(at, "tokens_per_s")
+        at += 1
+    if any(row.get("bubble_predicted") is not None for row in rows):  # pipelines: the bubble, planned and measured
+        after = columns.index("predicted_model_state_bytes") + 1
+        columns[after:after] = ["bubble_predicted", "bubble_measured"]
+    return columns, at
+
+
 def footnotes(rows: list[dict]) -> list[str]:
     """What the columns mean where a reader could misread them."""
     done = [r for r in rows if r.get("status") == "completed"]
-    notes = ["samples_per_s: the steady-state steps only (the first steps, warm-up, left out); report.csv "
-             "adds the slowest and fastest of its timing windows, or of its runs with benchmark_repeats=N "
-             "(samples_per_s is then their median).",
-             "loss_rel_diff: the largest relative train/loss difference, step by step, from the group's "
-             "1-device job (single's when there is one); strategies that compute the same gradients show "
-             "float noise (about 1e-6), algorithms that change them show their effect."]
+    notes = [
+        "samples_per_s: the steady-state steps only (the first steps, warm-up, left out); report.csv "
+        "adds the slowest and fastest of its timing windows, or of its runs with benchmark_repeats=N "
+        "(samples_per_s is then their median).",
+        "loss_rel_diff: the largest relative train/loss difference, step by step, from the group's "
+        "1-device job (single's when there is one); strategies that compute the same gradients show "
+        "float noise (about 1e-6), algorithms that change them show their effect.",
+    ]
     if any("noisy timing" in (r.get("notes") or "") for r in done):
-        notes.append(f"Noted 'noisy timing': the fastest of the job's timing windows (or runs) was more than "
-                     f"{NOISY_SPREAD}x its slowest, so its samples/s is one point of a wide range: other processes, "
-                     "ranks sharing cores, or a short run. Compare such jobs with benchmark_repeats=3 or longer runs.")
+        notes.append(
+            f"Noted 'noisy timing': the fastest of the job's timing windows (or runs) was more than "
+            f"{NOISY_SPREAD}x its slowest, so its samples/s is one point of a wide range: other processes, "
+            "ranks sharing cores, or a short run. Compare such jobs with benchmark_repeats=3 or longer runs."
+        )
     if done and not any(r.get("speedup") for r in done) and any((r.get("world_size") or 1) > 1 for r in done):
-        notes.append("speedup, efficiency and loss_rel_diff are empty: no job of the sweep ran on 1 device to "
-                     "compare with (add trainer.devices=1,... to the sweep).")
+        notes.append(
+            "speedup, efficiency and loss_rel_diff are empty: no job of the sweep ran on 1 device to "
+            "compare with (add trainer.devices=1,... to the sweep)."
+        )
     if any("noise:" in (r.get("notes") or "") for r in done):
-        notes.append("Flagged 'noise': a speed-up outside [1/N, N] for N ranks does not measure scaling. Above N, "
-                     "one of the two timings is off (the baseline ran slowly: the machine busy, caches, frequency); "
-                     "below 1/N, communication and start-up dwarf the compute, or the ranks share too few cores "
-                     "(a small model on CPU ranks). Re-run them with benchmark_repeats=3, longer, or on a quieter machine.")
+        notes.append(
+            "Flagged 'noise': a speed-up outside [1/N, N] for N ranks does not measure scaling. Above N, "
+            "one of the two timings is off (the baseline ran slowly: the machine busy, caches, frequency); "
+            "below 1/N, communication and start-up dwarf the compute, or the ranks share too few cores "
+            "(a small model on CPU ranks). Re-run them with benchmark_repeats=3, longer, or on a quieter machine."
+        )
     if any(r.get("bubble_predicted") is not None for r in done):
-        notes.append("bubble_predicted: the share of each step a pipeline's stage idles by its schedule, (p - 1) / "
-                     "(m + p - 1) for p stages and m micro-batches; bubble_measured: the share of its steps (after "
-                     "the first) that a stage spent outside its forward and backward, the mean over ranks "
-                     "(communication and the optimizer step count as idle here).")
+        notes.append(
+            "bubble_predicted: the share of each step a pipeline's stage idles by its schedule, (p - 1) / "
+            "(m + p - 1) for p stages and m micro-batches; bubble_measured: the share of its steps (after "
+            "the first) that a stage spent outside its forward and backward, the mean over ranks "
+            "(communication and the optimizer step count as idle here)."
+        )
     if any(r.get("accelerator") == "cpu" for r in done):
-        notes.append("peak_mem_mib on CPU is the process's resident memory, which depends on how a rank "
-                     "started (in this process, or forked); memory.png shows the measured model state "
-                     "(parameters, gradients, optimizer state) per rank instead.")
+        notes.append(
+            "peak_mem_mib on CPU is the process's resident memory, which depends on how a rank "
+            "started (in this process, or forked); memory.png shows the measured model state "
+            "(parameters, gradients, optimizer state) per rank instead."
+        )
     return [f"- {n}" for n in notes] + [""]
 
 

@@ -1,6 +1,7 @@
 """<sweep>/tensorboard: a link per job to its TensorBoard event directory, named after the keys the
 sweep varied (``strategy=ddp,trainer.devices=2``), so that ``tensorboard --logdir <sweep>/tensorboard``
 names its runs after what differs between them, not ``0/tb``, ``3/tb``."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The report's Timing section: where a sweep's wall time went."""
+
 from __future__ import annotations
 
 import json
@@ -24,22 +25,27 @@ def timing(sweep_dir: Path, rows: list[dict]) -> list[str]:
     # A job's time outside its rank 0: validating, starting the ranks, joining the group.
     startup = sum(r["job_time_s"] - (r.get("wall_time_s") or 0) for r in ran if r.get("job_time_s"))
     launcher = sweep.get("launcher") or "unknown"
-    lines = ["## Timing", "",
-             f"- sweep: {wall:.1f} s of wall time for {n} jobs (launcher: {launcher})"
-             + ("" if sweep.get("finished_at") else ", up to the last job's end"),
-             f"- in the jobs: training {fit:.1f} s, testing {test:.1f} s, rank start-up {startup:.1f} s "
-             f"(validation, starting processes, joining the group), the ranks' own set-up "
-             f"{jobs - startup - fit - test:.1f} s (data, model, loggers, checkpoints)"]
+    lines = [
+        "## Timing",
+        "",
+        f"- sweep: {wall:.1f} s of wall time for {n} jobs (launcher: {launcher})"
+        + ("" if sweep.get("finished_at") else ", up to the last job's end"),
+        f"- in the jobs: training {fit:.1f} s, testing {test:.1f} s, rank start-up {startup:.1f} s "
+        f"(validation, starting processes, joining the group), the ranks' own set-up "
+        f"{jobs - startup - fit - test:.1f} s (data, model, loggers, checkpoints)",
+    ]
     if launcher not in ("basic", "unknown") or jobs > wall * 1.02:
         # Other launchers start each job in a process of its own (often several at once),
         # before the job's clock starts: the rest of the wall time is theirs, not the jobs'.
-        lines.append(f"- the {launcher} launcher starts jobs in processes of their own, outside the jobs' "
-                     f"measured time ({jobs:.1f} s of job time in {wall:.1f} s of sweep): "
-                     "the per-job overhead is computed for the basic launcher only")
+        lines.append(
+            f"- the {launcher} launcher starts jobs in processes of their own, outside the jobs' "
+            f"measured time ({jobs:.1f} s of job time in {wall:.1f} s of sweep): "
+            "the per-job overhead is computed for the basic launcher only"
+        )
     else:
         per_job = (wall - fit - test) / n
-        lines.append(f"- overhead per job: (wall - training - testing) / jobs = {per_job:.2f} s, "
-                     f"of which rank start-up {startup / n:.2f} s; beyond it: {per_job - startup / n:.2f} s")
+        lines.append(
+            f"- overhead per job: (wall - training - testing) / jobs = {per_job:.2f} s, "
+            f"of which rank start-up {startup / n:.2f} s; beyond it: {per_job - startup / n:.2f} s"
+        )
     return lines
-
-

@@ -3,10 +3,27 @@ sharded, how the optimizer steps. One module each; built-in ones by ``strategy=<
 own by ``strategy._target_: my_pkg.MyStrategy`` (a ``Strategy`` subclass with a schema that
 extends ``StrategyConfig``). Collectives are plain functions in ``strategies.collectives``.
 May import: data, models, tasks, config (never the engine or anything above it)."""
+
 from framework.config.schemas import StrategyConfig
 from framework.strategies.base import Strategy
-from framework.strategies.registry import (STRATEGIES, build_strategy, check_strategy, resolve, resolved_options,
-                                           selected_class, strategy_class)
+from framework.strategies.registry import (
+    STRATEGIES,
+    build_strategy,
+    check_strategy,
+    resolve,
+    resolved_options,
+    selected_class,
+    strategy_class,
+)
 
-__all__ = ["STRATEGIES", "Strategy", "StrategyConfig", "build_strategy", "check_strategy", "resolve",
-           "resolved_options", "selected_class", "strategy_class"]
+__all__ = [
+    "STRATEGIES",
+    "Strategy",
+    "StrategyConfig",
+    "build_strategy",
+    "check_strategy",
+    "resolve",
+    "resolved_options",
+    "selected_class",
+    "strategy_class",
+]

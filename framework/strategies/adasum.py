@@ -6,6 +6,7 @@ adaptive pairwise combination of gradients that Horovod's ``op=Adasum`` applies.
 Orthogonal gradients add up, parallel ones average. N = 2^k ranks combine in a binary tree:
 pairs (0,1), (2,3), ... then pairs of pairs, as Horovod's recursive doubling does.
 """
+
 from __future__ import annotations
 
 import torch

@@ -12,6 +12,7 @@ a schema extending ``StrategyConfig`` if it has options, selected by
 ``strategy._target_: my_pkg.MyStrategy``. A built-in one is also a line in ``STRATEGIES``
 (``framework/strategies/registry.py``) and a YAML in ``conf/strategy/``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -57,8 +58,14 @@ class Strategy:
     # the engine then calls ``training_step(model, batches, loss_of)`` instead of the task's step.
     owns_training_step = False
 
-    def __init__(self, options: StrategyConfig, accelerator: str, topology: Topology = Topology(),
-                 env: RankEnv = RankEnv(), accumulate_grad_batches: int = 1):
+    def __init__(
+        self,
+        options: StrategyConfig,
+        accelerator: str,
+        topology: Topology = Topology(),
+        env: RankEnv = RankEnv(),
+        accumulate_grad_batches: int = 1,
+    ):
         self.options = options
         self.accelerator = accelerator
         self.topology = topology
@@ -82,22 +89,26 @@ class Strategy:
         """Every reason this strategy cannot run ``topology`` on ``accelerator`` here (by default:
         a strategy of one process per device runs any number of them; the others one device)."""
         if not cls.process_per_device and (topology.world_size != 1 or topology.devices_per_process != 1):
-            return [f"strategy={cls.name}: runs one process on one device, but trainer.devices="
-                    f"{topology.devices_per_process * topology.processes_per_node} and trainer.num_nodes="
-                    f"{topology.num_nodes}; use strategy=ddp (or auto) for several devices"]
+            return [
+                f"strategy={cls.name}: runs one process on one device, but trainer.devices="
+                f"{topology.devices_per_process * topology.processes_per_node} and trainer.num_nodes="
+                f"{topology.num_nodes}; use strategy=ddp (or auto) for several devices"
+            ]
         return []
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
-                                  options=None) -> float:
+    def predict_model_state_bytes(
+        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
         """Per-rank bytes of parameters + gradients + optimizer state (fp32: 4 + 4 + ``optimizer_bytes``
         per parameter), the ZeRO paper's accounting; replicated on every rank here. ``model`` (any
         device, meta too) and ``options``: for a strategy whose split depends on the model's layers."""
         return (8 + optimizer_bytes) * params
 
     @classmethod
-    def model_problems(cls, model: nn.Module, options: StrategyConfig, topology: Topology,
-                       container: dict) -> list[str]:
+    def model_problems(
+        cls, model: nn.Module, options: StrategyConfig, topology: Topology, container: dict
+    ) -> list[str]:
         """Every reason this strategy cannot run ``model`` (built on the meta device) in this layout."""
         return []
 
@@ -157,8 +168,9 @@ class Strategy:
         """Backward of one micro-batch's (already window-scaled) loss."""
         precision.backward(loss)
 
-    def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val: float | None,
-                       clip_algorithm: str) -> None:
+    def optimizer_step(
+        self, model: nn.Module, optimizer, precision, clip_val: float | None, clip_algorithm: str
+    ) -> None:
         """One optimizer step on the gradients of a finished accumulation window: unscale, clip,
         step. A strategy that synchronises gradients itself does it here, before clipping."""
         if clip_val:
@@ -178,8 +190,14 @@ class Strategy:
         whose ranks drift apart, such as asynchronous averaging, makes them agree here)."""
 
     def sampler(self, length: int, shuffle: bool, seed: int, drop_last_multiple: int | None) -> ShardedSampler:
-        return ShardedSampler(length, self.topology.data_parallel_size, self.topology.data_parallel_rank(self.env.rank),
-                              shuffle, seed, drop_last_multiple)
+        return ShardedSampler(
+            length,
+            self.topology.data_parallel_size,
+            self.topology.data_parallel_rank(self.env.rank),
+            shuffle,
+            seed,
+            drop_last_multiple,
+        )
 
     def no_sync(self, model: nn.Module):
         """Context for micro-batches that must not all-reduce gradients (accumulation)."""

@@ -4,6 +4,7 @@ process while no group exists (single device), so callers never ask which strate
 ``op`` is "sum", "mean" or "max". Every rank must call a collective at the same point, in the
 same order, or the job hangs until the process-group timeout (``strategy.timeout_s``).
 """
+
 from __future__ import annotations
 
 import torch

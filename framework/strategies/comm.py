@@ -1,6 +1,7 @@
 """What the communicating strategies share: flattening tensors for one collective, and the
 bytes a rank sends in each collective (the ring algorithms' counts), for results.json's
 ``comm.bytes_per_step``."""
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,13 @@ def alltoall_bytes(nbytes: int, world: int) -> float:
 def gradient_allreduce_bytes(model: torch.nn.Module, world: int, element_size: int | None = None) -> float:
     """One ring all-reduce of every trained gradient (in ``element_size``-byte elements when the
     gradients are compressed): what DDP and Horovod send per step, however they bucket it."""
-    return float(sum(allreduce_bytes(p.numel() * (element_size or p.element_size()), world)
-                     for p in model.parameters() if p.requires_grad))
+    return float(
+        sum(
+            allreduce_bytes(p.numel() * (element_size or p.element_size()), world)
+            for p in model.parameters()
+            if p.requires_grad
+        )
+    )
 
 
 def broadcast_model(model: torch.nn.Module) -> None:
@@ -44,5 +50,5 @@ def unflatten_into(buffer: torch.Tensor, tensors: list[torch.Tensor]) -> None:
     """Copy ``buffer`` back into ``tensors`` (in order, by their sizes)."""
     offset = 0
     for t in tensors:
-        t.copy_(buffer[offset:offset + t.numel()].view_as(t))
+        t.copy_(buffer[offset : offset + t.numel()].view_as(t))
         offset += t.numel()

@@ -1,4 +1,5 @@
 """DistributedDataParallel: one process per device, gradients all-reduced in buckets during backward."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,8 +54,7 @@ def register_comm_hook(ddp: DistributedDataParallel, hook: str, rank: int) -> No
     elif hook == "bf16":
         ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
     elif hook == "powersgd":
-        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
-                                            start_powerSGD_iter=2)
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
 
@@ -72,8 +72,10 @@ class DDPWrapping:
             return [f"strategy={cls.name}: MPS has one device per machine; use trainer.devices=1"]
         if getattr(options, "sync_batchnorm", False) and accelerator != "cuda":
             # torch's SyncBatchNorm runs on CUDA only: it would fail in every rank once started
-            return [f"strategy.sync_batchnorm: torch's SyncBatchNorm runs on CUDA only, not on {accelerator}; "
-                    "set strategy.sync_batchnorm=false (each rank's BatchNorm then sees its slice of the batch)"]
+            return [
+                f"strategy.sync_batchnorm: torch's SyncBatchNorm runs on CUDA only, not on {accelerator}; "
+                "set strategy.sync_batchnorm=false (each rank's BatchNorm then sees its slice of the batch)"
+            ]
         return []
 
     def parallelize(self, model: nn.Module) -> nn.Module:
@@ -86,8 +88,10 @@ class DDPWrapping:
         hook = self.options.comm_hook
         if hook == "powersgd" or getattr(self, "_model", None) is None:
             return None
-        return {"bytes_per_step": gradient_allreduce_bytes(self._model, self.world_size, 2 if hook != "none" else None),
-                "algorithm": "ddp/allreduce" + ("" if hook == "none" else f"/{hook}")}
+        return {
+            "bytes_per_step": gradient_allreduce_bytes(self._model, self.world_size, 2 if hook != "none" else None),
+            "algorithm": "ddp/allreduce" + ("" if hook == "none" else f"/{hook}"),
+        }
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model

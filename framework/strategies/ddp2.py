@@ -6,6 +6,7 @@ is ``trainer.num_nodes``); the global batch splits across nodes, then DataParall
 each node's share over its GPUs. Multi-node runs start through torchrun
 (``--nproc-per-node 1``) or SLURM (one task per node).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,15 +41,19 @@ class DDP2Strategy(Strategy):
     @classmethod
     def check(cls, topology: Topology, options: DDP2Config, accelerator: str) -> list[str]:
         if accelerator != "cuda":
-            return [f"strategy=ddp2: DataParallel within a node needs CUDA devices "
-                    f"(trainer.accelerator={accelerator}); use strategy=ddp"]
+            return [
+                f"strategy=ddp2: DataParallel within a node needs CUDA devices "
+                f"(trainer.accelerator={accelerator}); use strategy=ddp"
+            ]
         return []
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         # DataParallel keeps the parameters on its first device, so DDP sees a
         # single-device module and all-reduces its gradients across nodes.
         inner = nn.DataParallel(model, device_ids=list(range(self.topology.devices_per_process)))
-        ddp = DistributedDataParallel(inner, device_ids=None, find_unused_parameters=self.options.find_unused_parameters)
+        ddp = DistributedDataParallel(
+            inner, device_ids=None, find_unused_parameters=self.options.find_unused_parameters
+        )
         register_comm_hook(ddp, self.options.comm_hook, self.options.powersgd_rank)
         return ddp
 

@@ -3,6 +3,7 @@ notebook's or an interactive session's classes (``_target_: __main__.Net``) come
 fork shares the parent's memory. Refused where CUDA is already initialised in that process (a
 fork cannot use it); elsewhere the ranks fork from a server process (strategy=ddp), which is
 safer and faster to start in a sweep."""
+
 from __future__ import annotations
 
 from framework.strategies.base import Strategy

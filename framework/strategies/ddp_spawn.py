@@ -1,4 +1,5 @@
 """DDP with ranks started by torch.multiprocessing.spawn (Lightning's ddp_spawn, for notebooks and parity)."""
+
 from __future__ import annotations
 
 from framework.strategies.base import Strategy

@@ -7,6 +7,7 @@ A key of the user's file that disagrees with the framework's value is a conflict
 both keys before any process starts; a key that agrees, or one the framework does not own
 (bucket sizes, ``overlap_comm``, ...), is kept as written.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,10 @@ from framework.config.topology import Topology
 
 STAGES = (1, 2, 3)
 # Sections DeepSpeed would build objects from, which come from this framework's own groups here.
-BUILT_HERE = {"optimizer": "the optimizer group (optimizer=adamw, ...: a torch.optim optimizer)",
-              "scheduler": "the scheduler group (scheduler=cosine, ...)"}
+BUILT_HERE = {
+    "optimizer": "the optimizer group (optimizer=adamw, ...: a torch.optim optimizer)",
+    "scheduler": "the scheduler group (scheduler=cosine, ...)",
+}
 # Precisions DeepSpeed trains in here (bf16-true: DeepSpeed's bf16 with fp32 master weights).
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
 
@@ -84,23 +87,36 @@ def _offload(user: dict, section: str, option: Optional[bool]) -> Optional[bool]
     return None if device is None else device not in ("none", None)
 
 
-def owned_keys(options: DeepSpeedOptions, user: dict, micro_batch: int, accumulate: int, data_parallel: int,
-               clip_val: Optional[float], precision: str) -> dict:
+def owned_keys(
+    options: DeepSpeedOptions,
+    user: dict,
+    micro_batch: int,
+    accumulate: int,
+    data_parallel: int,
+    clip_val: Optional[float],
+    precision: str,
+) -> dict:
     """{DeepSpeed key: (value, the framework key that sets it)} for the keys the framework owns."""
     stage = options.stage if options.stage is not None else (_get(user, "zero_optimization.stage") or 2)
     owned = {
-        "train_micro_batch_size_per_gpu": (micro_batch, f"datamodule.batch_size over {data_parallel} data-parallel "
-                                                        f"rank(s), {micro_batch} per rank"),
+        "train_micro_batch_size_per_gpu": (
+            micro_batch,
+            f"datamodule.batch_size over {data_parallel} data-parallel rank(s), {micro_batch} per rank",
+        ),
         "gradient_accumulation_steps": (accumulate, "trainer.accumulate_grad_batches"),
-        "train_batch_size": (micro_batch * accumulate * data_parallel,
-                             "datamodule.batch_size x trainer.accumulate_grad_batches"),
+        "train_batch_size": (
+            micro_batch * accumulate * data_parallel,
+            "datamodule.batch_size x trainer.accumulate_grad_batches",
+        ),
         "gradient_clipping": (float(clip_val or 0.0), "trainer.gradient_clip_val"),
         "bf16.enabled": (precision == "bf16-true", f"trainer.precision={precision}"),
         "fp16.enabled": (False, f"trainer.precision={precision}"),
         "zero_optimization.stage": (stage, "strategy.stage"),
     }
-    for section, option, key in (("offload_optimizer", options.offload_optimizer, "strategy.offload_optimizer"),
-                                 ("offload_param", options.offload_parameters, "strategy.offload_parameters")):
+    for section, option, key in (
+        ("offload_optimizer", options.offload_optimizer, "strategy.offload_optimizer"),
+        ("offload_param", options.offload_parameters, "strategy.offload_parameters"),
+    ):
         wanted = _offload(user, section, option)
         if wanted is not None:
             owned[f"zero_optimization.{section}.device"] = ("cpu" if wanted else "none", key)
@@ -117,22 +133,33 @@ def _same(a, b) -> bool:
 
 def merged_config(user: dict, owned: dict, named: str) -> tuple[dict, list[str]]:
     """(the config DeepSpeed gets, the conflicts between the user's file and the framework's keys)."""
-    problems = [f"{named}: '{section}' is built by DeepSpeed there, but comes from {where} here; remove it "
-                f"from the file" for section, where in BUILT_HERE.items() if section in user]
+    problems = [
+        f"{named}: '{section}' is built by DeepSpeed there, but comes from {where} here; remove it from the file"
+        for section, where in BUILT_HERE.items()
+        if section in user
+    ]
     merged = json.loads(json.dumps({k: v for k, v in user.items() if k not in BUILT_HERE}))
     for key, (value, source) in owned.items():
         theirs = _get(user, key)
         if theirs is not None and theirs != "auto" and not _same(theirs, value):
-            problems.append(f"{named}: {key}={theirs!r} conflicts with {source} (which gives {value!r}); remove "
-                            f"{key} from the file (the framework sets it) or change {source.split(' ')[0]}")
+            problems.append(
+                f"{named}: {key}={theirs!r} conflicts with {source} (which gives {value!r}); remove "
+                f"{key} from the file (the framework sets it) or change {source.split(' ')[0]}"
+            )
         _set(merged, key, value)
     if merged.get("managed_gradient_accumulation") not in (None, False):
-        problems.append(f"{named}: managed_gradient_accumulation={merged['managed_gradient_accumulation']!r}: the "
-                        "framework's loop calls step() once per accumulation window (false); remove it from the file")
+        problems.append(
+            f"{named}: managed_gradient_accumulation={merged['managed_gradient_accumulation']!r}: the "
+            "framework's loop calls step() once per accumulation window (false); remove it from the file"
+        )
     # The framework's loop: one step() per accumulation window, torch optimizers, a quiet log.
-    for key, value in (("managed_gradient_accumulation", False), ("zero_allow_untested_optimizer", True),
-                       ("zero_force_ds_cpu_optimizer", False), ("steps_per_print", 2 ** 31 - 1),
-                       ("wall_clock_breakdown", False)):
+    for key, value in (
+        ("managed_gradient_accumulation", False),
+        ("zero_allow_untested_optimizer", True),
+        ("zero_force_ds_cpu_optimizer", False),
+        ("steps_per_print", 2**31 - 1),
+        ("wall_clock_breakdown", False),
+    ):
         merged.setdefault(key, value)
     return merged, problems
 
@@ -140,10 +167,13 @@ def merged_config(user: dict, owned: dict, named: str) -> tuple[dict, list[str]]
 def framework_values(container: dict, topology: Topology) -> dict:
     trainer, data = container.get("trainer") or {}, container.get("datamodule") or {}
     batch = data.get("batch_size") if isinstance(data.get("batch_size"), int) else topology.data_parallel_size
-    return {"micro_batch": max(batch // topology.data_parallel_size, 1),
-            "accumulate": int(trainer.get("accumulate_grad_batches") or 1),
-            "data_parallel": topology.data_parallel_size, "clip_val": trainer.get("gradient_clip_val"),
-            "precision": str(trainer.get("precision", "32-true"))}
+    return {
+        "micro_batch": max(batch // topology.data_parallel_size, 1),
+        "accumulate": int(trainer.get("accumulate_grad_batches") or 1),
+        "data_parallel": topology.data_parallel_size,
+        "clip_val": trainer.get("gradient_clip_val"),
+        "precision": str(trainer.get("precision", "32-true")),
+    }
 
 
 def deepspeed_config(options: DeepSpeedOptions, container: dict, topology: Topology) -> tuple[dict, list[str]]:
@@ -159,12 +189,18 @@ def deepspeed_config(options: DeepSpeedOptions, container: dict, topology: Topol
         key = "strategy.stage" if options.stage is not None else f"{named}: zero_optimization.stage"
         problems.append(f"{key}: {zero['stage']!r} is no ZeRO stage here (valid: 1, 2, 3)")
     elif zero.get("offload_param", {}).get("device") not in (None, "none") and zero["stage"] != 3:
-        problems.append(f"strategy.offload_parameters: parameters are partitioned (and so offloaded) by ZeRO stage 3 "
-                        f"only, and the stage is {zero['stage']}; use strategy.stage=3")
+        problems.append(
+            f"strategy.offload_parameters: parameters are partitioned (and so offloaded) by ZeRO stage 3 "
+            f"only, and the stage is {zero['stage']}; use strategy.stage=3"
+        )
     if values["precision"] not in PRECISIONS:
-        problems.append(f"trainer.precision: {values['precision']} is not built for strategy=deepspeed (valid: "
-                        f"{', '.join(PRECISIONS)}; 16-mixed would need DeepSpeed's own fp16 loss scaling)")
+        problems.append(
+            f"trainer.precision: {values['precision']} is not built for strategy=deepspeed (valid: "
+            f"{', '.join(PRECISIONS)}; 16-mixed would need DeepSpeed's own fp16 loss scaling)"
+        )
     if (container.get("trainer") or {}).get("gradient_clip_algorithm") == "value" and values["clip_val"]:
-        problems.append("trainer.gradient_clip_algorithm: DeepSpeed clips by the gradients' norm only "
-                        "(gradient_clipping); use gradient_clip_algorithm=norm")
+        problems.append(
+            "trainer.gradient_clip_algorithm: DeepSpeed clips by the gradients' norm only "
+            "(gradient_clipping); use gradient_clip_algorithm=norm"
+        )
     return merged, problems

@@ -1,5 +1,6 @@
 """The deepspeed package itself: whether it is here, its import without the lines it would add to
 every run's log, and the process groups it keeps in module globals between runs of one process."""
+
 from __future__ import annotations
 
 import logging

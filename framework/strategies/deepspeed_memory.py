@@ -1,6 +1,7 @@
 """What a rank of a DeepSpeed run holds of the model state: its parameters (stage 3: its partition),
 its gradients (stage 1: whole; 2 and 3: its partition), ZeRO's fp32 master partitions and the
 optimizer state over them."""
+
 from __future__ import annotations
 
 import torch
@@ -10,8 +11,9 @@ from framework.strategies.deepspeed_state import flat_partitions
 
 def held_bytes(tensors) -> int:
     """The bytes of the storages behind ``tensors``, each once (ZeRO's gradients are views of its buffers)."""
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
-                if isinstance(t, torch.Tensor)}
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors if isinstance(t, torch.Tensor)
+    }
     return sum(storages.values())
 
 

@@ -7,6 +7,7 @@ parameter's value or optimizer state from them and scatters it back. So a deepsp
 is an ordinary DCP checkpoint that resumes under any strategy and world size, and any
 checkpoint resumes under deepspeed; nobody runs ``zero_to_fp32``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -86,8 +87,10 @@ def _linked(engine) -> None:
 def _state_keys(optimizer: torch.optim.Optimizer) -> dict:
     """{state key: a per-partition value (a scalar such as Adam's step) or None (a per-element tensor)}."""
     flat, state = next(iter(optimizer.state.items()))
-    return {key: (None if isinstance(value, torch.Tensor) and value.shape == flat.shape else value)
-            for key, value in state.items()}
+    return {
+        key: (None if isinstance(value, torch.Tensor) and value.shape == flat.shape else value)
+        for key, value in state.items()
+    }
 
 
 def optimizer_state(engine, optimizer: torch.optim.Optimizer, group_names: list[list[str]]) -> dict:
@@ -100,10 +103,18 @@ def optimizer_state(engine, optimizer: torch.optim.Optimizer, group_names: list[
     params, keys = dict(engine.module.named_parameters()), _state_keys(optimizer)
     state = {}
     for name in (n for names in group_names for n in names):
-        state[name] = {key: (safe_get_full_optimizer_state(params[name], key).detach().cpu().clone()
-                             if scalar is None else _copy(scalar)) for key, scalar in keys.items()}
-    groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": names}
-              for group, names in zip(optimizer.param_groups, group_names)]
+        state[name] = {
+            key: (
+                safe_get_full_optimizer_state(params[name], key).detach().cpu().clone()
+                if scalar is None
+                else _copy(scalar)
+            )
+            for key, scalar in keys.items()
+        }
+    groups = [
+        {**{k: v for k, v in group.items() if k != "params"}, "params": names}
+        for group, names in zip(optimizer.param_groups, group_names)
+    ]
     return {"state": state, "param_groups": groups}
 
 

@@ -8,6 +8,7 @@ unmanaged accumulation: the framework's loop decides where a window ends, as for
 The scheduler and the LR monitor work on the user's optimizer, whose param groups ZeRO steps.
 Checkpoints are this framework's own (deepspeed_state.py), so they move between strategies.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,13 @@ from framework.strategies.base import Strategy
 from framework.strategies.deepspeed_config import DeepSpeedOptions, deepspeed_config
 from framework.strategies.deepspeed_library import INSTALL, deepspeed_missing, forget_process_groups, quiet_import
 from framework.strategies.deepspeed_memory import gradient_bytes, model_state_bytes
-from framework.strategies.deepspeed_state import (gathered, load_model_state, load_optimizer_state, model_state,
-                                                  optimizer_state)
+from framework.strategies.deepspeed_state import (
+    gathered,
+    load_model_state,
+    load_optimizer_state,
+    model_state,
+    optimizer_state,
+)
 
 
 class DeepSpeedStrategy(Strategy):
@@ -61,8 +67,9 @@ class DeepSpeedStrategy(Strategy):
         return replace(options, config=merged, stage=merged["zero_optimization"]["stage"])
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
-                                  options=None) -> float:
+    def predict_model_state_bytes(
+        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
         """The ZeRO paper's accounting in fp32, with DeepSpeed's fp32 master copy of each partition
         (it keeps one beside the model's parameters even when they are fp32): stage 1 shards the
         optimizer state and the master copy, 2 the gradients too, 3 the parameters too (offloaded
@@ -79,9 +86,12 @@ class DeepSpeedStrategy(Strategy):
         """DeepSpeed's accelerator: this rank's device, not its guess (it warns when it guesses); and
         the variables it reads, which one process started without a launcher lacks; until teardown
         (in this process they would read as a launcher's to the next run of a sweep)."""
-        wanted = {"DS_ACCELERATOR": "cuda" if self.device.type == "cuda" else "cpu",
-                  "LOCAL_RANK": str(self.env.local_rank), "RANK": str(self.env.rank),
-                  "WORLD_SIZE": str(self.env.world_size)}
+        wanted = {
+            "DS_ACCELERATOR": "cuda" if self.device.type == "cuda" else "cpu",
+            "LOCAL_RANK": str(self.env.local_rank),
+            "RANK": str(self.env.rank),
+            "WORLD_SIZE": str(self.env.world_size),
+        }
         self._added_environment = [name for name in wanted if name not in os.environ]
         os.environ.update({name: wanted[name] for name in self._added_environment})
         super().setup_environment()
@@ -97,8 +107,9 @@ class DeepSpeedStrategy(Strategy):
         self._group_names = [[names[id(p)] for p in group["params"]] for group in optimizer.param_groups]
         # (stdout: "... deepspeed_shm_comm_op built successfully", its CPU all-reduce op)
         with contextlib.redirect_stdout(io.StringIO()):
-            engine, _, _, _ = quiet_import().initialize(model=model, optimizer=optimizer,
-                                                         config=dict(self.options.config), dist_init_required=False)
+            engine, _, _, _ = quiet_import().initialize(
+                model=model, optimizer=optimizer, config=dict(self.options.config), dist_init_required=False
+            )
         self._wrapped = engine
         # The user's optimizer, its param groups ZeRO's (a scheduler and the LR monitor act on it).
         return engine, optimizer

@@ -1,4 +1,5 @@
 """DataParallel: one process drives every visible CUDA device (scatters the batch, gathers outputs)."""
+
 from __future__ import annotations
 
 from torch import nn
@@ -15,12 +16,16 @@ class DataParallelStrategy(Strategy):
     def check(cls, topology: Topology, options: StrategyConfig, accelerator: str) -> list[str]:
         problems = []
         if topology.num_nodes != 1:
-            problems.append("strategy=dp: runs in one process on one machine; trainer.num_nodes must be 1 "
-                            "(use ddp2 or ddp across nodes)")
+            problems.append(
+                "strategy=dp: runs in one process on one machine; trainer.num_nodes must be 1 "
+                "(use ddp2 or ddp across nodes)"
+            )
         if accelerator != "cuda" and topology.devices_per_process > 1:
-            problems.append(f"strategy=dp: DataParallel splits a batch over CUDA devices, but "
-                            f"trainer.accelerator={accelerator} with trainer.devices={topology.devices_per_process}; "
-                            "use strategy=ddp for several CPU processes")
+            problems.append(
+                f"strategy=dp: DataParallel splits a batch over CUDA devices, but "
+                f"trainer.accelerator={accelerator} with trainer.devices={topology.devices_per_process}; "
+                "use strategy=ddp for several CPU processes"
+            )
         return problems
 
     def parallelize(self, model: nn.Module) -> nn.Module:

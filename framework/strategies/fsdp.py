@@ -3,6 +3,7 @@
 ``sharding: full`` is ZeRO-3 (parameters resharded after forward and re-gathered for
 backward); ``grad_op`` is ZeRO-2 (parameters stay gathered between forward and backward).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +51,9 @@ def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig) -> nn.Module:
     if param_dtype not in (None, torch.float32):
         # BatchNorm stays fp32 (as FSDP1 kept it): batch_norm will not mix low-precision
         # weights with its fp32 running statistics. Its input is cast up, its output back.
-        norm_policy = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=reduce_dtype,
-                                           output_dtype=param_dtype)
+        norm_policy = MixedPrecisionPolicy(
+            param_dtype=torch.float32, reduce_dtype=reduce_dtype, output_dtype=param_dtype
+        )
         for module in list(model.modules())[1:]:
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
                 fully_shard(module, reshard_after_forward=reshard, **{**kwargs, "mp_policy": norm_policy})
@@ -79,15 +81,18 @@ class FSDPSharding:
     def check(cls, topology: Topology, options: FSDPConfig, accelerator: str) -> list[str]:
         problems = []
         if options.cpu_offload and accelerator != "cuda":
-            problems.append(f"strategy.cpu_offload: offloads CUDA parameters to the CPU; it needs "
-                            f"trainer.accelerator=cuda (here: {accelerator})")
+            problems.append(
+                f"strategy.cpu_offload: offloads CUDA parameters to the CPU; it needs "
+                f"trainer.accelerator=cuda (here: {accelerator})"
+            )
         if accelerator == "mps":
             problems.append(f"strategy={cls.name}: FSDP needs cuda or cpu (gloo), not mps")
         return problems
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
-                                  options=None) -> float:
+    def predict_model_state_bytes(
+        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
         return (8 + optimizer_bytes) * params / topology.shard
 
     def parallelize(self, model: nn.Module) -> nn.Module:

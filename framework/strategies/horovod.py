@@ -13,6 +13,7 @@ is not wrapped: its parameter names and checkpoints are those of single device.
 ``backend: horovod`` uses the real horovod.torch instead (``horovod_backend``), launched with
 ``horovodrun``; ``native`` (the default) needs nothing but torch.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,15 +24,21 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from framework.config.environment import detect_environment
 from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
+from framework.strategies import horovod_backend
 from framework.strategies.adasum import adasum_tree, is_power_of_two
 from framework.strategies.base import Strategy
-from framework.config.environment import detect_environment
-from framework.strategies import horovod_backend
-from framework.strategies.comm import (allgather_bytes, allreduce_bytes, broadcast_model, flat, gradient_allreduce_bytes,
-                                       unflatten_into)
+from framework.strategies.comm import (
+    allgather_bytes,
+    allreduce_bytes,
+    broadcast_model,
+    flat,
+    gradient_allreduce_bytes,
+    unflatten_into,
+)
 
 
 @dataclass
@@ -66,8 +73,10 @@ class HorovodStrategy(Strategy):
     def check(cls, topology: Topology, options: HorovodConfig, accelerator: str) -> list[str]:
         problems = []
         if options.op == "adasum" and not is_power_of_two(topology.world_size):
-            problems.append(f"strategy.op=adasum: combines gradients pairwise and needs a power-of-two number of "
-                            f"ranks; this job has {topology.world_size} (trainer.devices x trainer.num_nodes)")
+            problems.append(
+                f"strategy.op=adasum: combines gradients pairwise and needs a power-of-two number of "
+                f"ranks; this job has {topology.world_size} (trainer.devices x trainer.num_nodes)"
+            )
         if options.backend == "horovod":
             problems += horovod_backend.horovod_problems(detect_environment(), topology.world_size, options.op)
         return problems
@@ -100,8 +109,9 @@ class HorovodStrategy(Strategy):
     def build_optimizer(self, model: nn.Module, optimizer_factory) -> torch.optim.Optimizer:
         optimizer = super().build_optimizer(model, optimizer_factory)
         if self._real:
-            return horovod_backend.distributed_optimizer(optimizer, model, self.options.op, self.options.compression,
-                                                         self.accumulate_grad_batches)
+            return horovod_backend.distributed_optimizer(
+                optimizer, model, self.options.op, self.options.compression, self.accumulate_grad_batches
+            )
         for state in optimizer.state.values():  # hvd.broadcast_optimizer_state (empty until a step)
             for value in state.values():
                 if torch.is_tensor(value):
@@ -176,7 +186,11 @@ class HorovodStrategy(Strategy):
     def comm_stats(self) -> dict:
         if self._real and self._model is not None:
             element = 2 if self.options.compression == "fp16" else None
-            return {"bytes_per_step": gradient_allreduce_bytes(self._model, self.world_size, element),
-                    "algorithm": f"horovod.torch/{self.options.op}"}
-        return {"bytes_per_step": self.bytes_sent / max(self.steps, 1), "algorithm": f"horovod/{self.options.op}"
-                + ("/fp16" if self.options.compression == "fp16" else "")}
+            return {
+                "bytes_per_step": gradient_allreduce_bytes(self._model, self.world_size, element),
+                "algorithm": f"horovod.torch/{self.options.op}",
+            }
+        return {
+            "bytes_per_step": self.bytes_sent / max(self.steps, 1),
+            "algorithm": f"horovod/{self.options.op}" + ("/fp16" if self.options.compression == "fp16" else ""),
+        }

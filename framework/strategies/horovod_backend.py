@@ -6,6 +6,7 @@ rendezvous, serves everything else the engine does across ranks (checkpoints thr
 torch.distributed.checkpoint, metric reductions, barriers), as for every other strategy.
 Build Horovod with ``scripts/build_horovod.sh``.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,11 @@ from torch import nn
 
 from framework.config.environment import RankEnv, free_port
 
-BUILD_HINT = ("build it with `bash scripts/build_horovod.sh` from the framework's source repository (Horovod 0.28.1 "
-              "for CPU/gloo against torch 2.13.0, into .cache/horovod-venv) and run with that venv's horovodrun and "
-              "python, or use strategy.backend=native")
+BUILD_HINT = (
+    "build it with `bash scripts/build_horovod.sh` from the framework's source repository (Horovod 0.28.1 "
+    "for CPU/gloo against torch 2.13.0, into .cache/horovod-venv) and run with that venv's horovodrun and "
+    "python, or use strategy.backend=native"
+)
 
 
 def horovod_problems(env: RankEnv | None, world_size: int, op: str) -> list[str]:
@@ -29,12 +32,16 @@ def horovod_problems(env: RankEnv | None, world_size: int, op: str) -> list[str]
         return [f"strategy.backend=horovod: horovod.torch is not importable in this Python ({err}); {BUILD_HINT}"]
     problems = []
     if op == "adasum" and not hvd.mpi_built():
-        problems.append("strategy.op=adasum: Horovod runs Adasum only over MPI, and this horovod was built without "
-                        "it (HOROVOD_WITH_MPI=1); use strategy.backend=native for Adasum on gloo")
+        problems.append(
+            "strategy.op=adasum: Horovod runs Adasum only over MPI, and this horovod was built without "
+            "it (HOROVOD_WITH_MPI=1); use strategy.backend=native for Adasum on gloo"
+        )
     if world_size > 1 and (env is None or env.launcher != "horovodrun"):
-        problems.append(f"strategy.backend=horovod: {world_size} ranks must be started by horovodrun: "
-                        f"horovodrun --gloo -np {world_size} python -m framework.train strategy=horovod "
-                        f"strategy.backend=horovod trainer.devices={world_size} ...")
+        problems.append(
+            f"strategy.backend=horovod: {world_size} ranks must be started by horovodrun: "
+            f"horovodrun --gloo -np {world_size} python -m framework.train strategy=horovod "
+            f"strategy.backend=horovod trainer.devices={world_size} ..."
+        )
     return problems
 
 
@@ -45,8 +52,10 @@ def init_horovod(env: RankEnv) -> None:
 
     hvd.init()
     if (hvd.rank(), hvd.size()) != (env.rank, env.world_size):
-        raise RuntimeError(f"horovod: hvd.rank()/size() = {hvd.rank()}/{hvd.size()} but the launcher's variables say "
-                           f"{env.rank}/{env.world_size}")
+        raise RuntimeError(
+            f"horovod: hvd.rank()/size() = {hvd.rank()}/{hvd.size()} but the launcher's variables say "
+            f"{env.rank}/{env.world_size}"
+        )
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
         return
     host = os.environ.get("HOROVOD_HOSTNAME", "localhost")
@@ -55,8 +64,9 @@ def init_horovod(env: RankEnv) -> None:
     os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port))
 
 
-def distributed_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, op: str, compression: str,
-                          backward_passes_per_step: int) -> torch.optim.Optimizer:
+def distributed_optimizer(
+    optimizer: torch.optim.Optimizer, model: nn.Module, op: str, compression: str, backward_passes_per_step: int
+) -> torch.optim.Optimizer:
     """hvd.DistributedOptimizer over ``optimizer``, with its state from rank 0 when it has any.
 
     Empty state (a fresh start) is not broadcast: hvd.broadcast_optimizer_state would first
@@ -65,10 +75,12 @@ def distributed_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, op
     import horovod.torch as hvd
 
     wrapped = hvd.DistributedOptimizer(
-        optimizer, named_parameters=model.named_parameters(),
+        optimizer,
+        named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none,
         backward_passes_per_step=backward_passes_per_step,
-        op={"average": hvd.Average, "sum": hvd.Sum, "adasum": hvd.Adasum}[op])
+        op={"average": hvd.Average, "sum": hvd.Sum, "adasum": hvd.Adasum}[op],
+    )
     if wrapped.state:
         hvd.broadcast_optimizer_state(wrapped, root_rank=0)
     wrapped.zero_grad = _zero_grad_of(wrapped, type(optimizer))
@@ -78,11 +90,15 @@ def distributed_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, op
 def _zero_grad_of(wrapped: torch.optim.Optimizer, base: type):
     """torch's ``zero_grad(set_to_none)`` signature (the engine and torch.distributed.checkpoint
     pass it; Horovod's takes no argument), with Horovod's check that no all-reduce is in flight."""
+
     def zero_grad(set_to_none: bool = True) -> None:
         if wrapped._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize()")
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize()"
+            )
         base.zero_grad(wrapped, set_to_none)
+
     return zero_grad
 
 

@@ -1,4 +1,5 @@
 """HSDP: FSDP2 on a 2-D mesh, replicated across ``replicate`` groups and sharded within each."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,13 +32,16 @@ class HSDPStrategy(FSDPSharding, Strategy):
         elif shard == -1:
             shard = world // replicate if replicate > 0 and world % replicate == 0 else -1
         if replicate < 1 or shard < 1 or replicate * shard != world:
-            raise ValueError(f"strategy.replicate({options.replicate}) * strategy.shard({options.shard}) != world size "
-                             f"{world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose factors "
-                             f"whose product is {world}, or -1 to infer one")
+            raise ValueError(
+                f"strategy.replicate({options.replicate}) * strategy.shard({options.shard}) != world size "
+                f"{world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose factors "
+                f"whose product is {world}, or -1 to infer one"
+            )
         return Topology(num_nodes=num_nodes, processes_per_node=devices, replicate=replicate)
 
     def mesh(self):
         from torch.distributed.device_mesh import init_device_mesh
 
-        return init_device_mesh(self.device.type, (self.topology.replicate, self.topology.shard),
-                                mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(
+            self.device.type, (self.topology.replicate, self.topology.shard), mesh_dim_names=("replicate", "shard")
+        )

@@ -10,6 +10,7 @@ the last stage and shared with every rank. Validation, test and predict run the 
 another (``pipeline_forward``). A stage keeps the model's parameter names, so its checkpoint is
 the model's own, and loads under any other strategy.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,9 +27,9 @@ from framework.strategies.base import Strategy
 from framework.strategies.fsdp import FSDPConfig, apply_fsdp
 from framework.strategies.pipeline_forward import PipelinedModel
 from framework.strategies.pipeline_schedule import bubble_fraction, microbatches_per_batch
-from framework.strategies.tensor_parallel import apply_tp
 from framework.strategies.pipeline_split import keep_stage, stage_units, stage_view
 from framework.strategies.pipeline_state import load_stage_checkpoint_state, stage_checkpoint_state
+from framework.strategies.tensor_parallel import apply_tp
 
 SCHEDULES = ("gpipe", "1f1b")  # one stage per rank; interleaved_1f1b runs stages_per_rank
 
@@ -77,30 +78,41 @@ class PipelineStrategy(Strategy):
         world, tp, per_rank = devices * num_nodes, options.tensor_parallel, options.stages_per_rank
         stages = _stages(options, world)
         if stages % per_rank:
-            raise ValueError(f"strategy.stages: {stages} stages do not make strategy.stages_per_rank({per_rank}) stages "
-                             "on each rank of a pipeline; choose a multiple of it")
+            raise ValueError(
+                f"strategy.stages: {stages} stages do not make strategy.stages_per_rank({per_rank}) stages "
+                "on each rank of a pipeline; choose a multiple of it"
+            )
         if world % (stages // per_rank * tp):
             ranks = f" on {stages // per_rank} ranks (strategy.stages_per_rank={per_rank})" if per_rank > 1 else ""
             split = f" x strategy.tensor_parallel({tp})" if tp > 1 else ""
-            raise ValueError(f"strategy.stages: {stages} stages{ranks}{split} do not divide the world size {world} "
-                             f"(trainer.devices={devices} x trainer.num_nodes={num_nodes}); the ranks form pipelines of "
-                             "that many ranks, each stage on one rank or one tensor-parallel group")
-        return Topology(num_nodes=num_nodes, processes_per_node=devices, pipeline_parallel=stages // per_rank,
-                        tensor_parallel=tp)
+            raise ValueError(
+                f"strategy.stages: {stages} stages{ranks}{split} do not divide the world size {world} "
+                f"(trainer.devices={devices} x trainer.num_nodes={num_nodes}); the ranks form pipelines of "
+                "that many ranks, each stage on one rank or one tensor-parallel group"
+            )
+        return Topology(
+            num_nodes=num_nodes, processes_per_node=devices, pipeline_parallel=stages // per_rank, tensor_parallel=tp
+        )
 
     @classmethod
     def check(cls, topology: Topology, options: PPConfig, accelerator: str) -> list[str]:
         interleaved, per_rank = options.schedule == "interleaved_1f1b", options.stages_per_rank
         if interleaved and per_rank < 2:
-            return ["strategy.stages_per_rank: interleaved_1f1b runs several stages on each rank; set "
-                    f"strategy.stages_per_rank=2 or more (or strategy.schedule to one of {', '.join(SCHEDULES)})"]
+            return [
+                "strategy.stages_per_rank: interleaved_1f1b runs several stages on each rank; set "
+                f"strategy.stages_per_rank=2 or more (or strategy.schedule to one of {', '.join(SCHEDULES)})"
+            ]
         if not interleaved and per_rank > 1:
-            return [f"strategy.stages_per_rank: {per_rank} stages per rank need strategy.schedule=interleaved_1f1b "
-                    f"({options.schedule} runs one stage per rank)"]
+            return [
+                f"strategy.stages_per_rank: {per_rank} stages per rank need strategy.schedule=interleaved_1f1b "
+                f"({options.schedule} runs one stage per rank)"
+            ]
         if interleaved and topology.data_parallel_size > 1:
-            return [f"strategy.schedule: interleaved_1f1b with {options.data_parallel} across pipelines (pp x "
-                    f"{options.data_parallel}) is not built yet; use 1f1b or gpipe there, or as many pipeline ranks as "
-                    f"ranks ({topology.data_parallel_size} pipelines)"]
+            return [
+                f"strategy.schedule: interleaved_1f1b with {options.data_parallel} across pipelines (pp x "
+                f"{options.data_parallel}) is not built yet; use 1f1b or gpipe there, or as many pipeline ranks as "
+                f"ranks ({topology.data_parallel_size} pipelines)"
+            ]
         return []
 
     @classmethod
@@ -110,8 +122,9 @@ class PipelineStrategy(Strategy):
         return pipeline_problems(model, options, topology, container)
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
-                                  options=None) -> float:
+    def predict_model_state_bytes(
+        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
         """The largest stage's parameters (the whole model / stages without one; ``params`` alone
         for a rank's stage), sharded over the pipelines."""
         largest = params / topology.pipeline_parallel
@@ -127,8 +140,11 @@ class PipelineStrategy(Strategy):
         from torch.distributed.device_mesh import init_device_mesh
 
         t = self.topology
-        return init_device_mesh(self.device.type, (t.pipeline_parallel, t.data_parallel_size, t.tensor_parallel),
-                                mesh_dim_names=("pp", "dp", "tp"))
+        return init_device_mesh(
+            self.device.type,
+            (t.pipeline_parallel, t.data_parallel_size, t.tensor_parallel),
+            mesh_dim_names=("pp", "dp", "tp"),
+        )
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         """Keep this rank's stages (one, or r, r + p, ... interleaved), split them across its
@@ -187,29 +203,37 @@ class PipelineStrategy(Strategy):
         """The schedule for ``chunks`` micro-batches (one per window length; built on first use)."""
         self._loss_of = loss_of
         if chunks not in self._schedules:
-            from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
-                                                      ScheduleInterleaved1F1B)
+            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
             per = microbatches_per_batch(self.options, self.topology)
-            stages = [PipelineStage(view, index, model.stage_count, self.device, group=model.group)
-                      for view, index in zip(model.views, model.stage_indices)]
+            stages = [
+                PipelineStage(view, index, model.stage_count, self.device, group=model.group)
+                for view, index in zip(model.views, model.stage_indices)
+            ]
             for stage in stages:
                 for method in ("forward_one_chunk", "backward_one_chunk"):
                     setattr(stage, method, self._timed(getattr(stage, method)))
             kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}[
-                self.options.schedule]
-            self._schedules[chunks] = kind(stages if len(stages) > 1 else stages[0], chunks, scale_grads=False,
-                                           loss_fn=lambda out, target: self._loss_of(out, target) / per)
+                self.options.schedule
+            ]
+            self._schedules[chunks] = kind(
+                stages if len(stages) > 1 else stages[0],
+                chunks,
+                scale_grads=False,
+                loss_fn=lambda out, target: self._loss_of(out, target) / per,
+            )
         return self._schedules[chunks]
 
     def _timed(self, compute: Callable) -> Callable:
         """``compute`` (a stage's forward or backward of one micro-batch), its time counted as busy."""
+
         def timed(*args, **kwargs):
             started = time.perf_counter()
             try:
                 return compute(*args, **kwargs)
             finally:
                 self._timing["busy"] += time.perf_counter() - started
+
         return timed
 
     def pipeline_stats(self) -> dict:
@@ -218,9 +242,15 @@ class PipelineStrategy(Strategy):
         t, micro = self._timing, microbatches_per_batch(self.options, self.topology)
         measured = 1 - t["busy"] / t["wall"] if t["wall"] > 0 else None
         ranks, per_rank = self.topology.pipeline_parallel, self.options.stages_per_rank
-        return {"stages": ranks * per_rank, "ranks": ranks, "stages_per_rank": per_rank,
-                "schedule": self.options.schedule, "microbatches": micro,
-                "bubble_predicted": bubble_fraction(ranks, micro, per_rank), "bubble_measured": measured}
+        return {
+            "stages": ranks * per_rank,
+            "ranks": ranks,
+            "stages_per_rank": per_rank,
+            "schedule": self.options.schedule,
+            "microbatches": micro,
+            "bubble_predicted": bubble_fraction(ranks, micro, per_rank),
+            "bubble_measured": measured,
+        }
 
     def clip_gradients(self, model: nn.Module, max_value: float, algorithm: str) -> None:
         """By the norm of every stage's gradients together (each rank holds one stage's)."""
@@ -243,8 +273,10 @@ class PipelineStrategy(Strategy):
 
     def full_state_dict(self, model: nn.Module) -> dict:
         """Every stage's weights, gathered on rank 0 (collective)."""
-        own = {name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()  # an FSDP shard: whole
-               for name, t in self.unwrap(model).state_dict().items()}
+        own = {
+            name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()  # an FSDP shard: whole
+            for name, t in self.unwrap(model).state_dict().items()
+        }
         parts: list | None = [None] * model.ranks if model.is_first else None
         dist.gather_object(own, parts, group_dst=0, group=model.group)  # between this job's ranks, not a file
         return {name: tensor for part in parts for name, tensor in part.items()} if parts else {}
@@ -254,7 +286,7 @@ def _stage_parameters(model: nn.Module, keep: list[str]) -> int:
     seen, total = set(), 0
     for unit in keep:
         module = model.get_submodule(unit)
-        for p in (module.parameters() if module is not None else ()):
+        for p in module.parameters() if module is not None else ():
             if id(p) not in seen:
                 seen.add(id(p))
                 total += p.numel()

@@ -1,4 +1,5 @@
 """What keeps a pipeline from running a job, found before any process starts, each naming its key."""
+
 from __future__ import annotations
 
 import copy
@@ -22,8 +23,10 @@ def pipeline_problems(model: nn.Module, options, topology: Topology, container: 
         problems.append(str(err))
     if getattr(model, "config", {}).get("tie_embeddings") and stages > 1:
         key = getattr(model, "tie_key", "model.tie_embeddings")  # (a Hugging Face model's: in its config)
-        problems.append(f"{key}: a tied embedding and output head sit in the first and last stage; "
-                        f"a pipeline cannot share one weight between two ranks; set {key}=false")
+        problems.append(
+            f"{key}: a tied embedding and output head sit in the first and last stage; "
+            f"a pipeline cannot share one weight between two ranks; set {key}=false"
+        )
     if topology.tensor_parallel > 1:
         from framework.strategies.tensor_parallel import plan_problems
 
@@ -38,12 +41,16 @@ def _batch_problems(options, topology: Topology, container: dict) -> list[str]:
         return []  # reported by the batch check
     per_rank = batch // topology.data_parallel_size
     if per_rank % micro:
-        return [f"strategy.microbatches: {micro} micro-batches do not divide each pipeline's batch of {per_rank} "
-                f"(datamodule.batch_size={batch} / {topology.data_parallel_size} pipeline(s)); choose a divisor of "
-                f"{per_rank}"]
+        return [
+            f"strategy.microbatches: {micro} micro-batches do not divide each pipeline's batch of {per_rank} "
+            f"(datamodule.batch_size={batch} / {topology.data_parallel_size} pipeline(s)); choose a divisor of "
+            f"{per_rank}"
+        ]
     if options.schedule == "interleaved_1f1b" and micro % topology.pipeline_parallel:
-        return [f"strategy.microbatches: interleaved_1f1b runs rounds of one micro-batch per rank; {micro} is no "
-                f"multiple of the pipeline's {topology.pipeline_parallel} ranks"]
+        return [
+            f"strategy.microbatches: interleaved_1f1b runs rounds of one micro-batch per rank; {micro} is no "
+            f"multiple of the pipeline's {topology.pipeline_parallel} ranks"
+        ]
     return []
 
 
@@ -51,14 +58,20 @@ def _engine_problems(container: dict) -> list[str]:
     trainer, task = container.get("trainer") or {}, container.get("task") or {}
     problems = []
     if (container.get("datamodule") or {}).get("document_boundaries"):
-        problems.append("datamodule.document_boundaries: a pipeline's stages pass hidden states on, not each token's "
-                        "place in its document; set document_boundaries=false, or train with ddp, fsdp, tp or fsdp_tp")
+        problems.append(
+            "datamodule.document_boundaries: a pipeline's stages pass hidden states on, not each token's "
+            "place in its document; set document_boundaries=false, or train with ddp, fsdp, tp or fsdp_tp"
+        )
     if trainer.get("precision") == "16-mixed":
-        problems.append("trainer.precision: 16-mixed needs a gradient scaler around backward, which the pipeline's "
-                        "schedule runs itself; use 32-true or bf16-mixed with strategy=pp")
+        problems.append(
+            "trainer.precision: 16-mixed needs a gradient scaler around backward, which the pipeline's "
+            "schedule runs itself; use 32-true or bf16-mixed with strategy=pp"
+        )
     if task.get("train_metrics"):
-        problems.append("task.train_metrics: training metrics are not taken inside a pipeline's schedule yet (its "
-                        "loss is); set task.train_metrics=false (validation and test metrics are kept)")
+        problems.append(
+            "task.train_metrics: training metrics are not taken inside a pipeline's schedule yet (its "
+            "loss is); set task.train_metrics=false (validation and test metrics are kept)"
+        )
     return problems
 
 
@@ -80,6 +93,8 @@ def _stage_forward_problems(model: nn.Module, units: list[list[str]], container:
             with torch.no_grad():
                 x = keep_stage(copy.deepcopy(whole), keep)(x)
         except Exception as err:  # noqa: BLE001 - the model's own error, named with its stage
-            return [f"model: {type(model).__name__}'s forward fails on pipeline stage {i} ({', '.join(keep)}) once the "
-                    f"other stages' modules are removed: {type(err).__name__}: {err}; {SPLITTABLE}"]
+            return [
+                f"model: {type(model).__name__}'s forward fails on pipeline stage {i} ({', '.join(keep)}) once the "
+                f"other stages' modules are removed: {type(err).__name__}: {err}; {SPLITTABLE}"
+            ]
     return []

@@ -3,6 +3,7 @@ stages one after another, and the last stage's output is shared with every stage
 task computes the same loss and metrics from it as on one device (and the loop, the callbacks
 and the stop vote see the same values everywhere). Any batch shape: nothing is fixed in advance,
 as a training schedule's buffers are."""
+
 from __future__ import annotations
 
 import torch
@@ -19,12 +20,12 @@ def _header(tensor: torch.Tensor | None, device) -> torch.Tensor:
     header = torch.zeros(_MAX_DIMS + 2, dtype=torch.int64, device=device)
     if tensor is not None:
         header[0], header[1] = _DTYPES.index(tensor.dtype), tensor.dim()
-        header[2:2 + tensor.dim()] = torch.tensor(tensor.shape)
+        header[2 : 2 + tensor.dim()] = torch.tensor(tensor.shape)
     return header
 
 
 def _allocate(header: torch.Tensor, device) -> torch.Tensor:
-    shape = header[2:2 + int(header[1])].tolist()
+    shape = header[2 : 2 + int(header[1])].tolist()
     return torch.empty(shape, dtype=_DTYPES[int(header[0])], device=device)
 
 
@@ -77,8 +78,10 @@ class PipelinedModel(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():
-            raise RuntimeError("a pipeline's forward outside its training schedule runs without gradients "
-                               "(validation, test, predict); training steps go through the strategy's schedule")
+            raise RuntimeError(
+                "a pipeline's forward outside its training schedule runs without gradients "
+                "(validation, test, predict); training steps go through the strategy's schedule"
+            )
         out = None
         for view, index in zip(self.views, self.stage_indices):  # the stages in order, around the ranks
             hidden = inputs if index == 0 else _recv((index - 1) % self.ranks, self.group, self.device)

@@ -1,6 +1,7 @@
 """What a pipeline's schedule does with a batch: how many micro-batches, how many of them a stage
 holds at once, and the share of each step a stage idles (the bubble): the strategy, its checks
 and framework-plan share these."""
+
 from __future__ import annotations
 
 from framework.config.topology import Topology

@@ -7,15 +7,18 @@ runs whatever is left when the modules of other stages are removed (set to None,
 from ``layers``), from its input or from the hidden states of the stage before. The units of a
 split are the model's top-level children in order, ``layers`` expanded into ``layers.<name>``.
 """
+
 from __future__ import annotations
 
 import copy
 
 from torch import nn
 
-SPLITTABLE = ("a model that splits into pipeline stages has its blocks in `layers`, an nn.ModuleDict, "
-              "declares pipeline_splittable = True, and its forward skips the modules set to None (see "
-              "framework/models/gpt.py)")
+SPLITTABLE = (
+    "a model that splits into pipeline stages has its blocks in `layers`, an nn.ModuleDict, "
+    "declares pipeline_splittable = True, and its forward skips the modules set to None (see "
+    "framework/models/gpt.py)"
+)
 
 
 def units(model: nn.Module) -> list[str]:
@@ -40,22 +43,28 @@ def stage_units(model: nn.Module, stages: int, split_points: list[str]) -> list[
     if split_points:
         unknown = [p for p in split_points if p not in order]
         if unknown:
-            raise ValueError(f"strategy.split_points: {unknown} name no module of the model's sequence "
-                             f"(valid: {', '.join(order[1:])})")
+            raise ValueError(
+                f"strategy.split_points: {unknown} name no module of the model's sequence "
+                f"(valid: {', '.join(order[1:])})"
+            )
         cuts = [order.index(p) for p in split_points]
         if len(cuts) != stages - 1 or cuts != sorted(set(cuts)) or cuts[0] == 0:
-            raise ValueError(f"strategy.split_points: {list(split_points)}: {stages} stages begin at {stages - 1} "
-                             "module(s) (each stage after the first at one), given in the model's order and not its "
-                             f"first module (valid: {', '.join(order[1:])})")
+            raise ValueError(
+                f"strategy.split_points: {list(split_points)}: {stages} stages begin at {stages - 1} "
+                "module(s) (each stage after the first at one), given in the model's order and not its "
+                f"first module (valid: {', '.join(order[1:])})"
+            )
     else:
         blocks = [i for i, name in enumerate(order) if name.startswith("layers.")]
         if len(blocks) % stages or not blocks:
-            raise ValueError(f"strategy.stages: {stages} stages do not divide the model's {len(blocks)} blocks "
-                             f"(layers) equally; choose a divisor, or set strategy.split_points")
+            raise ValueError(
+                f"strategy.stages: {stages} stages do not divide the model's {len(blocks)} blocks "
+                f"(layers) equally; choose a divisor, or set strategy.split_points"
+            )
         per = len(blocks) // stages
         cuts = [blocks[i * per] for i in range(1, stages)]
     bounds = [0, *cuts, len(order)]
-    return [order[bounds[i]:bounds[i + 1]] for i in range(stages)]
+    return [order[bounds[i] : bounds[i + 1]] for i in range(stages)]
 
 
 def keep_stage(model: nn.Module, keep: list[str]) -> nn.Module:
@@ -79,8 +88,9 @@ def stage_view(model: nn.Module, keep: list[str]) -> nn.Module:
     view._modules = dict(model._modules)
     for name in list(view._modules):
         if name == "layers":
-            view._modules[name] = nn.ModuleDict({key: block for key, block in model.layers.items()
-                                                 if f"layers.{key}" in keep})
+            view._modules[name] = nn.ModuleDict(
+                {key: block for key, block in model.layers.items() if f"layers.{key}" in keep}
+            )
         elif name not in keep:
             view._modules[name] = None
     return view

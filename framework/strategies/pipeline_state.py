@@ -2,6 +2,7 @@
 (DCP writes each rank's own), and parameter groups that list every stage's parameters, the same on
 every rank, as a whole model's optimizer would. So a pipeline's checkpoint loads into one device,
 FSDP or TP, and theirs into a pipeline (each stage keeps its own names of the groups on load)."""
+
 from __future__ import annotations
 
 import torch.distributed as dist

@@ -1,4 +1,5 @@
 """Joining and leaving the job's process group (nccl on CUDA, gloo on CPU), as plain functions."""
+
 from __future__ import annotations
 
 import datetime
@@ -16,8 +17,9 @@ def _attempt_store(world_size: int, timeout: datetime.timedelta):
     would send the new ranks to dead peers. None elsewhere (init_process_group's own rendezvous)."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
-                          timeout=timeout)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+    )
     return dist.PrefixStore(f"attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
 
 
@@ -36,13 +38,16 @@ def join_process_group(env: RankEnv, device: torch.device, timeout_s: float, alw
     if env.world_size == 1 and "MASTER_ADDR" not in os.environ:
         init_method = f"tcp://127.0.0.1:{free_port()}"  # a one-process group, in this process
     try:
-        dist.init_process_group(backend, init_method=init_method, store=store, rank=env.rank,
-                                world_size=env.world_size, timeout=timeout)
+        dist.init_process_group(
+            backend, init_method=init_method, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout
+        )
     except Exception as err:
         if "EADDRINUSE" in str(err) or "address already in use" in str(err).lower():
             where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-            raise RuntimeError(f"MASTER_PORT: the rendezvous port {where} is already in use; set "
-                               f"MASTER_PORT (torchrun --master-port) to a free port") from err
+            raise RuntimeError(
+                f"MASTER_PORT: the rendezvous port {where} is already in use; set "
+                f"MASTER_PORT (torchrun --master-port) to a free port"
+            ) from err
         raise
 
 

@@ -1,5 +1,6 @@
 """Strategies by name (the built-in ones) or by ``strategy._target_`` (a user's ``Strategy``
 subclass): the registry, the check that runs before any process starts, and the factory."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -24,11 +25,27 @@ from framework.strategies.single import SingleDeviceStrategy
 from framework.strategies.tensor_parallel import FSDPTensorParallelStrategy, TensorParallelStrategy
 from framework.strategies.zero import ZeroStrategy
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
-    SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, DDPSpawnStrategy, DDPForkStrategy, DDPNotebookStrategy,
-    DDP2Strategy, ZeroStrategy,
-    FSDPStrategy, HSDPStrategy, HorovodStrategy, BaguaStrategy, TensorParallelStrategy, FSDPTensorParallelStrategy,
-    PipelineStrategy, DeepSpeedStrategy)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls
+    for cls in (
+        SingleDeviceStrategy,
+        DataParallelStrategy,
+        DDPStrategy,
+        DDPSpawnStrategy,
+        DDPForkStrategy,
+        DDPNotebookStrategy,
+        DDP2Strategy,
+        ZeroStrategy,
+        FSDPStrategy,
+        HSDPStrategy,
+        HorovodStrategy,
+        BaguaStrategy,
+        TensorParallelStrategy,
+        FSDPTensorParallelStrategy,
+        PipelineStrategy,
+        DeepSpeedStrategy,
+    )
+}
 
 
 def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
@@ -91,8 +108,10 @@ def _user_class_problems(options: dict) -> tuple[type[Strategy] | None, list[str
     except Exception as err:  # noqa: BLE001 - the import's own message says why
         return None, [f"strategy._target_: cannot import '{target}': {type(err).__name__}: {err}"]
     if not (isinstance(cls, type) and issubclass(cls, Strategy)):
-        return None, [f"strategy._target_: {target} is not a Strategy (a strategy of your own subclasses "
-                      "framework.strategies.Strategy, with its options in a schema extending StrategyConfig)"]
+        return None, [
+            f"strategy._target_: {target} is not a Strategy (a strategy of your own subclasses "
+            "framework.strategies.Strategy, with its options in a schema extending StrategyConfig)"
+        ]
     return cls, []
 
 
@@ -104,8 +123,14 @@ def _selection_problems(options: dict, devices, nodes) -> tuple[type[Strategy] |
     name = options.get("name", "auto")
     if name not in STRATEGIES and name != "auto":
         valid = ", ".join(sorted([*STRATEGIES, "auto"]))
-        return None, StrategyConfig, [f"strategy.name: unknown strategy {name!r} (valid: {valid}; or your own "
-                                      "Strategy subclass with strategy._target_)"]
+        return (
+            None,
+            StrategyConfig,
+            [
+                f"strategy.name: unknown strategy {name!r} (valid: {valid}; or your own "
+                "Strategy subclass with strategy._target_)"
+            ],
+        )
     cls = strategy_class(name, devices, nodes) if isinstance(devices, int) and isinstance(nodes, int) else None
     return cls, cls.schema if cls and name != "auto" else AutoStrategyConfig, []
 
@@ -124,8 +149,10 @@ def check_strategy(container: dict) -> list[str]:
     if options.get("name", "auto") == "auto" and not options.get("_target_"):
         options = concrete(options)  # the candidates are checked one by one (job/strategy_choice.py)
     # The remaining checks go on with the options that are valid (the others are reported above).
-    options = {**known_valid_keys(_options(options, cls), schema), **({"_target_": options["_target_"]}
-                                                                      if options.get("_target_") else {})}
+    options = {
+        **known_valid_keys(_options(options, cls), schema),
+        **({"_target_": options["_target_"]} if options.get("_target_") else {}),
+    }
     return problems + _layout_problems(container, cls, options, devices, nodes)
 
 
@@ -138,8 +165,9 @@ def _layout_problems(container: dict, cls: type[Strategy], options: dict, device
     if missing:
         return missing
     try:
-        _, typed, topology = resolve({**container, "strategy": options,
-                                      "trainer": {**trainer, "devices": devices, "num_nodes": nodes}})
+        _, typed, topology = resolve(
+            {**container, "strategy": options, "trainer": {**trainer, "devices": devices, "num_nodes": nodes}}
+        )
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
         return [str(err)]
     problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, trainer)
@@ -147,8 +175,10 @@ def _layout_problems(container: dict, cls: type[Strategy], options: dict, device
     launched = detect_environment()
     problems += launch_problems(topology, cls.name, launched, cls.launcher == "spawn")
     if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
-        problems.append(f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
-                        "strategy.backend=horovod runs under it; start the others with torchrun, srun or python")
+        problems.append(
+            f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
+            "strategy.backend=horovod runs under it; start the others with torchrun, srun or python"
+        )
     return problems + batch_problems(topology, (container.get("datamodule") or {}).get("batch_size"))
 
 
@@ -157,16 +187,17 @@ def _core_problems(topology: Topology, accelerator: str, trainer: dict) -> list[
     cores = available_cores()
     if accelerator != "cpu" or topology.processes_per_node <= cores or trainer.get("oversubscribe"):
         return []
-    return [f"trainer.devices: {topology.processes_per_node} processes per node on the CPU, but this process may run "
-            f"on {cores} core(s); use trainer.devices={cores} or fewer, or set trainer.oversubscribe=true to run "
-            f"them anyway"]
+    return [
+        f"trainer.devices: {topology.processes_per_node} processes per node on the CPU, but this process may run "
+        f"on {cores} core(s); use trainer.devices={cores} or fewer, or set trainer.oversubscribe=true to run "
+        f"them anyway"
+    ]
 
 
 def build_strategy(container: dict, env: RankEnv) -> Strategy:
     """The strategy of a resolved, validated config, for the rank ``env``."""
     cls, options, topology = resolve(container)
     trainer = container["trainer"]
-    return cls(options, resolve_accelerator(trainer["accelerator"]), topology, env,
-               trainer.get("accumulate_grad_batches", 1))
-
-
+    return cls(
+        options, resolve_accelerator(trainer["accelerator"]), topology, env, trainer.get("accumulate_grad_batches", 1)
+    )

@@ -1,4 +1,5 @@
 """One process, one device: the base Strategy as it is."""
+
 from framework.strategies.base import Strategy
 
 

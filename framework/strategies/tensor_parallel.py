@@ -9,6 +9,7 @@ first, then FSDP over the data-parallel part of the mesh. A model built on the m
 strategy of this module builds it there) is materialised on each rank after both, by its
 ``init_weights``, so a model larger than one rank's memory can be set up.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -54,8 +55,12 @@ def plan_of(model: nn.Module, options) -> dict:
         return model.parallelize_plan(sequence_parallel=options.sequence_parallel)
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel, "sequence": SequenceParallel}
     names = [name for name, _ in model.named_modules() if name]
-    return {name: styles[style]() for pattern, style in options.plan.items()
-            for name in names if fnmatch.fnmatchcase(name, pattern)}
+    return {
+        name: styles[style]()
+        for pattern, style in options.plan.items()
+        for name in names
+        if fnmatch.fnmatchcase(name, pattern)
+    }
 
 
 def apply_tp(model: nn.Module, tp_mesh, options) -> nn.Module:
@@ -70,17 +75,21 @@ def plan_problems(model: nn.Module, options, topology: Topology, container: dict
     the config's matches a module, and the model's own sizes fit the tensor-parallel degree."""
     tp, name = topology.tensor_parallel, options.name
     if options.plan is None and not callable(getattr(model, "parallelize_plan", None)):
-        return [f"strategy={name}: {type(model).__name__} has no tensor-parallel plan: give it a method "
-                "parallelize_plan(sequence_parallel) returning {module name: ColwiseParallel(), ...}, or set "
-                "strategy.plan={<module-name pattern>: colwise|rowwise|sequence}"]
+        return [
+            f"strategy={name}: {type(model).__name__} has no tensor-parallel plan: give it a method "
+            "parallelize_plan(sequence_parallel) returning {module name: ColwiseParallel(), ...}, or set "
+            "strategy.plan={<module-name pattern>: colwise|rowwise|sequence}"
+        ]
     problems = []
     names = [n for n, _ in model.named_modules() if n]
     for pattern, style in (options.plan or {}).items():
         if style not in STYLES:
             problems.append(f"strategy.plan.{pattern}: {style!r} is not one of {', '.join(STYLES)}")
         if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
-            problems.append(f"strategy.plan.{pattern}: matches no module of {type(model).__name__} (its modules: "
-                            f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})")
+            problems.append(
+                f"strategy.plan.{pattern}: matches no module of {type(model).__name__} (its modules: "
+                f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})"
+            )
     check = getattr(model, "tensor_parallel_problems", None)
     seq_len = (container.get("datamodule") or {}).get("seq_len")
     if callable(check):
@@ -93,8 +102,12 @@ def split_parameters(model: nn.Module, options) -> int:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     plan = plan_of(model, options)
-    return sum(p.numel() for name, style in plan.items() if isinstance(style, (ColwiseParallel, RowwiseParallel))
-               for p in model.get_submodule(name).parameters(recurse=False))
+    return sum(
+        p.numel()
+        for name, style in plan.items()
+        if isinstance(style, (ColwiseParallel, RowwiseParallel))
+        for p in model.get_submodule(name).parameters(recurse=False)
+    )
 
 
 class TensorParallelStrategy(Strategy):
@@ -116,8 +129,9 @@ class TensorParallelStrategy(Strategy):
         return plan_problems(model, options, topology, container)
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
-                                  options=None) -> float:
+    def predict_model_state_bytes(
+        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
         """The parameters the plan of ``model`` splits are 1/TP per rank; the rest (norms) whole."""
         split = split_parameters(model, options) if model is not None and options is not None else params
         return (8 + optimizer_bytes) * ((params - split) + split / topology.tensor_parallel)
@@ -143,9 +157,11 @@ class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
     def make_topology(cls, devices: int, num_nodes: int, options: FSDPTPConfig) -> Topology:
         world, tp, replicate = devices * num_nodes, options.tensor_parallel, options.replicate
         if tp < 1 or replicate < 1 or world % (tp * replicate):
-            raise ValueError(f"strategy.replicate({replicate}) x shard(?) x strategy.tensor_parallel({tp}) cannot make "
-                             f"world size {world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose "
-                             f"factors whose product divides {world}")
+            raise ValueError(
+                f"strategy.replicate({replicate}) x shard(?) x strategy.tensor_parallel({tp}) cannot make "
+                f"world size {world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose "
+                f"factors whose product divides {world}"
+            )
         return Topology(num_nodes=num_nodes, processes_per_node=devices, replicate=replicate, tensor_parallel=tp)
 
     @classmethod
@@ -153,8 +169,9 @@ class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
         return plan_problems(model, options, topology, container)
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
-                                  options=None) -> float:
+    def predict_model_state_bytes(
+        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
         per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
         return per_tp / topology.shard
 
@@ -162,8 +179,11 @@ class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
         from torch.distributed.device_mesh import init_device_mesh
 
         t = self.topology
-        return init_device_mesh(self.device.type, (t.replicate, t.shard, t.tensor_parallel),
-                                mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+        return init_device_mesh(
+            self.device.type,
+            (t.replicate, t.shard, t.tensor_parallel),
+            mesh_dim_names=("dp_replicate", "dp_shard", "tp"),
+        )
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         mesh = self.mesh()
@@ -171,5 +191,3 @@ class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
         # FSDP over the data-parallel dimensions: (replicate, shard) is HSDP, (shard) alone FSDP
         dp = mesh["dp_replicate", "dp_shard"] if self.topology.replicate > 1 else mesh["dp_shard"]
         return apply_fsdp(model, dp, self.options)
-
-

@@ -4,6 +4,7 @@ Its checkpoints hold the optimizer state in the layout every other strategy uses
 fully qualified parameter names, inside the DCP files), so a ZeRO checkpoint resumes under
 any strategy and world size, and any checkpoint resumes under ZeRO.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -38,8 +39,9 @@ class ZeroStrategy(DDPWrapping, Strategy):
     name = "zero"
 
     @classmethod
-    def predict_model_state_bytes(cls, params: int, optimizer_bytes: int, topology: Topology, model=None,
-                                  options=None) -> float:
+    def predict_model_state_bytes(
+        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
         return 8 * params + optimizer_bytes * params / topology.data_parallel_size
 
     def build_optimizer(self, model: nn.Module, optimizer_factory: Callable):
@@ -47,8 +49,11 @@ class ZeroStrategy(DDPWrapping, Strategy):
 
         # The optimizer partial (e.g. Adam with lr=...) becomes the per-shard optimizer: each
         # rank keeps state for 1/N of the parameters and broadcasts its updated shard.
-        return ZeroRedundancyOptimizer(self.optimizer_params(model, optimizer_factory), optimizer_class=optimizer_factory.func,
-                                       **optimizer_factory.keywords)
+        return ZeroRedundancyOptimizer(
+            self.optimizer_params(model, optimizer_factory),
+            optimizer_class=optimizer_factory.func,
+            **optimizer_factory.keywords,
+        )
 
     def comm_stats(self) -> dict | None:
         return None  # DDP's all-reduce plus the shards' broadcasts, whose bytes depend on gloo's/nccl's algorithm
@@ -88,7 +93,9 @@ class ZeroStrategy(DDPWrapping, Strategy):
         index = {name: i for i, name in enumerate(self._names(model, optimizer))}
         saved = state["optim"]
         # The full state in the optimizer's own layout; every rank keeps its partition of it.
-        optimizer.load_state_dict({
-            "state": {index[name]: value for name, value in saved["state"].items()},
-            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in saved["param_groups"]],
-        })
+        optimizer.load_state_dict(
+            {
+                "state": {index[name]: value for name, value in saved["state"].items()},
+                "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in saved["param_groups"]],
+            }
+        )

@@ -1,5 +1,6 @@
 """Tasks turn (model, batch) into a loss and metrics; point task._target_ at your own (a component
 layer). May import: config."""
+
 from framework.tasks.classification import ClassificationTask
 from framework.tasks.language_modeling import LanguageModelingTask
 

@@ -1,4 +1,5 @@
 """Classification: cross-entropy loss, accuracy, and any declared epoch metrics."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
@@ -22,8 +23,9 @@ class ClassificationTask:
 
     argument_ranges = {"label_smoothing": Range(low=0, high=1)}
 
-    def __init__(self, label_smoothing: float = 0.0, train_metrics: bool = False,
-                 metrics: Optional[Mapping[str, Any]] = None):
+    def __init__(
+        self, label_smoothing: float = 0.0, train_metrics: bool = False, metrics: Optional[Mapping[str, Any]] = None
+    ):
         self.label_smoothing = label_smoothing
         # Accuracy on every training step costs an argmax per step; off by default.
         self.train_metrics = train_metrics

@@ -1,5 +1,6 @@
 """Language modelling: next-token cross-entropy, token accuracy and perplexity; continuations of
 prompts for the predict loop."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
@@ -28,8 +29,9 @@ class Perplexity:
         return self
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
-        nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=self.ignore_index,
-                              reduction="sum")
+        nll = F.cross_entropy(
+            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=self.ignore_index, reduction="sum"
+        )
         counted = (targets != self.ignore_index).sum()
         self.state = self.state.to(nll.device) + torch.stack([nll.double(), counted.double()])
 
@@ -52,9 +54,17 @@ class LanguageModelingTask:
 
     argument_ranges = {"max_new_tokens": Range(low=0), "temperature": Range(low=0), "top_k": Range(low=0)}
 
-    def __init__(self, ignore_index: int = -100, train_metrics: bool = False,
-                 metrics: Optional[Mapping[str, Any]] = None, max_new_tokens: int = 64, temperature: float = 0.0,
-                 top_k: int = 0, seed: int = 0, pad_token: int = 32):
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        train_metrics: bool = False,
+        metrics: Optional[Mapping[str, Any]] = None,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        seed: int = 0,
+        pad_token: int = 32,
+    ):
         self.ignore_index, self.train_metrics, self.pad_token = ignore_index, train_metrics, pad_token
         self.max_new_tokens, self.temperature, self.top_k, self.seed = max_new_tokens, temperature, top_k, seed
         stages = ("train", "val", "test") if train_metrics else ("val", "test")
@@ -93,8 +103,9 @@ class LanguageModelingTask:
             return tokens
         if tokens.shape[1] >= size:
             return tokens[:, -size:]
-        pad = torch.full((tokens.shape[0], size - tokens.shape[1]), self.pad_token, dtype=tokens.dtype,
-                         device=tokens.device)
+        pad = torch.full(
+            (tokens.shape[0], size - tokens.shape[1]), self.pad_token, dtype=tokens.dtype, device=tokens.device
+        )
         return torch.cat([pad, tokens], dim=1)
 
     def _next(self, logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -8,6 +8,7 @@ train metrics are on) the engine calls ``compute``, which gathers the metric's s
 every rank (torchmetrics' own sync over torch.distributed) before it computes, then resets.
 A task of your own exposes one as its ``epoch_metrics`` attribute and calls ``update``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,9 +31,11 @@ def metric_problems(metrics: Any, key: str = "task.metrics") -> list[str]:
         if not isinstance(name, str) or "/" in name:
             problems.append(f"{key}.{name}: a metric's name is a word without '/' (it is logged as <stage>/<name>)")
         elif missing:
-            problems.append(f"{key}.{name}: {type(metric).__qualname__} is not a metric (it has no "
-                            f"{', '.join(missing)}); use a torchmetrics class, e.g. {{_target_: "
-                            "torchmetrics.classification.MulticlassF1Score, num_classes: 10}")
+            problems.append(
+                f"{key}.{name}: {type(metric).__qualname__} is not a metric (it has no "
+                f"{', '.join(missing)}); use a torchmetrics class, e.g. {{_target_: "
+                "torchmetrics.classification.MulticlassF1Score, num_classes: 10}"
+            )
     return problems
 
 

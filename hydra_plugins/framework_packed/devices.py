@@ -3,6 +3,7 @@
 threads, framework/rank/run.py ``cpu_threads``). Found without importing torch or touching CUDA
 in the launcher, whose jobs fork from it.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,11 +40,17 @@ def pool(kind: str, devices) -> tuple[str, list[int]]:
         return kind, found
     if isinstance(devices, int) and not isinstance(devices, bool) and 0 < devices <= len(found):
         return kind, found[:devices]
-    if isinstance(devices, (list, tuple)) and devices and all(d in found for d in devices) \
-            and len(set(devices)) == len(devices):
+    if (
+        isinstance(devices, (list, tuple))
+        and devices
+        and all(d in found for d in devices)
+        and len(set(devices)) == len(devices)
+    ):
         return kind, sorted(devices)
-    raise ValueError(f"hydra.launcher.devices: expected null, a count from 1 to {len(found)} or a list of "
-                     f"{kind} device ids among {found}, each once, got {devices!r}")
+    raise ValueError(
+        f"hydra.launcher.devices: expected null, a count from 1 to {len(found)} or a list of "
+        f"{kind} device ids among {found}, each once, got {devices!r}"
+    )
 
 
 def max_skips_problem(value) -> str | None:

@@ -2,6 +2,7 @@
 devices, then Hydra's ``run_job`` as the basic launcher calls it; its JobReturn goes back
 through a pipe. The fork keeps Hydra's state and the task function without pickling either.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,13 @@ def run_packed_job(conn, hydra_context, task_function, sweep_config, kind: str, 
     setup_globals()
     code = 0
     try:
-        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        ret = run_job(
+            hydra_context=hydra_context,
+            task_function=task_function,
+            config=sweep_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
     except SystemExit as stop:  # a job stopped by a signal exits 128 + signal, after recording itself
         code = stop.code if isinstance(stop.code, int) else 1
         ret = failed_return(sweep_config, RuntimeError(f"the job exited with status {code}"))
@@ -42,8 +48,12 @@ def run_packed_job(conn, hydra_context, task_function, sweep_config, kind: str, 
 
 def failed_return(sweep_config, error: BaseException) -> JobReturn:
     """The return of a job that did not end in its task function's answer."""
-    ret = JobReturn(overrides=list(sweep_config.hydra.overrides.task), cfg=sweep_config, hydra_cfg=sweep_config,
-                    working_dir=os.getcwd())
+    ret = JobReturn(
+        overrides=list(sweep_config.hydra.overrides.task),
+        cfg=sweep_config,
+        hydra_cfg=sweep_config,
+        working_dir=os.getcwd(),
+    )
     ret.status, ret.return_value = JobStatus.FAILED, error
     return ret
 
@@ -52,6 +62,10 @@ def _send(conn, ret: JobReturn, sweep_config) -> None:
     try:
         conn.send(ret)
     except Exception as err:  # noqa: BLE001 - an exception that does not pickle: send its words
-        conn.send(failed_return(sweep_config, RuntimeError(f"{type(ret.return_value).__name__}: {ret.return_value} "
-                                                     f"(not picklable: {err})")))
+        conn.send(
+            failed_return(
+                sweep_config,
+                RuntimeError(f"{type(ret.return_value).__name__}: {ret.return_value} (not picklable: {err})"),
+            )
+        )
     conn.close()

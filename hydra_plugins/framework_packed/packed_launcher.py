@@ -10,6 +10,7 @@ A stop signal (SIGTERM, SIGINT) goes on to every running job, which records itse
 with ``checkpoints/last``; no waiting job starts; the report is written and the sweep exits
 128 + the signal, as a sweep under the basic launcher does.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,6 @@ from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest
 log = logging.getLogger(__name__)
 
 
-
 class PackedLauncher(Launcher):
     def __init__(self, kind: str = "auto", devices: Any = None, max_skips: Optional[int] = None) -> None:
         self.kind, self.devices, self.max_skips = kind, devices, max_skips
@@ -49,8 +49,9 @@ class PackedLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            kind, ids = pool(self.kind, OmegaConf.to_container(self.devices) if OmegaConf.is_config(self.devices)
-                             else self.devices)
+            kind, ids = pool(
+                self.kind, OmegaConf.to_container(self.devices) if OmegaConf.is_config(self.devices) else self.devices
+            )
             problem = max_skips_problem(self.max_skips)
             if problem:
                 raise ValueError(problem)
@@ -107,8 +108,9 @@ class _PackedRun:
         self.signum: Optional[int] = None
 
     def all(self, configs: list) -> list[JobReturn]:
-        waiting = largest_first([Pending(int(c.hydra.job.num), _need(c, len(self.devices.devices)), i)
-                                 for i, c in enumerate(configs)])
+        waiting = largest_first(
+            [Pending(int(c.hydra.job.num), _need(c, len(self.devices.devices)), i) for i, c in enumerate(configs)]
+        )
         previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             while self.running or (waiting and self.signum is None):  # after a stop signal, no job starts
@@ -128,8 +130,11 @@ class _PackedRun:
         context = multiprocessing.get_context("fork")
         parent_end, child_end = context.Pipe(duplex=False)
         launcher = self.launcher
-        process = context.Process(target=run_packed_job, name=f"packed-job-{job.num}", args=(
-            child_end, launcher.hydra_context, launcher.task_function, sweep_config, self.kind, devices))
+        process = context.Process(
+            target=run_packed_job,
+            name=f"packed-job-{job.num}",
+            args=(child_end, launcher.hydra_context, launcher.task_function, sweep_config, self.kind, devices),
+        )
         process.start()
         child_end.close()
         self.running[job.index] = (process, parent_end, job, sweep_config)
@@ -148,15 +153,25 @@ class _PackedRun:
             del self.running[index]
             self.devices.give_back(self.records[job.num]["devices"])
             self.records[job.num].update(ended_at=time.time(), exitcode=process.exitcode)
-            self.returns[index] = ret if ret is not None else failed_return(sweep_config, RuntimeError(
-                f"the job's process ended with exit code {process.exitcode} before it answered"))
+            self.returns[index] = (
+                ret
+                if ret is not None
+                else failed_return(
+                    sweep_config,
+                    RuntimeError(f"the job's process ended with exit code {process.exitcode} before it answered"),
+                )
+            )
 
     def _stop(self, signum, frame) -> None:
         """Every running job gets the signal (a copy of one the process group had counts as the same stop)."""
         first = self.signum is None
         self.signum = self.signum or signum
-        log.warning("signal %d: %s the running jobs %s", signum, "stopping" if first else "passed on again to",
-                    sorted(job.num for _, _, job, _ in self.running.values()))
+        log.warning(
+            "signal %d: %s the running jobs %s",
+            signum,
+            "stopping" if first else "passed on again to",
+            sorted(job.num for _, _, job, _ in self.running.values()),
+        )
         for process, *_ in self.running.values():
             if process.is_alive():
                 os.kill(process.pid, signum)
@@ -168,8 +183,11 @@ class _PackedRun:
         packing = json.loads(path.read_text()) if path.exists() else {"jobs": {}}
         for num, record in self.records.items():
             end = record.get("ended_at") or time.time()
-            record["beside"] = sorted(other for other, r in self.records.items() if other != num and
-                                      r["started_at"] < end and (r.get("ended_at") or time.time()) > record["started_at"])
+            record["beside"] = sorted(
+                other
+                for other, r in self.records.items()
+                if other != num and r["started_at"] < end and (r.get("ended_at") or time.time()) > record["started_at"]
+            )
         packing["jobs"].update({str(num): record for num, record in self.records.items()})
         packing.update(kind=self.kind, devices=self.devices.devices)
         path.write_text(json.dumps(packing, indent=2) + "\n")
@@ -178,6 +196,8 @@ class _PackedRun:
         from framework.report import finish_sweep
 
         finish_sweep(self.sweep_dir)
-        log.error("sweep stopped by signal %d: its running jobs were interrupted, the report covers the jobs so far",
-                  self.signum)
+        log.error(
+            "sweep stopped by signal %d: its running jobs were interrupted, the report covers the jobs so far",
+            self.signum,
+        )
         sys.exit(128 + self.signum)

@@ -2,6 +2,7 @@
 devices would otherwise wait behind a stream of small ones), smaller ones filling devices the
 largest cannot use yet, but never more than ``max_skips`` times in a row past it, so no job starves.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,9 +10,9 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Pending:
-    num: int       # Hydra's job number
-    need: int      # devices the job asks for (at most the pool's)
-    index: int     # its place in the batch Hydra gave
+    num: int  # Hydra's job number
+    need: int  # devices the job asks for (at most the pool's)
+    index: int  # its place in the batch Hydra gave
 
 
 @dataclass

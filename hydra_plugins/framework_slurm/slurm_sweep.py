@@ -9,6 +9,7 @@
   reported within seconds and the sweep's jobs are cancelled, instead of a silent wait.
 - submitit's warnings about SLURM accounting (``sacct``), off on many clusters, stay off the console.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,13 +31,16 @@ except ImportError:  # pragma: no cover - hydra/launcher=slurm then fails on its
 log = logging.getLogger(__name__)
 
 # squeue reasons for a pending job that waiting will not cure, and what to change.
-NEVER = {"PartitionConfig": "the resources per node or the partition (hydra.launcher.cpus_per_task, "
-                            "gpus_per_node, mem_gb, partition)",
-         "PartitionNodeLimit": "the node count (trainer.num_nodes) or the partition",
-         "PartitionTimeLimit": "hydra.launcher.timeout_min or the partition",
-         "BadConstraints": "hydra.launcher.constraint, gpus_per_node or mem_gb",
-         "ReqNodeNotAvail": "hydra.launcher.partition, exclude or the node count",
-         "InvalidAccount": "hydra.launcher.account", "InvalidQOS": "hydra.launcher.qos"}
+NEVER = {
+    "PartitionConfig": "the resources per node or the partition (hydra.launcher.cpus_per_task, "
+    "gpus_per_node, mem_gb, partition)",
+    "PartitionNodeLimit": "the node count (trainer.num_nodes) or the partition",
+    "PartitionTimeLimit": "hydra.launcher.timeout_min or the partition",
+    "BadConstraints": "hydra.launcher.constraint, gpus_per_node or mem_gb",
+    "ReqNodeNotAvail": "hydra.launcher.partition, exclude or the node count",
+    "InvalidAccount": "hydra.launcher.account",
+    "InvalidQOS": "hydra.launcher.qos",
+}
 
 
 class _NoAccountingNoise(logging.Filter):
@@ -81,8 +85,16 @@ class SlurmSweepLauncher(SlurmLauncher):
         submitted = []
         for (nodes, devices), positions in layouts.items():
             executor = self._executor(nodes, devices)
-            args = [(list(job_overrides[i]), "hydra.sweep.dir", initial_job_idx + i,
-                     f"job_id_for_{initial_job_idx + i}", Singleton.get_state()) for i in positions]
+            args = [
+                (
+                    list(job_overrides[i]),
+                    "hydra.sweep.dir",
+                    initial_job_idx + i,
+                    f"job_id_for_{initial_job_idx + i}",
+                    Singleton.get_state(),
+                )
+                for i in positions
+            ]
             log.info("Submitting %d job(s) of %d node(s) x %d task(s)", len(args), nodes, devices)
             submitted += zip(positions, executor.map_array(self, *zip(*args)))
         jobs = [job for _, job in sorted(submitted, key=lambda pair: pair[0])]
@@ -110,11 +122,13 @@ class SlurmSweepLauncher(SlurmLauncher):
 
         params = {**self.params, "nodes": nodes, "tasks_per_node": devices}
         init_keys = {"submitit_folder", "max_num_timeout"}
-        executor = submitit.AutoExecutor(cluster="slurm", folder=params["submitit_folder"],
-                                         slurm_max_num_timeout=params.get("max_num_timeout", 0))
+        executor = submitit.AutoExecutor(
+            cluster="slurm", folder=params["submitit_folder"], slurm_max_num_timeout=params.get("max_num_timeout", 0)
+        )
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()
-                                      if k not in init_keys})
+        executor.update_parameters(
+            **{k if k in base else f"slurm_{k}": v for k, v in params.items() if k not in init_keys}
+        )
         return executor
 
 
@@ -139,7 +153,8 @@ def fits(layout: tuple[int, int], params: dict[str, Any]) -> str | None:
             f"hydra.launcher: a job of {devices} task(s) per node (trainer.devices={devices}) x cpus_per_task="
             f"{per_task} needs {devices * per_task} CPUs per node; the nodes of partition "
             f"{params.get('partition') or '(default)'} have {available}. Lower hydra.launcher.cpus_per_task "
-            f"(null = SLURM's default, 1) or trainer.devices")
+            f"(null = SLURM's default, 1) or trainer.devices"
+        )
     return None
 
 
@@ -155,13 +170,16 @@ class PendingWatcher(threading.Thread):
 
     def run(self) -> None:
         while not self._stopping.wait(self.poll_s):
-            out = subprocess.run(["squeue", "-h", "-j", ",".join(self.job_ids), "-o", "%i %T %r"],
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                ["squeue", "-h", "-j", ",".join(self.job_ids), "-o", "%i %T %r"], capture_output=True, text=True
+            ).stdout
             for line in out.splitlines():
                 job, state, reason = (line.split(None, 2) + ["", ""])[:3]
                 if state == "PENDING" and reason in NEVER:
-                    self.verdict = (f"SLURM will not run job {job} (squeue reason: {reason}); change "
-                                    f"{NEVER[reason]}. The sweep's jobs were cancelled.")
+                    self.verdict = (
+                        f"SLURM will not run job {job} (squeue reason: {reason}); change "
+                        f"{NEVER[reason]}. The sweep's jobs were cancelled."
+                    )
                     log.error("%s", self.verdict)
                     subprocess.run(["scancel", *self.job_ids], capture_output=True)
                     return

@@ -1,5 +1,6 @@
 """Debugging aids and the remaining callbacks: overfit_batches, sanity check, profilers, LR monitor,
 backbone fine-tuning, throughput."""
+
 from __future__ import annotations
 
 import csv
@@ -14,8 +15,17 @@ QUIET = ["trainer.enable_progress_bar=false"]
 
 
 def test_overfit_batches_reaches_near_zero_loss_on_the_same_batches(tiny_cfg, tmp_path):
-    results = fit(tiny_cfg("trainer.overfit_batches=2", "trainer.max_epochs=60", "scheduler=none", "optimizer.lr=0.01", "callbacks=none",
-                           "trainer.log_every_n_steps=10"), output_dir=str(tmp_path))
+    results = fit(
+        tiny_cfg(
+            "trainer.overfit_batches=2",
+            "trainer.max_epochs=60",
+            "scheduler=none",
+            "optimizer.lr=0.01",
+            "callbacks=none",
+            "trainer.log_every_n_steps=10",
+        ),
+        output_dir=str(tmp_path),
+    )
     assert results["steps"] == 120 and results["metrics"]["train/loss"] < 0.05
 
 
@@ -27,9 +37,17 @@ def test_debug_overfit_trains_on_without_early_stopping(tmp_path):
     (tmp_path / "configs" / "experiment").mkdir(parents=True)
     (tmp_path / "configs" / "experiment" / "stops_early.yaml").write_text(
         "# @package _global_\ndefaults:\n  - digits_mlp\ncallbacks:\n  early_stopping:\n    patience: 0\n"
-        "    min_delta: 1000.0\n")
-    run = [f"hydra.searchpath=[file://{tmp_path / 'configs'}]", "experiment=stops_early", "model.hidden_sizes=[16]",
-           "trainer.max_epochs=4", "datamodule.batch_size=32", "logger=csv", *QUIET]
+        "    min_delta: 1000.0\n"
+    )
+    run = [
+        f"hydra.searchpath=[file://{tmp_path / 'configs'}]",
+        "experiment=stops_early",
+        "model.hidden_sizes=[16]",
+        "trainer.max_epochs=4",
+        "datamodule.batch_size=32",
+        "logger=csv",
+        *QUIET,
+    ]
     stopped = fit(compose(run), output_dir=str(tmp_path / "plain"))
     assert stopped["epochs"] == 2
     results = fit(compose([*run, "debug=overfit", "trainer.max_epochs=4"]), output_dir=str(tmp_path / "overfit"))
@@ -77,10 +95,19 @@ def test_lr_monitor_logs_the_schedule(tiny_cfg, tmp_path):
 
 
 def test_backbone_finetuning_unfreezes_with_its_own_learning_rate(tmp_path):
-    cfg = compose(["experiment=digits_cnn", "callbacks=backbone_finetuning", "trainer.max_epochs=2",
-                   "trainer.limit_train_batches=3", "callbacks.backbone_finetuning.unfreeze_at_epoch=1",
-                   "+callbacks.groups._target_=tests.helpers.probes.ParamGroups", "logger=none", *QUIET,
-                   f"output_dir={tmp_path}"])
+    cfg = compose(
+        [
+            "experiment=digits_cnn",
+            "callbacks=backbone_finetuning",
+            "trainer.max_epochs=2",
+            "trainer.limit_train_batches=3",
+            "callbacks.backbone_finetuning.unfreeze_at_epoch=1",
+            "+callbacks.groups._target_=tests.helpers.probes.ParamGroups",
+            "logger=none",
+            *QUIET,
+            f"output_dir={tmp_path}",
+        ]
+    )
     trainer, parts = build_trainer(cfg)
     trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
     head_only, with_backbone = parts.callbacks["groups"].seen
@@ -96,8 +123,13 @@ def test_throughput_callback_logs_samples_per_second(tiny_cfg, tmp_path):
 
 
 def test_compile_runs_compiled_code_with_the_same_results(tiny_cfg, tmp_path):
-    probe = ["model._target_=tests.helpers.probes.CompileProbe", "~model.hidden_sizes", "~model.dropout",
-             "trainer.max_epochs=1", "trainer.limit_train_batches=3"]
+    probe = [
+        "model._target_=tests.helpers.probes.CompileProbe",
+        "~model.hidden_sizes",
+        "~model.dropout",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+    ]
     eager = fit(tiny_cfg(*probe), output_dir=str(tmp_path / "e"))
     assert CompileProbe.compiled_calls == 0
     compiled = fit(tiny_cfg(*probe, "trainer.compile=true"), output_dir=str(tmp_path / "c"))
@@ -106,8 +138,13 @@ def test_compile_runs_compiled_code_with_the_same_results(tiny_cfg, tmp_path):
 
 
 def test_throughput_counts_flops_and_logs_mfu_with_a_given_peak(tiny_cfg, tmp_path):
-    cfg = tiny_cfg("callbacks=throughput", "callbacks.throughput.log_every_n_steps=4",
-                   "callbacks.throughput.peak_flops=1e12", "logger=csv", f"output_dir={tmp_path}")
+    cfg = tiny_cfg(
+        "callbacks=throughput",
+        "callbacks.throughput.log_every_n_steps=4",
+        "callbacks.throughput.peak_flops=1e12",
+        "logger=csv",
+        f"output_dir={tmp_path}",
+    )
     trainer, parts = build_trainer(cfg)
     trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
     # forward FLOPs of the 64 -> 32 -> 10 MLP, x3 for forward + backward
@@ -118,6 +155,8 @@ def test_throughput_counts_flops_and_logs_mfu_with_a_given_peak(tiny_cfg, tmp_pa
 @pytest.mark.gpu
 def test_throughput_counts_flops_on_the_batch_on_the_device(tiny_cfg, tmp_path):
     # current_batch is the batch after it moved to the GPU: the FLOP count runs the model on it.
-    results = fit(tiny_cfg("trainer.accelerator=cuda", "callbacks=throughput", "callbacks.throughput.log_every_n_steps=4"),
-                  output_dir=str(tmp_path))
+    results = fit(
+        tiny_cfg("trainer.accelerator=cuda", "callbacks=throughput", "callbacks.throughput.log_every_n_steps=4"),
+        output_dir=str(tmp_path),
+    )
     assert results["status"] == "completed" and results["metrics"]["throughput/mfu"] > 0

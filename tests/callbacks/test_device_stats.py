@@ -1,4 +1,5 @@
 """device_stats: memory and CPU figures logged as metrics at the configured interval."""
+
 from __future__ import annotations
 
 import csv
@@ -8,8 +9,10 @@ from tests.helpers.configs import TINY
 
 
 def test_device_stats_are_logged_every_n_steps_and_at_epoch_ends(tmp_path):
-    results = fit(compose([*TINY, "logger=csv", "callbacks=[device_stats]", "callbacks.device_stats.every_n_steps=4"]),
-                  output_dir=str(tmp_path))
+    results = fit(
+        compose([*TINY, "logger=csv", "callbacks=[device_stats]", "callbacks.device_stats.every_n_steps=4"]),
+        output_dir=str(tmp_path),
+    )
     assert results["status"] == "completed"
     with open(tmp_path / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("device/rss_mib")]

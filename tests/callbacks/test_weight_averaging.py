@@ -1,4 +1,5 @@
 """EMA and SWA callbacks: averaged weights, validated and tested, checkpointed sharded, resumed."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,9 +10,14 @@ from framework import compose, fit
 from framework.evaluate import evaluate
 from tests.helpers.configs import BASE, CNN, val_losses
 
-CKPT = ["callbacks.model_checkpoint.filename='epoch{epoch}'", "callbacks.model_checkpoint.monitor=null",
-        "callbacks.model_checkpoint.save_top_k=-1", "trainer.max_epochs=3", "strategy.timeout_s=60",
-        "trainer.accumulate_grad_batches=1"]
+CKPT = [
+    "callbacks.model_checkpoint.filename='epoch{epoch}'",
+    "callbacks.model_checkpoint.monitor=null",
+    "callbacks.model_checkpoint.save_top_k=-1",
+    "trainer.max_epochs=3",
+    "strategy.timeout_s=60",
+    "trainer.accumulate_grad_batches=1",
+]
 EMA = [*BASE, *CKPT, "callbacks=[model_checkpoint,ema]", "callbacks.ema.decay=0.7", "test_ckpt=last"]
 
 
@@ -45,29 +51,45 @@ def test_ema_validates_on_the_average_and_checkpoints_it(ema_single, tmp_path):
 def test_ema_on_sharded_ranks_equals_single_and_resumes_under_another_world_size(ema_single, tmp_path):
     single_dir, single = ema_single
     # grad_op keeps gathered weights between forwards: the swap must still reach every forward
-    fsdp = fit(compose([*EMA, "strategy=fsdp", "trainer.devices=2", "strategy.sharding=grad_op"]),
-               output_dir=str(tmp_path / "fsdp"))
+    fsdp = fit(
+        compose([*EMA, "strategy=fsdp", "trainer.devices=2", "strategy.sharding=grad_op"]),
+        output_dir=str(tmp_path / "fsdp"),
+    )
     assert val_losses(tmp_path / "fsdp") == pytest.approx(val_losses(single_dir), rel=1e-5)
     assert fsdp["metrics"]["test/loss"] == pytest.approx(single["metrics"]["test/loss"], rel=1e-5)
     # the sharded average of epoch 0 resumes on one device: the same averages afterwards
-    resumed = fit(compose([*EMA, "strategy=single", f"ckpt_path={tmp_path / 'fsdp' / 'checkpoints' / 'epoch0'}"]),
-                  output_dir=str(tmp_path / "resumed"))
+    resumed = fit(
+        compose([*EMA, "strategy=single", f"ckpt_path={tmp_path / 'fsdp' / 'checkpoints' / 'epoch0'}"]),
+        output_dir=str(tmp_path / "resumed"),
+    )
     assert resumed["steps"] == single["steps"]
     assert val_losses(tmp_path / "resumed") == pytest.approx(val_losses(single_dir)[1:], rel=1e-5)
 
 
 def test_ema_of_a_batchnorm_model_on_sharded_ranks(tmp_path):
     # FSDP2 shards the parameters (DTensors) but not BatchNorm's statistics (plain tensors)
-    run = [*CNN, "callbacks=[model_checkpoint,ema]", "callbacks.ema.decay=0.7", "callbacks.model_checkpoint.monitor=null",
-           "strategy=fsdp", "trainer.devices=2"]
+    run = [
+        *CNN,
+        "callbacks=[model_checkpoint,ema]",
+        "callbacks.ema.decay=0.7",
+        "callbacks.model_checkpoint.monitor=null",
+        "strategy=fsdp",
+        "trainer.devices=2",
+    ]
     assert fit(compose(run), output_dir=str(tmp_path))["status"] == "completed"
     average = _checkpoint(tmp_path / "checkpoints" / "last")["callbacks"]["ema"]
     assert "features.1.running_mean" in average and "features.0.weight" in average
 
 
 def test_swa_gives_the_model_the_mean_of_its_epoch_end_weights(tmp_path):
-    run = [*BASE, *CKPT, "callbacks=[model_checkpoint,swa]", "callbacks.swa.swa_epoch_start=1", "strategy=single",
-           "export_weights=true"]
+    run = [
+        *BASE,
+        *CKPT,
+        "callbacks=[model_checkpoint,swa]",
+        "callbacks.swa.swa_epoch_start=1",
+        "strategy=single",
+        "export_weights=true",
+    ]
     results = fit(compose(run), output_dir=str(tmp_path))
     assert results["status"] == "completed"
     assert results["test_ckpt"]["weights"] == "final"  # test_ckpt's default with swa: the averaged model

@@ -1,5 +1,6 @@
 """framework.config.hydra_fast_paths: a plain run is composed once, group listings share one
 repository copy, and what Hydra composes, decides and lists is unchanged."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,11 @@ RUN = ["experiment=digits_mlp", "model.hidden_sizes=[16]"]
 def hydra(monkeypatch):
     """Hydra as the command line sets it up, with and without the fast paths; the loader counts
     its compositions."""
-    for cls, name in ((Hydra, "get_mode"), (ConfigLoaderImpl, "get_group_options"),
-                      (ConfigLoaderImpl, "load_configuration")):
+    for cls, name in (
+        (Hydra, "get_mode"),
+        (ConfigLoaderImpl, "get_group_options"),
+        (ConfigLoaderImpl, "load_configuration"),
+    ):
         monkeypatch.setattr(cls, name, getattr(cls, name))  # restored after the test
     compositions = []
     compose = ConfigLoaderImpl.load_configuration

@@ -1,5 +1,6 @@
 """hydra/launcher=packed's schedule: the largest waiting job first, smaller ones filling the
 devices it cannot use yet, never more than max_skips times in a row past it; and its device pool."""
+
 from __future__ import annotations
 
 import pytest

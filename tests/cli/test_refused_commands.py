@@ -1,5 +1,6 @@
 """Bad values that only the command line (Hydra's run directory, the packed launcher) or the
 machine (a full disk) see: each refused before anything starts, with its key, said once."""
+
 from __future__ import annotations
 
 import errno
@@ -16,11 +17,20 @@ def test_a_run_directory_that_cannot_be_created_is_named_not_a_traceback(tmp_pat
     assert proc.stderr.count("hydra.run.dir: cannot create '/dev/null/x': '/dev/null' is a file") == 1
 
 
-@pytest.mark.parametrize("value, message", [
-    ("hydra.launcher.max_skips=abc", "hydra.launcher.max_skips: expected null (the device count) or a count >= 0, got 'abc'"),
-    ("hydra.launcher.max_skips=-1", "hydra.launcher.max_skips: expected null (the device count) or a count >= 0, got -1"),
-    ("hydra.launcher.devices=[0,0]", "hydra.launcher.devices: expected null, a count from 1 to"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (
+            "hydra.launcher.max_skips=abc",
+            "hydra.launcher.max_skips: expected null (the device count) or a count >= 0, got 'abc'",
+        ),
+        (
+            "hydra.launcher.max_skips=-1",
+            "hydra.launcher.max_skips: expected null (the device count) or a count >= 0, got -1",
+        ),
+        ("hydra.launcher.devices=[0,0]", "hydra.launcher.devices: expected null, a count from 1 to"),
+    ],
+)
 def test_the_packed_launcher_refuses_its_bad_values_once(tmp_path, value, message):
     proc = train("-m", "hydra/launcher=packed", value, f"hydra.sweep.dir={tmp_path / 'sweep'}", *TINY)
     assert proc.returncode == 2 and proc.stderr.count(message) == 1, proc.stderr

@@ -1,14 +1,14 @@
 """Every option of every config group, and every experiment, composes and validates."""
+
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from framework import compose
-from pathlib import Path
-
 from framework.config import ConfigError
 from framework.config.location import HYDRA_CONFIG_PATH, config_dir
 from framework.job.preflight import preflight
@@ -16,11 +16,24 @@ from tests.helpers.corpora import prepared_help
 
 CONF_DIR = config_dir()
 ROOT = Path(__file__).resolve().parents[2]
-GROUPS = ["model", "datamodule", "task", "optimizer", "scheduler", "strategy", "trainer", "logger", "callbacks",
-          "debug"]
+GROUPS = [
+    "model",
+    "datamodule",
+    "task",
+    "optimizer",
+    "scheduler",
+    "strategy",
+    "trainer",
+    "logger",
+    "callbacks",
+    "debug",
+]
 # Options that need data on disk or a GPU: here they validate to one explanatory problem.
-NEEDS_DATA = {("datamodule", "mnist"): "MNIST not found", ("datamodule", "cifar10"): "CIFAR10 not found",
-              ("datamodule", "imagefolder"): "missing value"}
+NEEDS_DATA = {
+    ("datamodule", "mnist"): "MNIST not found",
+    ("datamodule", "cifar10"): "CIFAR10 not found",
+    ("datamodule", "imagefolder"): "missing value",
+}
 try:
     import mlflow  # noqa: F401
 except ImportError:
@@ -70,8 +83,10 @@ def test_every_experiment_composes_validates_and_runs(experiment, tmp_path):
     from framework import fit
 
     # An experiment may ask for an input (???): the fine-tuning one needs a checkpoint, here none.
-    needs = {"digits_finetune_5to9": ["init.weights=null"],
-             "gpt_tokens": [f"datamodule.path={prepared_help(tmp_path)}"]}.get(experiment, [])
+    needs = {
+        "digits_finetune_5to9": ["init.weights=null"],
+        "gpt_tokens": [f"datamodule.path={prepared_help(tmp_path)}"],
+    }.get(experiment, [])
     cfg = compose([f"experiment={experiment}", "trainer.fast_dev_run=2", "trainer.enable_progress_bar=false", *needs])
     assert cfg.name == experiment
     preflight(cfg)
@@ -113,10 +128,10 @@ def test_logger_list_and_none():
 
 def test_user_config_dir_extends_the_groups(tmp_path):
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "tiny.yaml").write_text(
-        "_target_: torch.nn.Sequential\n")
+    (tmp_path / "model" / "tiny.yaml").write_text("_target_: torch.nn.Sequential\n")
     (tmp_path / "mine.yaml").write_text(
-        "defaults:\n  - train\n  - _self_\nhydra:\n  searchpath:\n    - " + HYDRA_CONFIG_PATH + "\n")
+        "defaults:\n  - train\n  - _self_\nhydra:\n  searchpath:\n    - " + HYDRA_CONFIG_PATH + "\n"
+    )
     # Hydra's standard mechanism: the user's primary config searches ours.
     cfg = compose(["model=tiny"], config_dir=str(tmp_path), config_name="mine")
     assert cfg.model._target_ == "torch.nn.Sequential"

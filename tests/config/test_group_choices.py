@@ -1,4 +1,5 @@
 """A group option that does not exist is named before Hydra composes, with the closest option."""
+
 from __future__ import annotations
 
 from framework.config.group_choices import unknown_options
@@ -10,8 +11,17 @@ def test_every_selection_is_checked_lists_and_sweeps_too():
     assert "did you mean 'model=gpt/tiny'" in unknown_options(["model=gpt/tny"])[0]
     assert "no option 'cvs'" in unknown_options(["logger=[tensorboard,cvs]"])[0]
     assert "no option 'fsdpp'" in unknown_options(["-m", "strategy=ddp,fsdpp"])[0]
-    valid = ["strategy=pp/fsdp", "model=gpt/tiny", "logger=[tensorboard,csv]", "scheduler=null", "experiment=gpt_text",
-             "strategy=choice(ddp,fsdp)", "hydra/launcher=basic", "trainer.devices=2", "+callbacks=[default,ema]"]
+    valid = [
+        "strategy=pp/fsdp",
+        "model=gpt/tiny",
+        "logger=[tensorboard,csv]",
+        "scheduler=null",
+        "experiment=gpt_text",
+        "strategy=choice(ddp,fsdp)",
+        "hydra/launcher=basic",
+        "trainer.devices=2",
+        "+callbacks=[default,ema]",
+    ]
     assert unknown_options(valid) == []
 
 

@@ -1,5 +1,6 @@
 """The schemas (framework/config/schemas.py and each strategy's) are the one source of every
 framework key's default; the YAML files of conf/ that show those keys must agree with them."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,10 @@ def test_the_root_keys_of_train_yaml_have_the_schemas_defaults():
             assert value == defaults[key], key
 
 
-@pytest.mark.parametrize("path", sorted(p.relative_to(config_dir() / "strategy").as_posix()
-                                        for p in (config_dir() / "strategy").rglob("*.yaml")))
+@pytest.mark.parametrize(
+    "path",
+    sorted(p.relative_to(config_dir() / "strategy").as_posix() for p in (config_dir() / "strategy").rglob("*.yaml")),
+)
 def test_each_strategy_yaml_shows_its_schemas_options_and_defaults(path):
     node = _yaml(config_dir() / "strategy" / path)
     name = node.get("name") or path.split("/")[0].removesuffix(".yaml")

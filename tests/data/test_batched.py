@@ -1,4 +1,5 @@
 """Batched fetching: a batch is one gather, with the same samples, order and losses as before."""
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,12 @@ def test_a_gathered_batch_is_the_collated_samples_on_every_rank():
     x, y = torch.randn(100, 1, 8, 8), torch.randint(0, 10, (100,))
     for rank in (0, 1):
         plain = DataLoader(TensorDataset(x, y), batch_size=8, sampler=ShardedSampler(100, 2, rank, True, 3, 16))
-        gathered = DataLoader(GatheringTensorDataset(x, y), batch_size=8, collate_fn=collate_for(default_collate),
-                              sampler=ShardedSampler(100, 2, rank, True, 3, 16))
+        gathered = DataLoader(
+            GatheringTensorDataset(x, y),
+            batch_size=8,
+            collate_fn=collate_for(default_collate),
+            sampler=ShardedSampler(100, 2, rank, True, 3, 16),
+        )
         pairs = list(zip(plain, gathered))
         assert len(pairs) == len(plain) == 6
         for a, b in pairs:
@@ -33,6 +38,8 @@ def test_a_users_own_collate_still_sees_samples():
 
 def test_training_losses_are_bit_identical_to_fetching_sample_by_sample(tmp_path):
     fit(compose(TINY + ["logger=csv"]), output_dir=str(tmp_path / "gathered"))
-    fit(compose(TINY + ["logger=csv", "datamodule._target_=tests.helpers.probes.plain_digits"]),
-        output_dir=str(tmp_path / "plain"))
+    fit(
+        compose(TINY + ["logger=csv", "datamodule._target_=tests.helpers.probes.plain_digits"]),
+        output_dir=str(tmp_path / "plain"),
+    )
     assert train_losses(tmp_path / "gathered") == train_losses(tmp_path / "plain")

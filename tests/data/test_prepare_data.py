@@ -1,6 +1,7 @@
 """framework-prepare-data: the shards hold the corpus's tokens exactly, whatever the number of
 workers; a second run changes nothing, a stopped run resumes, new inputs append, and what differs
 from the prepared corpus is refused, naming it."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framework.config import ConfigError
 from framework.cli.prepare_data import parse
+from framework.config import ConfigError
 from framework.data import prepare_pieces
 from framework.data.prepare import PrepareSettings, Stopped, prepare
 from framework.data.token_shards import offsets_file, read_index
@@ -31,21 +32,28 @@ def files_of(directory) -> dict:
 
 def test_bytes_of_a_text_file_are_the_file_and_workers_change_no_byte(tmp_path):
     text = help_text(tmp_path)
-    one = prepare(PrepareSettings(input=[str(text)], output=str(tmp_path / "one"), workers=1, piece_mb=0.05,
-                                  val_fraction=0, test_fraction=0))
+    one = prepare(
+        PrepareSettings(
+            input=[str(text)], output=str(tmp_path / "one"), workers=1, piece_mb=0.05, val_fraction=0, test_fraction=0
+        )
+    )
     assert one["dtype"] == "uint16" and one["vocab_size"] == 256 and len(one["splits"]["train"]) > 5
     assert stream(tmp_path / "one").astype(np.uint8).tobytes() == text.read_bytes()
     # documents are the paragraphs: their offsets in the stream are where each paragraph starts
     starts = [np.load(offsets_file(tmp_path / "one" / s["file"])) for s in one["splits"]["train"]]
     assert sum(len(s) for s in starts) == one["documents"] == text.read_text().count("\n\n") + 1
-    two = prepare(PrepareSettings(input=[str(text)], output=str(tmp_path / "two"), workers=2, piece_mb=0.05,
-                                  val_fraction=0, test_fraction=0))
+    two = prepare(
+        PrepareSettings(
+            input=[str(text)], output=str(tmp_path / "two"), workers=2, piece_mb=0.05, val_fraction=0, test_fraction=0
+        )
+    )
     assert files_of(tmp_path / "one") == files_of(tmp_path / "two") and one["splits"] == two["splits"]
 
 
 def test_splits_are_by_document_and_a_second_run_is_a_no_op(tmp_path, capsys):
-    settings = PrepareSettings(input=[str(help_text(tmp_path))], output=str(tmp_path / "out"), workers=1,
-                               val_fraction=0.1, test_fraction=0.1)
+    settings = PrepareSettings(
+        input=[str(help_text(tmp_path))], output=str(tmp_path / "out"), workers=1, val_fraction=0.1, test_fraction=0.1
+    )
     index = prepare(settings)
     counts = index["tokens"]
     assert counts["val"] > 0 and counts["test"] > 0 and sum(counts.values()) == (tmp_path / "help.txt").stat().st_size
@@ -56,8 +64,7 @@ def test_splits_are_by_document_and_a_second_run_is_a_no_op(tmp_path, capsys):
 
 
 def test_a_stopped_run_resumes_with_the_pieces_it_had(tmp_path, monkeypatch, capsys):
-    settings = PrepareSettings(input=[str(help_text(tmp_path))], output=str(tmp_path / "out"), workers=1,
-                               piece_mb=0.1)
+    settings = PrepareSettings(input=[str(help_text(tmp_path))], output=str(tmp_path / "out"), workers=1, piece_mb=0.1)
     done = []
     real = prepare_pieces.prepare_piece
 
@@ -87,7 +94,7 @@ def test_new_inputs_append_and_a_changed_input_or_tokenizer_is_refused(tmp_path)
     shards = files_of(out)
     after = prepare(PrepareSettings(input=[str(tmp_path / "*.txt")], output=str(out), workers=1))
     assert [i["path"] for i in after["inputs"]] == [str(first), str(second)]
-    assert after["splits"]["train"][:len(before["splits"]["train"])] == before["splits"]["train"]
+    assert after["splits"]["train"][: len(before["splits"]["train"])] == before["splits"]["train"]
     assert all(files_of(out)[name] == data for name, data in shards.items())
     both = prepare(PrepareSettings(input=[str(first), str(second)], output=str(tmp_path / "both"), workers=1))
     assert both["splits"] == after["splits"]
@@ -104,7 +111,7 @@ def test_new_inputs_append_and_a_changed_input_or_tokenizer_is_refused(tmp_path)
     third = help_text(tmp_path, "c.txt", slice(0, 5))
     appended = prepare(PrepareSettings(input=[str(third)], output=str(out), workers=1))
     assert [i["path"] for i in appended["inputs"]] == [str(first), str(second), str(third)]
-    assert appended["splits"]["train"][:len(after["splits"]["train"])] == after["splits"]["train"]
+    assert appended["splits"]["train"][: len(after["splits"]["train"])] == after["splits"]["train"]
 
 
 def test_jsonl_and_parquet_through_pyarrow_with_a_tokenizer(tmp_path):
@@ -116,19 +123,31 @@ def test_jsonl_and_parquet_through_pyarrow_with_a_tokenizer(tmp_path):
         f.writelines(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts[:100]))
     pq.write_table(pa.table({"text": texts[100:], "n": list(range(100))}), tmp_path / "docs.parquet", row_group_size=30)
     tokenizer = bpe_tokenizer(tmp_path)
-    index = prepare(PrepareSettings(input=[str(tmp_path / "docs.jsonl"), str(tmp_path / "docs.parquet")],
-                                    output=str(tmp_path / "out"), tokenizer=str(tokenizer), workers=2,
-                                    val_fraction=0, test_fraction=0))
+    index = prepare(
+        PrepareSettings(
+            input=[str(tmp_path / "docs.jsonl"), str(tmp_path / "docs.parquet")],
+            output=str(tmp_path / "out"),
+            tokenizer=str(tokenizer),
+            workers=2,
+            val_fraction=0,
+            test_fraction=0,
+        )
+    )
     eos = Tokenizer.from_file(str(tokenizer)).token_to_id("<|endoftext|>")
     expected = [i for t in texts if t for i in [*Tokenizer.from_file(str(tokenizer)).encode(t).ids, eos]]
     assert index["documents"] == 200 and index["eos_id"] == eos and index["vocab_size"] == 384
     assert stream(tmp_path / "out").tolist() == expected
     assert len(index["splits"]["train"]) == 1 + 4  # the jsonl in one piece, the parquet's 4 row groups
-    for given, named in (("docs.jsonl", "no row of '.*docs.jsonl' .* has a 'body' field"),
-                         ("docs.parquet", "'.*docs.parquet' has no column 'body' \\(its columns: text, n\\)")):
+    for given, named in (
+        ("docs.jsonl", "no row of '.*docs.jsonl' .* has a 'body' field"),
+        ("docs.parquet", "'.*docs.parquet' has no column 'body' \\(its columns: text, n\\)"),
+    ):
         with pytest.raises(ValueError, match=f"text_key: {named}"):
-            prepare(PrepareSettings(input=[str(tmp_path / given)], output=str(tmp_path / "body"), text_key="body",
-                                    workers=1))
+            prepare(
+                PrepareSettings(
+                    input=[str(tmp_path / given)], output=str(tmp_path / "body"), text_key="body", workers=1
+                )
+            )
 
 
 def test_a_vocabulary_beyond_uint16_is_stored_as_uint32(tmp_path):
@@ -139,8 +158,16 @@ def test_a_vocabulary_beyond_uint16_is_stored_as_uint32(tmp_path):
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.save(str(tmp_path / "wide.json"))
     (tmp_path / "t.txt").write_text("w1 w69999 w65536\n\nw3")
-    index = prepare(PrepareSettings(input=[str(tmp_path / "t.txt")], output=str(tmp_path / "out"), workers=1,
-                                    tokenizer=str(tmp_path / "wide.json"), val_fraction=0, test_fraction=0))
+    index = prepare(
+        PrepareSettings(
+            input=[str(tmp_path / "t.txt")],
+            output=str(tmp_path / "out"),
+            workers=1,
+            tokenizer=str(tmp_path / "wide.json"),
+            val_fraction=0,
+            test_fraction=0,
+        )
+    )
     assert index["dtype"] == "uint32" and stream(tmp_path / "out").tolist() == [1, 69999, 65536, 3]
 
 
@@ -153,8 +180,11 @@ def test_the_command_line_names_a_bad_key_and_its_valid_ones(tmp_path):
         parse(["input=x", "output=y", "val_fraction=2"])
     with pytest.raises(ConfigError, match="workers: Value 'abc' of type 'str' could not be converted to Integer"):
         parse(["input=x", "output=y", "workers=abc"])
-    done = subprocess.run([sys.executable, "-m", "framework.cli.prepare_data", f"input={tmp_path}/none/*.txt",
-                           f"output={tmp_path}/out"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "framework.cli.prepare_data", f"input={tmp_path}/none/*.txt", f"output={tmp_path}/out"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "input: " in done.stderr and "names no .txt, .jsonl, .parquet file" in done.stderr
 
 
@@ -190,8 +220,16 @@ def test_a_killed_worker_or_a_sigterm_stops_the_run_and_the_next_run_resumes(tmp
     text = tmp_path / "big.txt"
     text.write_text("\n\n".join([help_text(tmp_path).read_text()] * 12))
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "framework.cli.prepare_data", f"input={text}", f"output={out}",
-               f"tokenizer={bpe_tokenizer(tmp_path)}", "workers=2", "piece_mb=0.25"]
+    command = [
+        sys.executable,
+        "-m",
+        "framework.cli.prepare_data",
+        f"input={text}",
+        f"output={out}",
+        f"tokenizer={bpe_tokenizer(tmp_path)}",
+        "workers=2",
+        "piece_mb=0.25",
+    ]
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: len(workers_of(run.pid)) >= 2)  # (the pool's workers, before they have tokenized much)
     os.kill(workers_of(run.pid)[0], signal.SIGKILL)
@@ -207,6 +245,13 @@ def test_a_killed_worker_or_a_sigterm_stops_the_run_and_the_next_run_resumes(tmp
     assert len(workers) == 2 and not [w for w in workers if alive(w)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     assert "pieces prepared before, kept" in done.stdout
-    fresh = prepare(PrepareSettings(input=[str(text)], output=str(tmp_path / "fresh"), workers=2, piece_mb=0.25,
-                                    tokenizer=str(tmp_path / "tokenizer.json")))
+    fresh = prepare(
+        PrepareSettings(
+            input=[str(text)],
+            output=str(tmp_path / "fresh"),
+            workers=2,
+            piece_mb=0.25,
+            tokenizer=str(tmp_path / "tokenizer.json"),
+        )
+    )
     assert read_index(out)["splits"] == fresh["splits"] and files_of(out) == files_of(tmp_path / "fresh")

@@ -1,4 +1,5 @@
 """The sampler that makes 1 rank and N ranks see the same global batches."""
+
 from __future__ import annotations
 
 from framework.data.sampler import ShardedSampler
@@ -7,13 +8,15 @@ from framework.data.sampler import ShardedSampler
 def test_union_of_rank_batches_is_the_single_device_batch():
     length, global_batch, world = 103, 8, 4
     single = list(ShardedSampler(length, 1, 0, shuffle=True, seed=7, drop_last_multiple=global_batch))
-    shards = [list(ShardedSampler(length, world, r, shuffle=True, seed=7, drop_last_multiple=global_batch))
-              for r in range(world)]
+    shards = [
+        list(ShardedSampler(length, world, r, shuffle=True, seed=7, drop_last_multiple=global_batch))
+        for r in range(world)
+    ]
     per_rank = global_batch // world
     assert len(single) == 96 and all(len(s) == 24 for s in shards)
     for k in range(len(single) // global_batch):
-        union = sorted(i for s in shards for i in s[k * per_rank:(k + 1) * per_rank])
-        assert union == sorted(single[k * global_batch:(k + 1) * global_batch])
+        union = sorted(i for s in shards for i in s[k * per_rank : (k + 1) * per_rank])
+        assert union == sorted(single[k * global_batch : (k + 1) * global_batch])
 
 
 def test_epochs_reshuffle_identically_on_every_rank():

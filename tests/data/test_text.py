@@ -1,5 +1,6 @@
 """datamodule=text: windows of a corpus that ships with Python, split by a fixed seed; a folder of
 .txt files or a tokenizers file of the user's own."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,16 +29,22 @@ def _texts_and_word_tokenizer(tmp_path):
         (tmp_path / "texts" / f"{i}.txt").write_text("the quick brown fox jumps over the lazy dog " * 50)
     tokenizer = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="[UNK]"))
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    tokenizer.train([str(p) for p in (tmp_path / "texts").glob("*.txt")],
-                    tokenizers.trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tokenizer.train(
+        [str(p) for p in (tmp_path / "texts").glob("*.txt")],
+        tokenizers.trainers.WordLevelTrainer(special_tokens=["[UNK]"]),
+    )
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     return tokenizer
 
 
 def test_a_folder_of_texts_and_a_tokenizer_file(tmp_path):
     tokenizer = _texts_and_word_tokenizer(tmp_path)
-    dm = TextDataModule(seq_len=8, data_dir=str(tmp_path / "texts"), tokenizer=str(tmp_path / "tokenizer.json"),
-                        vocab_size=tokenizer.get_vocab_size())
+    dm = TextDataModule(
+        seq_len=8,
+        data_dir=str(tmp_path / "texts"),
+        tokenizer=str(tmp_path / "tokenizer.json"),
+        vocab_size=tokenizer.get_vocab_size(),
+    )
     dm.setup("fit")
     assert dm.vocab_size == 9 and int(dm.train_set.tensors[0].max()) < 9  # 8 words and [UNK]
     assert dm.codec.decode(dm.codec.encode("the lazy dog")) == "the lazy dog"
@@ -53,12 +60,18 @@ def test_the_tokenizers_vocabulary_against_the_data_and_the_model_is_checked_bef
     _texts_and_word_tokenizer(tmp_path)
     (tmp_path / "broken.json").write_text("{not json")
     base = ["experiment=gpt_text", "model=gpt/tiny", f"datamodule.data_dir={tmp_path / 'texts'}"]
-    cases = [([f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}"],  # vocab_size forgotten: 256
-              "datamodule.vocab_size: 256, but the tokens number 9 (the tokenizer"),
-             ([f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}", "datamodule.vocab_size=9", "model.vocab_size=5"],
-              "model.vocab_size: 5, but the data's token ids run to 8"),
-             ([f"datamodule.tokenizer={tmp_path / 'broken.json'}"], "datamodule.tokenizer: '"),
-             (["datamodule.vocab_size=300"], "datamodule.vocab_size: 300, but the tokens number 256 (UTF-8 bytes)")]
+    cases = [
+        (
+            [f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}"],  # vocab_size forgotten: 256
+            "datamodule.vocab_size: 256, but the tokens number 9 (the tokenizer",
+        ),
+        (
+            [f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}", "datamodule.vocab_size=9", "model.vocab_size=5"],
+            "model.vocab_size: 5, but the data's token ids run to 8",
+        ),
+        ([f"datamodule.tokenizer={tmp_path / 'broken.json'}"], "datamodule.tokenizer: '"),
+        (["datamodule.vocab_size=300"], "datamodule.vocab_size: 300, but the tokens number 256 (UTF-8 bytes)"),
+    ]
     for overrides, message in cases:
         with pytest.raises(ConfigError) as err:
             preflight(compose([*base, *overrides]))

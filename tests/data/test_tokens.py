@@ -1,6 +1,7 @@
 """datamodule=tokens: windows read from the shards equal the prepared stream (across shard ends too), the
 positions restart where documents start, and a corpus that is missing, damaged or of another
 tokenizer is refused before start, naming the file."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,8 +18,12 @@ from framework.job.preflight import preflight
 from tests.helpers.configs import GPT_TINY, train_losses
 from tests.helpers.corpora import bpe_tokenizer, prepared_help, stream
 
-TOKENS = [*(o for o in GPT_TINY if not o.startswith("datamodule=")), "datamodule=tokens", "datamodule.seq_len=32",
-          "datamodule.batch_size=8"]
+TOKENS = [
+    *(o for o in GPT_TINY if not o.startswith("datamodule=")),
+    "datamodule=tokens",
+    "datamodule.seq_len=32",
+    "datamodule.batch_size=8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +35,12 @@ def test_windows_are_the_stream_across_shard_ends_and_positions_restart_at_docum
     index = read_index(corpus)
     shards = index["splits"]["train"]
     tokens = stream(corpus).astype(np.int64)
-    starts = np.concatenate([np.load(offsets_file(corpus / s["file"])) + base for s, base in
-                             zip(shards, np.cumsum([0] + [s["tokens"] for s in shards]))])
+    starts = np.concatenate(
+        [
+            np.load(offsets_file(corpus / s["file"])) + base
+            for s, base in zip(shards, np.cumsum([0] + [s["tokens"] for s in shards]))
+        ]
+    )
     data = TokensDataModule(str(corpus), batch_size=4, seq_len=50, document_boundaries=True)
     data.setup("fit")
     windows = data.train_set
@@ -40,8 +49,8 @@ def test_windows_are_the_stream_across_shard_ends_and_positions_restart_at_docum
     crossing = first_end // 50  # the window over the first shard's end
     for i in (0, crossing, len(windows) - 1):
         inputs, targets, positions = windows[i]
-        assert inputs.tolist() == tokens[i * 50:i * 50 + 50].tolist()
-        assert targets.tolist() == tokens[i * 50 + 1:i * 50 + 51].tolist()
+        assert inputs.tolist() == tokens[i * 50 : i * 50 + 50].tolist()
+        assert targets.tolist() == tokens[i * 50 + 1 : i * 50 + 51].tolist()
         expected = [t - max([i * 50] + [s for s in starts if s <= t]) for t in range(i * 50, i * 50 + 50)]
         assert positions.tolist() == expected
     batch = windows.__getitems__([crossing, 0])
@@ -66,7 +75,9 @@ def test_a_missing_a_truncated_shard_and_a_missing_index_are_named(corpus, tmp_p
     offsets = Path(offsets_file(broken / index["splits"]["train"][2]["file"]))
     offsets.write_bytes(offsets.read_bytes()[:-8])
     found = problems(f"datamodule.path={broken}")
-    assert any(p.startswith(f"datamodule.path: document offsets '{offsets}' are not a whole saved array") for p in found)
+    assert any(
+        p.startswith(f"datamodule.path: document offsets '{offsets}' are not a whole saved array") for p in found
+    )
     assert any(p.startswith(f"datamodule.path: missing shard '{first}'") for p in found)
     assert any(p.startswith(f"datamodule.path: shard '{second}' has") and "it is truncated" in p for p in found)
     [missing] = problems(f"datamodule.path={tmp_path / 'nothing'}")
@@ -76,17 +87,24 @@ def test_a_missing_a_truncated_shard_and_a_missing_index_are_named(corpus, tmp_p
 def test_another_tokenizer_and_a_vocabulary_beyond_the_embedding_are_refused(corpus, tmp_path):
     tokenizer = bpe_tokenizer(tmp_path)
     [other] = problems(f"datamodule.path={corpus}", f"datamodule.tokenizer={tokenizer}")
-    assert other.startswith(f"datamodule.tokenizer: '{tokenizer}' is not the tokenizer the corpus was prepared with "
-                            "(UTF-8 bytes")
+    assert other.startswith(
+        f"datamodule.tokenizer: '{tokenizer}' is not the tokenizer the corpus was prepared with (UTF-8 bytes"
+    )
     [small] = problems(f"datamodule.path={corpus}", "model.vocab_size=200")
     [interval] = problems(f"datamodule.path={corpus}", "trainer.val_check_interval=5000")
     assert interval.startswith("trainer.val_check_interval: every 5000 training batches, but an epoch has")
     assert small.startswith("model.vocab_size: 200, but the data's token ids run to 255")
-    [pipeline] = problems(f"datamodule.path={corpus}", "datamodule.document_boundaries=true", "strategy=pp",
-                          "trainer.devices=2")
+    [pipeline] = problems(
+        f"datamodule.path={corpus}", "datamodule.document_boundaries=true", "strategy=pp", "trainer.devices=2"
+    )
     assert pipeline.startswith("datamodule.document_boundaries: a pipeline's stages pass hidden states on")
-    found = problems(f"datamodule.path={corpus}", "datamodule.document_boundaries=true", "model=mlp",
-                       "model.input_shape=[32]", "model.num_classes=256")
+    found = problems(
+        f"datamodule.path={corpus}",
+        "datamodule.document_boundaries=true",
+        "model=mlp",
+        "model.input_shape=[32]",
+        "model.num_classes=256",
+    )
     assert any("MLP.forward takes no 'positions'" in p for p in found)
 
 

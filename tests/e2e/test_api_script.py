@@ -1,4 +1,5 @@
 """The Python API from a plain script, as users write one: no `if __name__ == "__main__":`."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,14 @@ import subprocess
 import sys
 import textwrap
 
-OVERRIDES = ["experiment=digits_mlp", "strategy=ddp", "trainer.devices=2", "trainer.max_epochs=1",
-             "trainer.limit_train_batches=4", "trainer.enable_progress_bar=false"]
+OVERRIDES = [
+    "experiment=digits_mlp",
+    "strategy=ddp",
+    "trainer.devices=2",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=4",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def _script(tmp_path, body: str) -> subprocess.CompletedProcess:
@@ -16,7 +23,9 @@ def _script(tmp_path, body: str) -> subprocess.CompletedProcess:
 
 
 def test_a_multi_rank_fit_from_a_script_without_a_main_guard(tmp_path):
-    proc = _script(tmp_path, f"""
+    proc = _script(
+        tmp_path,
+        f"""
         from framework import compose, fit
         from framework.config import ConfigError
         cfg = compose({OVERRIDES!r})
@@ -26,7 +35,8 @@ def test_a_multi_rank_fit_from_a_script_without_a_main_guard(tmp_path):
         except ConfigError as err:
             print("refused", err)
         print("status", fit(cfg, output_dir="out", overwrite=True)["status"])
-        """)
+        """,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("status completed") == 2  # the script ran once: the ranks did not re-run it
     assert "fit(cfg, output_dir=...)" in proc.stdout and "pass overwrite=True" in proc.stdout
@@ -37,7 +47,9 @@ def test_a_multi_rank_fit_from_a_script_without_a_main_guard(tmp_path):
 
 
 def test_a_class_defined_in_the_script_needs_the_guard_and_says_so(tmp_path):
-    proc = _script(tmp_path, f"""
+    proc = _script(
+        tmp_path,
+        f"""
         import torch
         from framework import compose, fit
 
@@ -52,7 +64,8 @@ def test_a_class_defined_in_the_script_needs_the_guard_and_says_so(tmp_path):
         cfg = compose({OVERRIDES!r} + ["model._target_=__main__.Net", "~model.input_shape", "~model.hidden_sizes",
                                        "~model.dropout"])
         fit(cfg, output_dir="out")
-        """)
+        """,
+    )
     assert proc.returncode != 0
     assert 'Put the call under `if __name__ == "__main__":`' in proc.stderr  # from the rank
     # and in the error the script gets, and in results.json
@@ -64,7 +77,9 @@ def test_a_class_defined_in_the_script_needs_the_guard_and_says_so(tmp_path):
 def test_after_a_multi_rank_fit_the_scripts_signal_handlers_are_its_own(tmp_path):
     """torch's agent installs handlers in the launching process; after fit they are the script's
     again, and a later Ctrl-C is a KeyboardInterrupt (not the agent's SignalException)."""
-    proc = _script(tmp_path, f"""
+    proc = _script(
+        tmp_path,
+        f"""
         import os, signal, threading
         from framework import compose, fit
 
@@ -84,7 +99,8 @@ def test_after_a_multi_rank_fit_the_scripts_signal_handlers_are_its_own(tmp_path
             signal.pause()
         except KeyboardInterrupt:
             print("KeyboardInterrupt")
-        """)
+        """,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "same handlers True threads 0 environment True" in proc.stdout
     assert "mine 15" in proc.stdout and "KeyboardInterrupt" in proc.stdout

@@ -1,4 +1,5 @@
 """The real command line, as a user runs it."""
+
 from __future__ import annotations
 
 import csv
@@ -10,8 +11,9 @@ from tests.helpers.configs import TINY
 
 
 def train(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "framework.train", *args], capture_output=True, text=True,
-                          timeout=240, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "framework.train", *args], capture_output=True, text=True, timeout=240, cwd=cwd
+    )
 
 
 def test_short_run_writes_every_output(tmp_path):
@@ -19,8 +21,15 @@ def test_short_run_writes_every_output(tmp_path):
     proc = train(*TINY, f"hydra.run.dir={run_dir}", "trainer.enable_progress_bar=true")
     assert proc.returncode == 0, proc.stderr
     assert f"Outputs: {run_dir}" in proc.stdout + proc.stderr
-    assert {p.name for p in run_dir.iterdir()} == {"config.yaml", "train.log", "metrics.csv", "tb", "results.json",
-                                                   "checkpoints", ".hydra"}
+    assert {p.name for p in run_dir.iterdir()} == {
+        "config.yaml",
+        "train.log",
+        "metrics.csv",
+        "tb",
+        "results.json",
+        "checkpoints",
+        ".hydra",
+    }
     assert {p.name for p in (run_dir / ".hydra").iterdir()} == {"config.yaml", "hydra.yaml", "overrides.yaml"}
     # stderr is a pipe, not a terminal: one plain line per epoch, no carriage-return bar
     assert "\r" not in proc.stderr and "Epoch 1: 6/6 batches" in proc.stderr and "val/acc" in proc.stderr
@@ -31,7 +40,9 @@ def test_short_run_writes_every_output(tmp_path):
     with open(run_dir / "metrics.csv") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    assert reader.fieldnames[:2] == ["step", "epoch"] and {"train/loss", "val/loss", "val/acc"} <= set(reader.fieldnames)
+    assert reader.fieldnames[:2] == ["step", "epoch"] and {"train/loss", "val/loss", "val/acc"} <= set(
+        reader.fieldnames
+    )
     assert [int(r["step"]) for r in rows if r["train/loss"]] == list(range(1, 13))
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -92,8 +103,14 @@ def test_a_run_ends_as_python_ends_a_program_waiting_for_its_threads_then_atexit
     # the command skips the interpreter's teardown (about 0.8 s with torch): what a normal exit
     # guarantees still happens, in its order
     (tmp_path / "ends_late.py").write_text(ENDS_LATE)
-    proc = train(*TINY, "callbacks=none", "logger=none", "+callbacks.late._target_=ends_late.EndsLate",
-                 f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    proc = train(
+        *TINY,
+        "callbacks=none",
+        "logger=none",
+        "+callbacks.late._target_=ends_late.EndsLate",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "thread.txt").read_text() == "written"
     assert (tmp_path / "atexit.txt").read_text() == "True"

@@ -2,6 +2,7 @@
 model class defined in a cell, trained on 2 ranks (the ranks fork from the kernel, since no
 other start could import a cell's class), fit after fit in the same kernel, one interrupted
 by the kernel's interrupt (the notebook's stop button) and resumed, then a clean shutdown."""
+
 from __future__ import annotations
 
 import json
@@ -136,14 +137,18 @@ def test_a_notebook_trains_a_cell_defined_model_on_two_ranks_fit_after_fit(tmp_p
         client.execute_cell(nb.cells[4], 4)
     stderr.close()
 
-    metrics, = _printed(nb.cells[1], "METRICS")
+    (metrics,) = _printed(nb.cells[1], "METRICS")
     assert [metrics[s]["world_size"] for s in ("single", "ddp", "fsdp")] == [1, 2, 2]
     for strategy in ("ddp", "fsdp"):  # the same metrics as one device
         for key in ("val/loss", "val/acc", "test/loss", "train/loss"):
             assert abs(metrics[strategy][key] - metrics["single"][key]) <= 1e-5 * max(1, abs(metrics["single"][key])), (
-                strategy, key)
+                strategy,
+                key,
+            )
     again, kept = _printed(nb.cells[2], "AGAIN")
-    assert again["val/loss"] == metrics["ddp"]["val/loss"] and kept == {}  # the second fit as the first; the process as before
+    assert (
+        again["val/loss"] == metrics["ddp"]["val/loss"] and kept == {}
+    )  # the second fit as the first; the process as before
 
     interrupted, kept = _printed(nb.cells[3], "INTERRUPTED")
     assert interrupted["status"] == "interrupted" and interrupted["signal"] == "SIGINT" and kept == {}
@@ -164,10 +169,16 @@ def test_a_notebook_trains_a_cell_defined_model_on_two_ranks_fit_after_fit(tmp_p
 
 def test_a_cell_error_reaches_the_cell_as_one_sentence(tmp_path):
     """A config mistake in a notebook: the cell's error says what to do, no rank starts."""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(textwrap.dedent("""
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                textwrap.dedent("""
         from framework import compose, fit
         fit(compose(["experiment=digits_mlp", "strategy=ddp_fork", "trainer.devices=2", "trainer.max_epochs=oops"]))
-        """))])
+        """)
+            )
+        ]
+    )
     client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
     try:
         client.execute()

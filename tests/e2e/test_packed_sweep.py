@@ -1,6 +1,7 @@
 """hydra/launcher=packed: jobs side by side, each on CPU cores of its own, with the basic
 launcher's job numbers, directories, results and report; a stop signal interrupts the running
 jobs with checkpoints/last, writes the report and leaves no process behind."""
+
 from __future__ import annotations
 
 import csv
@@ -17,16 +18,40 @@ from tests.helpers.configs import TINY
 
 pytestmark = pytest.mark.multiprocess
 
-JOB = [*TINY, "trainer.accelerator=cpu", "trainer.num_threads=1", "callbacks=none", "logger=csv",
-       "strategy.timeout_s=60"]
+JOB = [
+    *TINY,
+    "trainer.accelerator=cpu",
+    "trainer.num_threads=1",
+    "callbacks=none",
+    "logger=csv",
+    "strategy.timeout_s=60",
+]
 # The report's columns that hold no timing (what must not depend on the launcher).
-SAME = ("job", "strategy", "devices", "world_size", "status", "loss_rel_diff", "model_state_bytes", "val/loss",
-        "test/loss", "rank")
+SAME = (
+    "job",
+    "strategy",
+    "devices",
+    "world_size",
+    "status",
+    "loss_rel_diff",
+    "model_state_bytes",
+    "val/loss",
+    "test/loss",
+    "rank",
+)
 
 
 def sweep(out, *overrides, packed: bool = True, timeout: int = 400) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "framework.train", "-m", *(["hydra/launcher=packed"] if packed else []), *JOB,
-            *overrides, f"hydra.sweep.dir={out}"]
+    args = [
+        sys.executable,
+        "-m",
+        "framework.train",
+        "-m",
+        *(["hydra/launcher=packed"] if packed else []),
+        *JOB,
+        *overrides,
+        f"hydra.sweep.dir={out}",
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
 
 
@@ -71,10 +96,24 @@ def test_optuna_trials_run_side_by_side(tmp_path):
 
 def test_sigterm_interrupts_the_running_jobs_writes_the_report_and_leaves_nothing(tmp_path):
     out = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "framework.train", "-m", "hydra/launcher=packed", *JOB,
-                             "seed=1,2,3", "trainer.max_epochs=300", "trainer.limit_train_batches=1.0",
-                             "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null",
-                             f"hydra.sweep.dir={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            "-m",
+            "hydra/launcher=packed",
+            *JOB,
+            "seed=1,2,3",
+            "trainer.max_epochs=300",
+            "trainer.limit_train_batches=1.0",
+            "callbacks=model_checkpoint",
+            "callbacks.model_checkpoint.monitor=null",
+            f"hydra.sweep.dir={out}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not all((out / j / "metrics.csv").exists() for j in ("0", "1")):
         time.sleep(0.2)

@@ -1,5 +1,6 @@
 """Resuming a run in its own directory, as the README writes it: the run's saved config composes
 the resume, and an attempt never damages the record of the run it resumes."""
+
 from __future__ import annotations
 
 import json
@@ -8,14 +9,24 @@ from tests.e2e.test_cli import train
 from tests.helpers.configs import GPT_TINY, train_losses
 
 # gpt_text shrunk; stopped by SIGTERM after step 3 of 6 (the probe fires at step 3 only).
-STOPPED_GPT_TEXT = ["experiment=gpt_text", *GPT_TINY, "trainer.max_steps=6", "trainer.val_check_interval=3",
-                    "predict=false", "+callbacks.stop._target_=tests.helpers.probes.SignalAt", "+callbacks.stop.step=3"]
+STOPPED_GPT_TEXT = [
+    "experiment=gpt_text",
+    *GPT_TINY,
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "predict=false",
+    "+callbacks.stop._target_=tests.helpers.probes.SignalAt",
+    "+callbacks.stop.step=3",
+]
 
 
 def _record(run_dir) -> dict:
     """Every file of the run but its log and the attempts' own records, by content."""
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and p.name != "train.log" and "attempts" not in p.relative_to(run_dir).parts}
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and p.name != "train.log" and "attempts" not in p.relative_to(run_dir).parts
+    }
 
 
 def test_a_failed_attempt_leaves_the_run_as_it_was_and_a_bare_resume_completes_it(tmp_path):

@@ -1,4 +1,5 @@
 """A real multirun: strategies x device counts, one invalid combination, a report at the end."""
+
 from __future__ import annotations
 
 import csv
@@ -15,9 +16,23 @@ from tests.helpers.configs import TINY
 def test_sweep_records_every_job_and_ends_with_a_report(tmp_path):
     sweep = tmp_path / "sweep"
     proc = subprocess.run(
-        [sys.executable, "-m", "framework.train", "-m", *TINY, "strategy=single,ddp", "trainer.devices=1,2",
-         "trainer.accelerator=cpu", "callbacks=none", "logger=csv", f"hydra.sweep.dir={sweep}"],
-        capture_output=True, text=True, timeout=400)
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            "-m",
+            *TINY,
+            "strategy=single,ddp",
+            "trainer.devices=1,2",
+            "trainer.accelerator=cpu",
+            "callbacks=none",
+            "logger=csv",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # one directory per job, nothing else besides the report
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
@@ -30,7 +45,10 @@ def test_sweep_records_every_job_and_ends_with_a_report(tmp_path):
     assert float(rows[("ddp", "2")]["speedup"]) > 0 and rows[("ddp", "2")]["world_size"] == "2"
     # same seed and global batch: the same test accuracy on 1 and 2 ranks
     assert float(rows[("ddp", "2")]["test/acc"]) == float(rows[("single", "1")]["test/acc"])
-    measured, predicted = float(rows[("ddp", "2")]["model_state_bytes"]), float(rows[("ddp", "2")]["predicted_model_state_bytes"])
+    measured, predicted = (
+        float(rows[("ddp", "2")]["model_state_bytes"]),
+        float(rows[("ddp", "2")]["predicted_model_state_bytes"]),
+    )
     assert abs(measured - predicted) / predicted < 0.05
     report = (sweep / "report.md").read_text()
     assert "3 completed, 1 invalid, 0 failed" in report
@@ -46,19 +64,30 @@ def test_sweep_records_every_job_and_ends_with_a_report(tmp_path):
 
 def test_report_rebuilds_an_interrupted_sweep(tmp_path):
     (tmp_path / "0").mkdir()
-    (tmp_path / "0" / "results.json").write_text(json.dumps(
-        {"status": "completed", "strategy": "single", "devices": 1, "world_size": 1,
-         "throughput": {"samples_per_s": 100.0}, "metrics": {"test/acc": 0.9}}))
+    (tmp_path / "0" / "results.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "strategy": "single",
+                "devices": 1,
+                "world_size": 1,
+                "throughput": {"samples_per_s": 100.0},
+                "metrics": {"test/acc": 0.9},
+            }
+        )
+    )
     (tmp_path / "1").mkdir()  # started (Hydra opened its log), never finished
     (tmp_path / "1" / "train.log").write_text("")
     (tmp_path / "notes").mkdir()  # not a job
-    proc = subprocess.run([sys.executable, "-m", "framework.report", str(tmp_path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.report", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "1 completed, 0 invalid, 0 failed, 1 missing" in (tmp_path / "report.md").read_text()
     # a run directory is not a sweep: said so, instead of a report of its subfolders
-    proc = subprocess.run([sys.executable, "-m", "framework.report", str(tmp_path / "0")], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.report", str(tmp_path / "0")], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and "one run's directory" in proc.stderr
 
 
@@ -66,8 +95,21 @@ def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_pat
     sweep = tmp_path / "sweep"
     # a global batch larger than the training set fails at run time, inside the rank
     proc = subprocess.run(
-        [sys.executable, "-m", "framework.train", "-m", *TINY, "datamodule.batch_size=4096,32", "callbacks=none",
-         "logger=csv", f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            "-m",
+            *TINY,
+            "datamodule.batch_size=4096,32",
+            "callbacks=none",
+            "logger=csv",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1 and "1 job(s) failed: 0" in proc.stderr
     report = (sweep / "report.md").read_text()
     assert "1 completed, 0 invalid, 1 failed" in report and "rank 0: ValueError" in report
@@ -82,10 +124,26 @@ def test_optuna_search_and_joblib_launcher(tmp_path):
     # the plugins come with the test extra: a missing one fails here rather than skipping
     sweep = tmp_path / "optuna"
     proc = subprocess.run(
-        [sys.executable, "-m", "framework.train", "-m", "hparams_search=digits_optuna", *TINY,
-         "hydra.sweeper.n_trials=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "callbacks=none",
-         "logger=csv", "strategy=ddp", "trainer.devices=2", f"hydra.sweep.dir={sweep}"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            "-m",
+            "hparams_search=digits_optuna",
+            *TINY,
+            "hydra.sweeper.n_trials=2",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "callbacks=none",
+            "logger=csv",
+            "strategy=ddp",
+            "trainer.devices=2",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     best = (sweep / "optimization_results.yaml").read_text()
     assert "best_params" in best and "optimizer.lr" in best
@@ -104,20 +162,34 @@ def test_optuna_search_and_joblib_launcher(tmp_path):
 
 def _job(root, name, overrides, world, samples_per_s, val_loss, strategy="ddp", **metrics):
     (root / name).mkdir()
-    (root / name / "results.json").write_text(json.dumps(
-        {"status": "completed", "strategy": strategy, "devices": world, "world_size": world,
-         "throughput": {"samples_per_s": samples_per_s}, "metrics": {"val/loss": val_loss, **metrics},
-         "job": {"overrides": overrides, "started_at": 1000.0 + int(name), "time_s": 1.0}}))
+    (root / name / "results.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "strategy": strategy,
+                "devices": world,
+                "world_size": world,
+                "throughput": {"samples_per_s": samples_per_s},
+                "metrics": {"val/loss": val_loss, **metrics},
+                "job": {"overrides": overrides, "started_at": 1000.0 + int(name), "time_s": 1.0},
+            }
+        )
+    )
 
 
 def test_report_compares_each_job_with_its_own_one_device_baseline(tmp_path):
     from framework.report import collect, write_report
 
     # learning rate x devices: speed-up is measured within each learning rate
-    for name, lr, world, rate in [("0", "0.1", 1, 100.0), ("1", "0.1", 2, 180.0),
-                                  ("2", "0.2", 1, 50.0), ("3", "0.2", 2, 95.0)]:
-        _job(tmp_path, name, ["strategy=ddp", f"optimizer.lr={lr}", f"++trainer.devices={world}"], world, rate,
-             float(lr))
+    for name, lr, world, rate in [
+        ("0", "0.1", 1, 100.0),
+        ("1", "0.1", 2, 180.0),
+        ("2", "0.2", 1, 50.0),
+        ("3", "0.2", 2, 95.0),
+    ]:
+        _job(
+            tmp_path, name, ["strategy=ddp", f"optimizer.lr={lr}", f"++trainer.devices={world}"], world, rate, float(lr)
+        )
     rows = {r["job"]: r for r in collect(tmp_path)}
     assert rows["1"]["speedup"] == 1.8 and rows["3"]["speedup"] == 1.9 and rows["2"]["speedup"] == 1.0
     report = write_report(tmp_path).read_text()
@@ -156,9 +228,23 @@ def test_slurm_launcher_layout_through_submitit_local(tmp_path, tiny_cfg):
 
     sweep = tmp_path / "slurm"
     proc = subprocess.run(
-        [sys.executable, "-m", "framework.train", "-m", "hydra/launcher=slurm_local", *TINY, "strategy=ddp",
-         "trainer.devices=2", "callbacks=none", "logger=csv", f"hydra.sweep.dir={sweep}"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            "-m",
+            "hydra/launcher=slurm_local",
+            *TINY,
+            "strategy=ddp",
+            "trainer.devices=2",
+            "callbacks=none",
+            "logger=csv",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((sweep / "0" / "results.json").read_text())
     assert results["status"] == "completed" and results["world_size"] == 2
@@ -175,10 +261,27 @@ def test_a_signal_stops_the_sweep_records_the_job_and_still_reports(tmp_path):
         sweep = tmp_path / case
         rank = layout[-1][-1:] == "2"
         proc = subprocess.run(
-            [sys.executable, "-m", "framework.train", "-m", *TINY, *layout, "seed=1,2,3", "trainer.accelerator=cpu",
-             "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null", "logger=csv",
-             "+callbacks.sig._target_=tests.helpers.probes.SignalAt", "+callbacks.sig.step=3", f"+callbacks.sig.rank={int(rank)}",
-             f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=400)
+            [
+                sys.executable,
+                "-m",
+                "framework.train",
+                "-m",
+                *TINY,
+                *layout,
+                "seed=1,2,3",
+                "trainer.accelerator=cpu",
+                "callbacks=model_checkpoint",
+                "callbacks.model_checkpoint.monitor=null",
+                "logger=csv",
+                "+callbacks.sig._target_=tests.helpers.probes.SignalAt",
+                "+callbacks.sig.step=3",
+                f"+callbacks.sig.rank={int(rank)}",
+                f"hydra.sweep.dir={sweep}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
         assert proc.returncode == 128 + 15, (case, proc.stderr[-3000:])
         assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0"], case  # no further job
         results = json.loads((sweep / "0" / "results.json").read_text())
@@ -189,20 +292,43 @@ def test_a_signal_stops_the_sweep_records_the_job_and_still_reports(tmp_path):
 def test_one_command_sweeps_every_communication_algorithm_and_compares_their_bytes(tmp_path):
     sweep = tmp_path / "sweep"
     proc = subprocess.run(
-        [sys.executable, "-m", "framework.train", "-m", "experiment=digits_comm_algorithms", "trainer.max_epochs=2",
-         "trainer.limit_train_batches=6", "trainer.enable_progress_bar=false", "callbacks=none", "logger=csv",
-         f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=400)
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            "-m",
+            "experiment=digits_comm_algorithms",
+            "trainer.max_epochs=2",
+            "trainer.limit_train_batches=6",
+            "trainer.enable_progress_bar=false",
+            "callbacks=none",
+            "logger=csv",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(sweep / "report.csv") as f:
         rows = {r["strategy"]: r for r in csv.DictReader(f)}
-    bagua = ["bagua/" + a for a in ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
-                                    "qadam", "async")]
+    bagua = [
+        "bagua/" + a
+        for a in ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam", "async")
+    ]
     assert sorted(rows) == sorted(["ddp", "horovod", *bagua])
     assert all(r["status"] == "completed" and r["world_size"] == "2" for r in rows.values())
     assert {s: rows[s]["comm_algorithm"] for s in ("ddp", "horovod", "bagua/bytegrad")} == {
-        "ddp": "ddp/allreduce", "horovod": "horovod/average", "bagua/bytegrad": "bagua/bytegrad"}
+        "ddp": "ddp/allreduce",
+        "horovod": "horovod/average",
+        "bagua/bytegrad": "bagua/bytegrad",
+    }
     full = float(rows["ddp"]["comm_bytes_per_step"])
-    assert float(rows["horovod"]["comm_bytes_per_step"]) == float(rows["bagua/gradient_allreduce"]["comm_bytes_per_step"]) == full
+    assert (
+        float(rows["horovod"]["comm_bytes_per_step"])
+        == float(rows["bagua/gradient_allreduce"]["comm_bytes_per_step"])
+        == full
+    )
     assert float(rows["bagua/bytegrad"]["comm_bytes_per_step"]) <= 0.3 * full
     # the same gradients, averaged three ways: the same model
     assert rows["ddp"]["test/acc"] == rows["horovod"]["test/acc"] == rows["bagua/gradient_allreduce"]["test/acc"]
@@ -215,9 +341,12 @@ def test_report_flags_impossible_speedups_and_shows_each_jobs_loss_difference(tm
     for name, strategy, world, rate in [("0", "single", 1, 100.0), ("1", "ddp", 2, 1200.0), ("2", "fsdp", 2, 150.0)]:
         _job(tmp_path, name, [f"strategy={strategy}", f"++trainer.devices={world}"], world, rate, 1.0, strategy)
         (tmp_path / name / "metrics.csv").write_text(
-            "step,train/loss\n" + "".join(f"{i + 1},{v}\n" for i, v in enumerate(losses[name])))
+            "step,train/loss\n" + "".join(f"{i + 1},{v}\n" for i, v in enumerate(losses[name]))
+        )
     rows = {r["job"]: r for r in collect(tmp_path)}
-    assert rows["1"]["speedup"] == 12.0 and "noise: a 12.00x speed-up on 2 ranks is outside [1/2, 2]" in rows["1"]["notes"]
+    assert (
+        rows["1"]["speedup"] == 12.0 and "noise: a 12.00x speed-up on 2 ranks is outside [1/2, 2]" in rows["1"]["notes"]
+    )
     assert rows["2"]["speedup"] == 1.5 and not rows["2"].get("notes")
     assert rows["0"]["loss_rel_diff"] == 0.0 and rows["1"]["loss_rel_diff"] == pytest.approx(3e-7)
     assert rows["2"]["loss_rel_diff"] == pytest.approx(0.2)  # 1.2 against 1.0
@@ -235,9 +364,18 @@ def test_report_takes_steady_state_throughput_and_flags_unsteady_windows(tmp_pat
     unsteady = throughput([0.1] * 20 + [0.3] * 5, 25 * 32)
     for name, th in [("0", steady), ("1", unsteady)]:
         (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(
-            {"status": "completed", "strategy": "single", "devices": 1, "world_size": 1, "throughput": th,
-             "job": {"overrides": [f"seed={name}"]}}))
+        (tmp_path / name / "results.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "strategy": "single",
+                    "devices": 1,
+                    "world_size": 1,
+                    "throughput": th,
+                    "job": {"overrides": [f"seed={name}"]},
+                }
+            )
+        )
     rows = {r["job"]: r for r in collect(tmp_path)}
     assert rows["0"]["samples_per_s_min"] == rows["0"]["samples_per_s_max"] and not rows["0"].get("notes")
     assert "noisy timing" in rows["1"]["notes"]
@@ -248,10 +386,19 @@ def test_report_notes_an_algorithm_that_never_left_its_warm_up(tmp_path):
 
     for name, steps in [("0", 38), ("1", 152)]:
         (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(
-            {"status": "completed", "strategy": "bagua", "devices": 2, "world_size": 2, "steps": steps,
-             "comm": {"bytes_per_step": 1.0, "algorithm": "bagua/qadam", "warmup_steps": 100},
-             "job": {"overrides": ["strategy=bagua/qadam", f"trainer.max_epochs={steps}"]}}))
+        (tmp_path / name / "results.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "strategy": "bagua",
+                    "devices": 2,
+                    "world_size": 2,
+                    "steps": steps,
+                    "comm": {"bytes_per_step": 1.0, "algorithm": "bagua/qadam", "warmup_steps": 100},
+                    "job": {"overrides": ["strategy=bagua/qadam", f"trainer.max_epochs={steps}"]},
+                }
+            )
+        )
     rows = {r["job"]: r for r in collect(tmp_path)}
     assert "never left its warm-up (38 steps <= strategy.warmup_steps=100)" in rows["0"]["notes"]
     assert not rows["1"].get("notes")

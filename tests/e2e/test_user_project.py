@@ -1,5 +1,6 @@
 """A user's own project (examples/user_project) outside the repository: its model, DataModule
 and task, its config groups merged with the framework's through hydra.searchpath."""
+
 from __future__ import annotations
 
 import csv
@@ -23,9 +24,13 @@ def project(tmp_path):
 
 def _train(project: Path, *args: str, flags: tuple = ()) -> subprocess.CompletedProcess:
     # the project's modules import from its directory, as `python -m` makes it
-    proc = subprocess.run([sys.executable, "-m", "framework.train", *flags,
-                           f"hydra.searchpath=[file://{project / 'configs'}]", *args],
-                          cwd=project, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.train", *flags, f"hydra.searchpath=[file://{project / 'configs'}]", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -39,7 +44,9 @@ def test_own_model_data_and_task_train_on_two_ranks_and_in_a_sweep(project):
     assert any("val_mae" in p.name for p in (project / "ddp" / "checkpoints").iterdir())  # monitored by it
 
     # a sweep: its report has the task's own metric, and ranks the jobs by it (optimized_metric)
-    _train(project, "experiment=sine_regression", "optimizer.lr=0.01,0.001", *SHORT, "hydra.sweep.dir=sweep", flags=("-m",))
+    _train(
+        project, "experiment=sine_regression", "optimizer.lr=0.01,0.001", *SHORT, "hydra.sweep.dir=sweep", flags=("-m",)
+    )
     with open(project / "sweep" / "report.csv") as f:
         rows = list(csv.DictReader(f))
     assert "val/mae" in rows[0] and "val/acc" not in rows[0]
@@ -65,20 +72,46 @@ def _losses(run_dir: Path) -> list[float]:
 def test_own_strategy_by_target_trains_on_two_ranks_with_its_options_checked(project):
     # the project's local-SGD strategy (2 files: its module and configs/strategy/local_sgd.yaml):
     # averaging plain-SGD weights after every step is data parallelism, so it matches one device
-    args = ["experiment=sine_regression", "optimizer=sgd", "optimizer.lr=0.05", "logger=csv",
-            "trainer.log_every_n_steps=1", *SHORT]
+    args = [
+        "experiment=sine_regression",
+        "optimizer=sgd",
+        "optimizer.lr=0.05",
+        "logger=csv",
+        "trainer.log_every_n_steps=1",
+        *SHORT,
+    ]
     _train(project, *args, "hydra.run.dir=single")
-    _train(project, *args, "strategy=local_sgd", "strategy.sync_every_n_steps=1", "trainer.devices=2",
-           "hydra.run.dir=local")
+    _train(
+        project,
+        *args,
+        "strategy=local_sgd",
+        "strategy.sync_every_n_steps=1",
+        "trainer.devices=2",
+        "hydra.run.dir=local",
+    )
     local = json.loads((project / "local" / "results.json").read_text())
     assert local["status"] == "completed" and local["strategy"] == "local_sgd" and local["world_size"] == 2
     assert _losses(project / "local") == pytest.approx(_losses(project / "single"), rel=1e-5)
     assert len(_losses(project / "local")) > 10
     # its own options are validated before any process starts, like a built-in strategy's
-    refused = subprocess.run([sys.executable, "-m", "framework.train", f"hydra.searchpath=[file://{project / 'configs'}]",
-                              *args, "strategy=local_sgd", "strategy.sync_every_n_steps=0", "+strategy.sync_every=3",
-                              "trainer.devices=2", "hydra.run.dir=refused"],
-                             cwd=project, capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            f"hydra.searchpath=[file://{project / 'configs'}]",
+            *args,
+            "strategy=local_sgd",
+            "strategy.sync_every_n_steps=0",
+            "+strategy.sync_every=3",
+            "trainer.devices=2",
+            "hydra.run.dir=refused",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode == 2
     assert "strategy.sync_every_n_steps: must be >= 1, got 0" in refused.stderr
     assert "strategy.sync_every: unknown key; did you mean 'sync_every_n_steps'?" in refused.stderr

@@ -1,4 +1,5 @@
 """trainer.activation_checkpointing: the same training, fewer activations kept, on every strategy."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,6 +45,9 @@ def test_plan_counts_what_checkpointing_saves():
 
 
 def test_an_unknown_class_is_refused_with_the_models_classes(tmp_path):
-    with pytest.raises(ConfigError, match=r"trainer.activation_checkpointing: no submodule of CNN is a 'Block'; its "
-                                          r"classes: .*BatchNorm2d.*Sequential"):
+    with pytest.raises(
+        ConfigError,
+        match=r"trainer.activation_checkpointing: no submodule of CNN is a 'Block'; its "
+        r"classes: .*BatchNorm2d.*Sequential",
+    ):
         fit(compose([*CNN, "trainer.activation_checkpointing=[Block]"]), output_dir=str(tmp_path))

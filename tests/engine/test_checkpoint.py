@@ -1,4 +1,5 @@
 """Checkpoints, exact resume, early stopping."""
+
 from __future__ import annotations
 
 import csv
@@ -11,12 +12,23 @@ import torch
 from framework import compose, fit
 from framework.engine.checkpoint import is_checkpoint
 
-RUN = ["experiment=digits_mlp", "model.hidden_sizes=[32]", "model.dropout=0.2", "datamodule.batch_size=32",
-       "trainer.max_epochs=3", "trainer.limit_train_batches=6", "trainer.log_every_n_steps=1",
-       "trainer.enable_progress_bar=false", "logger=csv", "callbacks=model_checkpoint",
-       "callbacks.model_checkpoint.filename='step{step}'", "callbacks.model_checkpoint.monitor=null",
-       "callbacks.model_checkpoint.save_top_k=-1", "callbacks.model_checkpoint.every_n_train_steps=5",
-       "callbacks.model_checkpoint.every_n_epochs=1"]
+RUN = [
+    "experiment=digits_mlp",
+    "model.hidden_sizes=[32]",
+    "model.dropout=0.2",
+    "datamodule.batch_size=32",
+    "trainer.max_epochs=3",
+    "trainer.limit_train_batches=6",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "logger=csv",
+    "callbacks=model_checkpoint",
+    "callbacks.model_checkpoint.filename='step{step}'",
+    "callbacks.model_checkpoint.monitor=null",
+    "callbacks.model_checkpoint.save_top_k=-1",
+    "callbacks.model_checkpoint.every_n_train_steps=5",
+    "callbacks.model_checkpoint.every_n_epochs=1",
+]
 
 
 def rows(output_dir) -> dict[int, dict]:
@@ -56,10 +68,19 @@ def test_last_shares_the_files_of_a_checkpoint_saved_at_the_same_step(straight):
 
 
 def test_top_k_best_and_last(tmp_path):
-    results = fit(compose(RUN[:-5] + ["callbacks.model_checkpoint.filename='epoch{epoch}-acc{val_acc:.4f}'",
-                                      "callbacks.model_checkpoint.monitor=val/acc", "callbacks.model_checkpoint.mode=max",
-                                      "callbacks.model_checkpoint.save_top_k=2", "trainer.max_epochs=4"]),
-                  output_dir=str(tmp_path))
+    results = fit(
+        compose(
+            RUN[:-5]
+            + [
+                "callbacks.model_checkpoint.filename='epoch{epoch}-acc{val_acc:.4f}'",
+                "callbacks.model_checkpoint.monitor=val/acc",
+                "callbacks.model_checkpoint.mode=max",
+                "callbacks.model_checkpoint.save_top_k=2",
+                "trainer.max_epochs=4",
+            ]
+        ),
+        output_dir=str(tmp_path),
+    )
     ckpts = tmp_path / "checkpoints"
     names = sorted(p.name for p in ckpts.iterdir() if not p.name.startswith("."))
     assert "last" in names and "best" in names and len(names) == 4, names
@@ -73,13 +94,17 @@ def test_top_k_best_and_last(tmp_path):
 def test_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
     from framework.engine import checkpoint as ck
 
-    fit(compose(RUN[:-5] + ["trainer.max_epochs=1", "callbacks.model_checkpoint.monitor=null"]), output_dir=str(tmp_path))
+    fit(
+        compose(RUN[:-5] + ["trainer.max_epochs=1", "callbacks.model_checkpoint.monitor=null"]),
+        output_dir=str(tmp_path),
+    )
     last = tmp_path / "checkpoints" / "last"
     before = torch.load(last / "trainer.pt", weights_only=False)["loop"]["global_step"]
 
     class Trainerish:  # enough of a trainer for save_checkpoint
         from framework.config.schemas import StrategyConfig
         from framework.strategies.base import Strategy
+
         strategy = Strategy(StrategyConfig(), "cpu")
         model = torch.nn.Linear(2, 2)
         optimizer = None
@@ -108,16 +133,27 @@ def test_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path, monk
 
 
 def test_early_stopping_on_a_plateau(tmp_path):
-    results = fit(compose(RUN[:-9] + ["callbacks=early_stopping", "callbacks.early_stopping.patience=1",
-                                      "callbacks.early_stopping.min_delta=10", "trainer.max_epochs=10"]),
-                  output_dir=str(tmp_path))
+    results = fit(
+        compose(
+            RUN[:-9]
+            + [
+                "callbacks=early_stopping",
+                "callbacks.early_stopping.patience=1",
+                "callbacks.early_stopping.min_delta=10",
+                "trainer.max_epochs=10",
+            ]
+        ),
+        output_dir=str(tmp_path),
+    )
     assert results["epochs"] == 2 and results["steps"] == 12
     assert "Early stopping at step 12: val/loss did not improve" in (tmp_path / "train.log").read_text()
 
 
 def test_early_stopping_on_nan(tmp_path):
-    results = fit(compose(RUN[:-9] + ["callbacks=early_stopping", "optimizer=sgd", "optimizer.lr=1e30",
-                                      "trainer.max_epochs=10"]), output_dir=str(tmp_path))
+    results = fit(
+        compose(RUN[:-9] + ["callbacks=early_stopping", "optimizer=sgd", "optimizer.lr=1e30", "trainer.max_epochs=10"]),
+        output_dir=str(tmp_path),
+    )
     assert results["epochs"] == 1
     assert "is not finite" in (tmp_path / "train.log").read_text()
 
@@ -135,17 +171,28 @@ def _evaluate(*args: str, cwd=None, env=None):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "framework.evaluate", *args], capture_output=True, text=True,
-                          timeout=240, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "framework.evaluate", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=cwd,
+        env=env,
+    )
 
 
 def test_evaluate_a_saved_checkpoint_with_another_strategy(straight, tmp_path):
     out, results = straight
     (tmp_path / "tmp").mkdir()
     # groups override the saved config as in train: its strategy is replaced whole
-    proc = _evaluate(f"ckpt_path={out / 'checkpoints' / 'last'}", f"output_dir={tmp_path / 'eval'}",
-                     "trainer.limit_test_batches=1.0", "strategy=ddp", "trainer.devices=2",
-                     env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    proc = _evaluate(
+        f"ckpt_path={out / 'checkpoints' / 'last'}",
+        f"output_dir={tmp_path / 'eval'}",
+        "trainer.limit_test_batches=1.0",
+        "strategy=ddp",
+        "trainer.devices=2",
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+    )
     assert proc.returncode == 0, proc.stderr
     assert not list((tmp_path / "tmp").glob("framework-evaluate-*"))  # its primary config, removed at the end
     evaluated = json.loads((tmp_path / "eval" / "results.json").read_text())
@@ -161,8 +208,9 @@ def test_evaluate_is_a_hydra_app_over_the_saved_config(straight):
     import yaml
 
     out, _ = straight
-    proc = _evaluate(f"ckpt_path={out / 'checkpoints' / 'last'}", "strategy=fsdp", "datamodule.batch_size=16",
-                     "--cfg", "job")
+    proc = _evaluate(
+        f"ckpt_path={out / 'checkpoints' / 'last'}", "strategy=fsdp", "datamodule.batch_size=16", "--cfg", "job"
+    )
     assert proc.returncode == 0, proc.stderr
     cfg = yaml.safe_load(proc.stdout)
     saved = yaml.safe_load((out / "config.yaml").read_text())
@@ -179,24 +227,35 @@ def test_evaluate_is_a_hydra_app_over_the_saved_config(straight):
 def test_resume_from_the_last_written_when_fit_stopped_mid_epoch(tmp_path):
     # max_steps=9 stops in epoch 2 (4 batches an epoch); `last` is written at fit end. Resumed
     # to step 12 it continues epoch 2 at its second batch, as the straight run does.
-    short = RUN[:-5] + ["callbacks.model_checkpoint.monitor=null", "trainer.max_epochs=5",
-                        "trainer.limit_train_batches=4", "scheduler=none"]
+    short = RUN[:-5] + [
+        "callbacks.model_checkpoint.monitor=null",
+        "trainer.max_epochs=5",
+        "trainer.limit_train_batches=4",
+        "scheduler=none",
+    ]
     straight = fit(compose(short + ["trainer.max_steps=12"]), output_dir=str(tmp_path / "straight"))
     fit(compose(short + ["trainer.max_steps=9"]), output_dir=str(tmp_path / "first"))
     state = torch.load(tmp_path / "first" / "checkpoints" / "last" / "trainer.pt", weights_only=False)["loop"]
     assert (state["global_step"], state["current_epoch"], state["batch_in_epoch"]) == (9, 2, 1)
-    resumed = fit(compose(short + ["trainer.max_steps=12", f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last'}"]),
-                  output_dir=str(tmp_path / "resumed"))
+    resumed = fit(
+        compose(short + ["trainer.max_steps=12", f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last'}"]),
+        output_dir=str(tmp_path / "resumed"),
+    )
     assert resumed["steps"] == straight["steps"] == 12 and resumed["epochs"] == straight["epochs"] == 3
     expected, got = rows(tmp_path / "straight"), rows(tmp_path / "resumed")
     assert [got[s]["train/loss"] for s in (10, 11, 12)] == [expected[s]["train/loss"] for s in (10, 11, 12)]
 
 
 def test_resuming_in_the_same_directory_keeps_metrics_csv_one_table(tmp_path):
-    fit(compose(RUN[:-5] + ["trainer.max_epochs=1", "callbacks.model_checkpoint.monitor=null"]), output_dir=str(tmp_path))
+    fit(
+        compose(RUN[:-5] + ["trainer.max_epochs=1", "callbacks.model_checkpoint.monitor=null"]),
+        output_dir=str(tmp_path),
+    )
     header = (tmp_path / "metrics.csv").read_text().splitlines()[0]
-    fit(compose(RUN[:-5] + ["trainer.max_epochs=2", "callbacks.model_checkpoint.monitor=null", "ckpt_path=last"]),
-        output_dir=str(tmp_path))
+    fit(
+        compose(RUN[:-5] + ["trainer.max_epochs=2", "callbacks.model_checkpoint.monitor=null", "ckpt_path=last"]),
+        output_dir=str(tmp_path),
+    )
     lines = (tmp_path / "metrics.csv").read_text().splitlines()
     assert lines[0] == header and lines[0].split(",").count("step") == 1
     steps = [int(r["step"]) for r in rows(tmp_path).values()]

@@ -1,4 +1,5 @@
 """What a run does when things go wrong: divergence, bad numbers, broken or missing checkpoints."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,12 @@ from framework.config import ConfigError
 from framework.job.preflight import preflight
 from tests.helpers.configs import TINY
 
-CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null",
-        "callbacks.model_checkpoint.every_n_train_steps=1", "logger=csv"]
+CKPT = [
+    "callbacks=model_checkpoint",
+    "callbacks.model_checkpoint.monitor=null",
+    "callbacks.model_checkpoint.every_n_train_steps=1",
+    "logger=csv",
+]
 
 
 def strict_json(path):
@@ -23,8 +28,10 @@ def strict_json(path):
 
 
 def test_a_diverging_run_stops_and_saves_no_nonfinite_weights(tmp_path):
-    results = fit(compose([*TINY, *CKPT, "optimizer=sgd", "optimizer.lr=1e30", "trainer.log_every_n_steps=3"]),
-                  output_dir=str(tmp_path))
+    results = fit(
+        compose([*TINY, *CKPT, "optimizer=sgd", "optimizer.lr=1e30", "trainer.log_every_n_steps=3"]),
+        output_dir=str(tmp_path),
+    )
     assert results["status"] == "diverged" and results["steps"] < 12
     saved = strict_json(tmp_path / "results.json")  # NaN metrics are null, not bare NaN tokens
     assert saved["status"] == "diverged" and saved["diverged"]["by_step"] == results["steps"]
@@ -46,24 +53,32 @@ def _saved_weights(checkpoint) -> dict:
         return torch.load(f"{tmp}/full.pt", weights_only=False)["model"]
 
 
-@pytest.mark.parametrize("override,message", [
-    ("datamodule.batch_size=0", "datamodule.batch_size: the global batch size must be > 0, got 0"),
-    ("datamodule.batch_size=-4", "datamodule.batch_size: the global batch size must be > 0, got -4"),
-    ("optimizer.lr=0", "optimizer.lr: the learning rate must be > 0, got 0"),
-    ("optimizer.lr=nan", "optimizer.lr: must be a finite number, got nan"),
-    ("optimizer.lr=inf", "optimizer.lr: must be a finite number, got inf"),
-    ("trainer.max_steps=0", "trainer.max_steps: must be >= 1, or -1 (or null) for no limit; got 0"),
-    ("trainer.gradient_clip_val=-1.0", "trainer.gradient_clip_val: must be >= 0, got -1.0"),
-    ("strategy.timeout_s=0", "strategy.timeout_s: the process-group timeout must be > 0, got 0"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("datamodule.batch_size=0", "datamodule.batch_size: the global batch size must be > 0, got 0"),
+        ("datamodule.batch_size=-4", "datamodule.batch_size: the global batch size must be > 0, got -4"),
+        ("optimizer.lr=0", "optimizer.lr: the learning rate must be > 0, got 0"),
+        ("optimizer.lr=nan", "optimizer.lr: must be a finite number, got nan"),
+        ("optimizer.lr=inf", "optimizer.lr: must be a finite number, got inf"),
+        ("trainer.max_steps=0", "trainer.max_steps: must be >= 1, or -1 (or null) for no limit; got 0"),
+        ("trainer.gradient_clip_val=-1.0", "trainer.gradient_clip_val: must be >= 0, got -1.0"),
+        ("strategy.timeout_s=0", "strategy.timeout_s: the process-group timeout must be > 0, got 0"),
+    ],
+)
 def test_numbers_out_of_range_are_config_errors(override, message):
     with pytest.raises(ConfigError) as err:
         preflight(compose([*TINY, override]))
     assert message in err.value.problems
 
 
-RUN = [*TINY, *CKPT[:2], "callbacks.model_checkpoint.every_n_train_steps=null", "trainer.max_epochs=1",
-       "trainer.limit_train_batches=4"]
+RUN = [
+    *TINY,
+    *CKPT[:2],
+    "callbacks.model_checkpoint.every_n_train_steps=null",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=4",
+]
 
 
 @pytest.fixture
@@ -95,13 +110,16 @@ def _shard(ckpt):
     return next(p for p in ckpt.iterdir() if p.suffix == ".distcp")
 
 
-@pytest.mark.parametrize("damage,expected", [
-    (lambda c: _shard(c).unlink(), "is incomplete: __0_0.distcp ("),
-    (lambda c: _shard(c).write_bytes(_shard(c).read_bytes()[:100]), "is corrupted: __0_0.distcp has 100 bytes"),
-    (lambda c: (c / ".metadata").write_bytes(b"x"), "is corrupted: .metadata has 1 bytes"),
-    (lambda c: (c / "trainer.pt").write_bytes((c / "trainer.pt").read_bytes()[:50]), "trainer.pt has 50 bytes"),
-    (lambda c: (c / "manifest.json").unlink(), "has no manifest.json"),
-])
+@pytest.mark.parametrize(
+    "damage,expected",
+    [
+        (lambda c: _shard(c).unlink(), "is incomplete: __0_0.distcp ("),
+        (lambda c: _shard(c).write_bytes(_shard(c).read_bytes()[:100]), "is corrupted: __0_0.distcp has 100 bytes"),
+        (lambda c: (c / ".metadata").write_bytes(b"x"), "is corrupted: .metadata has 1 bytes"),
+        (lambda c: (c / "trainer.pt").write_bytes((c / "trainer.pt").read_bytes()[:50]), "trainer.pt has 50 bytes"),
+        (lambda c: (c / "manifest.json").unlink(), "has no manifest.json"),
+    ],
+)
 def test_a_damaged_checkpoint_is_named_before_anything_runs(finished, damage, expected):
     damage(finished / "checkpoints" / "last")
     with pytest.raises(ConfigError) as err:
@@ -114,7 +132,7 @@ def test_a_damaged_checkpoint_is_named_before_anything_runs(finished, damage, ex
 def test_damaged_contents_fail_the_resume_without_replacing_the_completed_results(finished, damaged):
     target = damaged(finished / "checkpoints" / "last")
     data = bytearray(target.read_bytes())
-    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)  # same size, flipped contents
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # same size, flipped contents
     target.write_bytes(bytes(data))
     from framework.engine.checkpoint import CheckpointError
 
@@ -158,10 +176,14 @@ def test_a_checkpoint_of_another_model_names_the_keys_that_differ(tmp_path):
 
     fit(compose(RUN), output_dir=str(tmp_path / "wide"))  # hidden_sizes [32]
     with pytest.raises(CheckpointError) as err:
-        fit(compose(RUN + ["model.hidden_sizes=[16]", f"ckpt_path={tmp_path / 'wide' / 'checkpoints' / 'last'}"]),
-            output_dir=str(tmp_path / "narrow"))
-    assert "other shapes: model.body.1.bias (saved [32], here [16]), model.body.1.weight (saved [32, 64], here " \
-           "[16, 64])" in str(err.value)
+        fit(
+            compose(RUN + ["model.hidden_sizes=[16]", f"ckpt_path={tmp_path / 'wide' / 'checkpoints' / 'last'}"]),
+            output_dir=str(tmp_path / "narrow"),
+        )
+    assert (
+        "other shapes: model.body.1.bias (saved [32], here [16]), model.body.1.weight (saved [32, 64], here "
+        "[16, 64])" in str(err.value)
+    )
 
 
 def test_changed_contents_under_a_manifest_without_checksums_are_not_called_checked(finished):

@@ -1,4 +1,5 @@
 """The engine's loop options, through the Python API on tiny configs."""
+
 from __future__ import annotations
 
 import csv
@@ -30,16 +31,25 @@ def test_accumulation_equals_the_larger_batch(tiny_cfg, tmp_path):
     # SGD and no dropout, so the only difference is float summation order.
     common = ["optimizer=sgd", "scheduler=none", "trainer.max_epochs=1", "trainer.limit_train_batches=1.0"]
     big = fit(tiny_cfg(*common, "datamodule.batch_size=32"), output_dir=str(tmp_path / "big"))
-    acc = fit(tiny_cfg(*common, "datamodule.batch_size=16", "trainer.accumulate_grad_batches=2"),
-              output_dir=str(tmp_path / "acc"))
+    acc = fit(
+        tiny_cfg(*common, "datamodule.batch_size=16", "trainer.accumulate_grad_batches=2"),
+        output_dir=str(tmp_path / "acc"),
+    )
     assert big["steps"] == acc["steps"] == 39 and big["global_batch_size"] == acc["global_batch_size"] == 32
     assert losses(tmp_path / "big") == pytest.approx(losses(tmp_path / "acc"), rel=1e-5)
     assert big["metrics"]["val/loss"] == pytest.approx(acc["metrics"]["val/loss"], rel=1e-5)
 
 
 def test_max_steps_limits_and_val_check_interval(tiny_cfg, tmp_path):
-    results = fit(tiny_cfg("trainer.max_epochs=5", "trainer.max_steps=9", "trainer.limit_train_batches=4",
-                           "trainer.val_check_interval=2"), output_dir=str(tmp_path))
+    results = fit(
+        tiny_cfg(
+            "trainer.max_epochs=5",
+            "trainer.max_steps=9",
+            "trainer.limit_train_batches=4",
+            "trainer.val_check_interval=2",
+        ),
+        output_dir=str(tmp_path),
+    )
     assert results["steps"] == 9 and results["epochs"] == 3
     with open(tmp_path / "metrics.csv") as f:
         val_steps = [int(r["step"]) for r in csv.DictReader(f) if r.get("val/loss")]
@@ -48,8 +58,10 @@ def test_max_steps_limits_and_val_check_interval(tiny_cfg, tmp_path):
 
 
 def test_limit_val_zero_skips_validation_and_fraction_limits_train(tiny_cfg, tmp_path):
-    results = fit(tiny_cfg("trainer.limit_val_batches=0", "trainer.limit_train_batches=0.25",
-                           "trainer.max_epochs=1"), output_dir=str(tmp_path))
+    results = fit(
+        tiny_cfg("trainer.limit_val_batches=0", "trainer.limit_train_batches=0.25", "trainer.max_epochs=1"),
+        output_dir=str(tmp_path),
+    )
     assert results["steps"] == int(1257 // 32 * 0.25)
     assert "val/loss" not in results["metrics"] and "test/acc" in results["metrics"]
 
@@ -60,11 +72,19 @@ def test_fast_dev_run_writes_no_logger_files_and_no_checkpoints(tiny_cfg, tmp_pa
     assert {p.name for p in tmp_path.iterdir()} == {"config.yaml", "results.json", "train.log"}
 
 
-@pytest.mark.parametrize("precision,dtype", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16),
-                                             ("32-true", torch.float32)])
+@pytest.mark.parametrize(
+    "precision,dtype", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16), ("32-true", torch.float32)]
+)
 def test_mixed_precision_computes_in_its_dtype_and_trains(tiny_cfg, tmp_path, precision, dtype):
-    results = fit(tiny_cfg(f"trainer.precision={precision}", "trainer.max_epochs=3", "trainer.limit_train_batches=1.0",
-                           "+callbacks.dtypes._target_=tests.helpers.probes.ForwardDtypes"), output_dir=str(tmp_path))
+    results = fit(
+        tiny_cfg(
+            f"trainer.precision={precision}",
+            "trainer.max_epochs=3",
+            "trainer.limit_train_batches=1.0",
+            "+callbacks.dtypes._target_=tests.helpers.probes.ForwardDtypes",
+        ),
+        output_dir=str(tmp_path),
+    )
     assert results["precision"] == precision and results["metrics"]["val/acc"] > 0.8
     # Inside forward, autocast ran every layer in the precision's dtype; the weights stay fp32.
     assert ForwardDtypes.seen and set(ForwardDtypes.seen) == {(torch.float32, dtype)}
@@ -72,9 +92,17 @@ def test_mixed_precision_computes_in_its_dtype_and_trains(tiny_cfg, tmp_path, pr
 
 def test_gradient_clipping_by_value_bounds_the_update(tiny_cfg, tmp_path):
     # With SGD(lr=1, no momentum) one clipped step moves every weight by at most clip_val.
-    cfg = tiny_cfg("optimizer=sgd", "optimizer.lr=1.0", "optimizer.momentum=0.0", "trainer.gradient_clip_val=0.001",
-                   "trainer.gradient_clip_algorithm=value", "trainer.max_steps=1", "trainer.limit_val_batches=0",
-                   "logger=none", "output_dir=" + str(tmp_path))
+    cfg = tiny_cfg(
+        "optimizer=sgd",
+        "optimizer.lr=1.0",
+        "optimizer.momentum=0.0",
+        "trainer.gradient_clip_val=0.001",
+        "trainer.gradient_clip_algorithm=value",
+        "trainer.max_steps=1",
+        "trainer.limit_val_batches=0",
+        "logger=none",
+        "output_dir=" + str(tmp_path),
+    )
     trainer, parts = build_trainer(cfg)
     before = [p.detach().clone() for p in parts.model.parameters()]
     trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory)
@@ -83,16 +111,32 @@ def test_gradient_clipping_by_value_bounds_the_update(tiny_cfg, tmp_path):
 
 
 def test_onecycle_total_steps_is_filled_from_the_run_length(tiny_cfg, tmp_path):
-    results = fit(tiny_cfg("scheduler=onecycle", "trainer.max_epochs=2", "trainer.limit_train_batches=3"),
-                  output_dir=str(tmp_path))
+    results = fit(
+        tiny_cfg("scheduler=onecycle", "trainer.max_epochs=2", "trainer.limit_train_batches=3"),
+        output_dir=str(tmp_path),
+    )
     assert results["steps"] == 6  # OneCycleLR raises if stepped past total_steps
 
 
 def test_results_json_has_every_field(tiny_cfg, tmp_path):
     fit(tiny_cfg(), output_dir=str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
-    for key in ("status", "experiment", "strategy", "accelerator", "devices", "num_nodes", "world_size",
-                "global_batch_size", "epochs", "steps", "metrics", "throughput", "memory", "wall_time_s"):
+    for key in (
+        "status",
+        "experiment",
+        "strategy",
+        "accelerator",
+        "devices",
+        "num_nodes",
+        "world_size",
+        "global_batch_size",
+        "epochs",
+        "steps",
+        "metrics",
+        "throughput",
+        "memory",
+        "wall_time_s",
+    ):
         assert key in results, key
     assert results["status"] == "completed" and results["experiment"] == "digits_mlp"
     assert results["strategy"] == "single" and results["world_size"] == 1 and results["global_batch_size"] == 32
@@ -118,10 +162,14 @@ def test_benchmark_repeats_time_the_training_again_and_change_no_result(tiny_cfg
     assert thrice["throughput"]["samples_per_s"] == sorted(rates)[1]  # their median
     assert "samples_per_s_repeats" not in once["throughput"]
     # the extra runs wrote nothing and logged nothing: one run's metrics, checkpoints and files
-    assert sorted(p.name for p in (tmp_path / "thrice").iterdir()) == sorted(p.name for p in (tmp_path / "once").iterdir())
+    assert sorted(p.name for p in (tmp_path / "thrice").iterdir()) == sorted(
+        p.name for p in (tmp_path / "once").iterdir()
+    )
     with open(tmp_path / "thrice" / "metrics.csv") as f:
         assert len([r for r in csv.DictReader(f) if r.get("train/loss")]) == thrice["steps"]
-    again = fit(tiny_cfg("logger=csv", "benchmark_repeats=2", f"seed={thrice['seed']}"), output_dir=str(tmp_path / "again"))
+    again = fit(
+        tiny_cfg("logger=csv", "benchmark_repeats=2", f"seed={thrice['seed']}"), output_dir=str(tmp_path / "again")
+    )
     assert again["metrics"] == thrice["metrics"]  # the reported run is the job's own, whatever the repeats
 
 

@@ -1,6 +1,7 @@
 """optimizer.param_groups: groups by name pattern, checked before anything starts, applied by
 the optimizer, and logged per group by the LR monitor. (Every strategy and resume: BASE
 declares groups, so the equivalence, resume and launcher tests run with them.)"""
+
 from __future__ import annotations
 
 import csv
@@ -13,13 +14,24 @@ from framework.job.preflight import preflight
 from tests.helpers.configs import TINY
 from tests.helpers.probes import GroupProbe
 
-GROUPS = ("optimizer.param_groups=[{params: '*.bias', weight_decay: 0.0, name: no_decay},"
-          " {params: 'body.1.*|nothing.*', lr: 0.0001}]")
+GROUPS = (
+    "optimizer.param_groups=[{params: '*.bias', weight_decay: 0.0, name: no_decay},"
+    " {params: 'body.1.*|nothing.*', lr: 0.0001}]"
+)
 
 
 def test_groups_take_parameters_by_pattern_first_match_wins_and_the_lr_monitor_names_them(tmp_path):
-    cfg = compose(TINY + ["optimizer=adamw", "optimizer.lr=0.01", "logger=csv", "callbacks=lr_monitor", GROUPS,
-                          "+callbacks.probe._target_=tests.helpers.probes.GroupProbe"])
+    cfg = compose(
+        TINY
+        + [
+            "optimizer=adamw",
+            "optimizer.lr=0.01",
+            "logger=csv",
+            "callbacks=lr_monitor",
+            GROUPS,
+            "+callbacks.probe._target_=tests.helpers.probes.GroupProbe",
+        ]
+    )
     assert fit(cfg, output_dir=str(tmp_path))["status"] == "completed"
     default, no_decay, second = GroupProbe.seen
     # the default group first, with the optimizer's own settings: the weights not matched
@@ -40,8 +52,12 @@ def problems(*overrides: str) -> list[str]:
 
 def test_a_pattern_that_takes_no_parameter_is_refused_before_anything_starts():
     [msg] = problems("optimizer.param_groups=[{params: 'backbone.*', lr: 0.0001}]")
-    assert msg.startswith("optimizer.param_groups[0].params: 'backbone.*' takes no parameter (it matches no "
-                          "parameter name)") and "body.1.weight" in msg
+    assert (
+        msg.startswith(
+            "optimizer.param_groups[0].params: 'backbone.*' takes no parameter (it matches no parameter name)"
+        )
+        and "body.1.weight" in msg
+    )
     [msg] = problems("optimizer.param_groups=[{params: '*'}, {params: '*.bias'}]")
     assert "param_groups[1]" in msg and "earlier entries took every parameter it matches" in msg
 

@@ -1,6 +1,7 @@
 """A checkpoint is data: a trainer.pt, rng/<r>.pt, buffers/<r>.pt, callback state or DCP .metadata
 crafted to run code when unpickled is refused by resume, evaluate, predict and init.weights without
 running it (its manifest rewritten to match, as an attacker would); trust_checkpoint=true loads it."""
+
 from __future__ import annotations
 
 import pickle
@@ -18,8 +19,14 @@ from framework.evaluate import evaluate
 from framework.predict import predict
 from tests.helpers.configs import TINY
 
-RUN = [*TINY, "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null", "logger=csv",
-       "trainer.max_epochs=1", "trainer.limit_train_batches=3"]
+RUN = [
+    *TINY,
+    "callbacks=model_checkpoint",
+    "callbacks.model_checkpoint.monitor=null",
+    "logger=csv",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=3",
+]
 
 
 class Payload:
@@ -55,8 +62,12 @@ def _plant_in_metadata(ckpt: Path, payload) -> None:
         pickle.dump(metadata, f)
 
 
-PLANTS = {"trainer.pt": _plant_in_trainer_pt, "rng/0.pt": _plant_in_rng, "buffers/0.pt": _plant_in_buffers,
-          ".metadata": _plant_in_metadata}
+PLANTS = {
+    "trainer.pt": _plant_in_trainer_pt,
+    "rng/0.pt": _plant_in_rng,
+    "buffers/0.pt": _plant_in_buffers,
+    ".metadata": _plant_in_metadata,
+}
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +100,15 @@ def _refused(call, where: str, file: str):
 
 def test_resume_evaluate_predict_and_init_refuse_a_planted_file_without_running_it(planted, tmp_path):
     run, ckpt, marker, file = planted
-    _refused(lambda: fit(compose([*RUN, f"ckpt_path={ckpt}"]), output_dir=str(tmp_path / "resume")), "ckpt_path",
-             file)
+    _refused(lambda: fit(compose([*RUN, f"ckpt_path={ckpt}"]), output_dir=str(tmp_path / "resume")), "ckpt_path", file)
     _refused(lambda: evaluate(str(ckpt), output_dir=str(tmp_path / "eval")), "ckpt_path", file)
     _refused(lambda: predict(str(ckpt), output_dir=str(tmp_path / "predict")), "ckpt_path", file)
     if file in ("trainer.pt", ".metadata"):  # what init.weights reads of a checkpoint directory
-        _refused(lambda: fit(compose([*RUN, f"init.weights={ckpt}"]), output_dir=str(tmp_path / "init")),
-                 "init.weights", file)
+        _refused(
+            lambda: fit(compose([*RUN, f"init.weights={ckpt}"]), output_dir=str(tmp_path / "init")),
+            "init.weights",
+            file,
+        )
     assert not marker.exists()
 
 
@@ -114,8 +127,10 @@ def test_the_engines_own_loaders_refuse_it_too(planted):
 
 def test_with_trust_checkpoint_the_same_checkpoint_loads(planted, tmp_path):
     _, ckpt, marker, _ = planted
-    results = fit(compose([*RUN, f"ckpt_path={ckpt}", "trust_checkpoint=true", "trainer.max_epochs=2"]),
-                  output_dir=str(tmp_path / "trusted"))
+    results = fit(
+        compose([*RUN, f"ckpt_path={ckpt}", "trust_checkpoint=true", "trainer.max_epochs=2"]),
+        output_dir=str(tmp_path / "trusted"),
+    )
     assert results["status"] == "completed" and results["steps"] == 6
     assert marker.read_text() == "ran"  # trusted: its code did run
 
@@ -123,8 +138,11 @@ def test_with_trust_checkpoint_the_same_checkpoint_loads(planted, tmp_path):
 def test_a_model_pt_with_a_payload_is_refused_as_init_weights(clean_run, tmp_path):
     weights = tmp_path / "model.pt"
     torch.save({"body.1.weight": Payload(tmp_path / "marker")}, weights)
-    _refused(lambda: fit(compose([*RUN, f"init.weights={weights}"]), output_dir=str(tmp_path / "init")),
-             "init.weights", "model.pt")
+    _refused(
+        lambda: fit(compose([*RUN, f"init.weights={weights}"]), output_dir=str(tmp_path / "init")),
+        "init.weights",
+        "model.pt",
+    )
     assert not (tmp_path / "marker").exists()
 
 
@@ -197,7 +215,7 @@ def test_a_shard_damaged_behind_a_rewritten_manifest_is_named_as_damage_not_anot
     shutil.copytree(clean_run, run, symlinks=True)
     ckpt = run / "checkpoints" / "last"
     shard = next(ckpt.glob("*.distcp"))
-    shard.write_bytes(shard.read_bytes()[:len(shard.read_bytes()) // 2])
+    shard.write_bytes(shard.read_bytes()[: len(shard.read_bytes()) // 2])
     (ckpt / "manifest.json").unlink()
     write_manifest(ckpt, step=3, epoch=0, strategy="single", world_size=1)
     with pytest.raises(CheckpointError, match="its keys and shapes are this run's, so a file's contents are damaged"):

@@ -1,5 +1,6 @@
 """Corpora the data tests prepare: Python's help text as a .txt (its paragraphs are the documents),
 a tokenizer trained on it, and a prepared corpus of it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,8 +28,9 @@ def bpe_tokenizer(directory: Path, vocab_size: int = 384) -> Path:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tokenizer.train_from_iterator([help_text(directory, "train_tokenizer.txt").read_text()], trainer)
     path = Path(directory) / "tokenizer.json"
     tokenizer.save(str(path))

@@ -1,5 +1,6 @@
 """The engine's unit layer: a Trainer built by hand around a fake in-process strategy, tiny data and a
 tiny task (no Hydra, no process group: each test runs in milliseconds)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -79,9 +80,19 @@ class TinyTask:
         return loss, {"abs_error": (model(x).squeeze(-1) - y).abs().mean()}
 
 
-EVENT_NAMES = ("on_fit_start", "on_train_epoch_start", "on_train_batch_end", "on_train_step_end",
-               "on_validation_start", "on_validation_end", "on_train_epoch_end", "on_fit_end", "on_test_start",
-               "on_test_end", "on_exception")
+EVENT_NAMES = (
+    "on_fit_start",
+    "on_train_epoch_start",
+    "on_train_batch_end",
+    "on_train_step_end",
+    "on_validation_start",
+    "on_validation_end",
+    "on_train_epoch_end",
+    "on_fit_end",
+    "on_test_start",
+    "on_test_end",
+    "on_exception",
+)
 
 
 class AllHooks:
@@ -100,15 +111,20 @@ def unit_trainer(strategy: Strategy | None = None, task=None, callbacks=(), sign
     """A Trainer over ``strategy`` (a FakeStrategy by default) with ``config`` on top of a quiet base."""
     base = dict(max_epochs=1, log_every_n_steps=1, num_sanity_val_steps=0, enable_progress_bar=False)
     torch.manual_seed(0)
-    return Trainer(TrainerConfig(**{**base, **config}), strategy or FakeStrategy(), task or TinyTask(),
-                   callbacks=callbacks, seed=0, signals=signals)
+    return Trainer(
+        TrainerConfig(**{**base, **config}),
+        strategy or FakeStrategy(),
+        task or TinyTask(),
+        callbacks=callbacks,
+        seed=0,
+        signals=signals,
+    )
 
 
 def fit(trainer: Trainer, data: TinyData | None = None, lr: float = 0.01) -> Trainer:
     torch.manual_seed(0)
     trainer.fit(torch.nn.Linear(4, 1), data or TinyData(), partial(torch.optim.SGD, lr=lr))
     return trainer
-
 
 
 class GPTCallingRemovedModules(GPT):

@@ -1,5 +1,6 @@
 """What the layout tests of the transformer share: its runs, made once per module and reused, and
 the comparison of a run with single device's."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,20 +9,41 @@ from framework import compose, fit
 from tests.helpers.configs import GPT_TINY, train_losses
 
 # 24 steps with clipping, accumulation, export and predictions: the equivalence runs
-GPT_EQUIVALENCE = [*GPT_TINY, "callbacks=none", "trainer.max_steps=24", "trainer.gradient_clip_val=0.5",
-                   "trainer.accumulate_grad_batches=2", "export_weights=true", "predict=true",
-                   "predict_format=jsonl", "task.max_new_tokens=8"]
+GPT_EQUIVALENCE = [
+    *GPT_TINY,
+    "callbacks=none",
+    "trainer.max_steps=24",
+    "trainer.gradient_clip_val=0.5",
+    "trainer.accumulate_grad_batches=2",
+    "export_weights=true",
+    "predict=true",
+    "predict_format=jsonl",
+    "task.max_new_tokens=8",
+]
 # 3 epochs of 4 steps, a checkpoint after each: the resume runs
-GPT_RESUME = [*GPT_TINY, "trainer.max_epochs=3", "trainer.limit_train_batches=4", "trainer.num_sanity_val_steps=0",
-              "trainer.limit_val_batches=1", "test=false", "callbacks=model_checkpoint",
-              "callbacks.model_checkpoint.filename='epoch{epoch}'", "callbacks.model_checkpoint.monitor=null",
-              "callbacks.model_checkpoint.save_top_k=-1"]
+GPT_RESUME = [
+    *GPT_TINY,
+    "trainer.max_epochs=3",
+    "trainer.limit_train_batches=4",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.limit_val_batches=1",
+    "test=false",
+    "callbacks=model_checkpoint",
+    "callbacks.model_checkpoint.filename='epoch{epoch}'",
+    "callbacks.model_checkpoint.monitor=null",
+    "callbacks.model_checkpoint.save_top_k=-1",
+]
 
 
 # BASE's MLP (tests/helpers/configs.py), 3 epochs of 3 steps, a checkpoint after each: the resume runs
-EPOCH_CHECKPOINTS = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.filename='epoch{epoch}'",
-                     "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",
-                     "trainer.max_epochs=3", "export_weights=false"]
+EPOCH_CHECKPOINTS = [
+    "callbacks=model_checkpoint",
+    "callbacks.model_checkpoint.filename='epoch{epoch}'",
+    "callbacks.model_checkpoint.monitor=null",
+    "callbacks.model_checkpoint.save_top_k=-1",
+    "trainer.max_epochs=3",
+    "export_weights=false",
+]
 
 
 def assert_resumes_from_epoch0(overrides: list[str], source_dir, out, reference_dir) -> None:

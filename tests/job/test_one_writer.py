@@ -1,6 +1,7 @@
 """One writer per run or sweep directory, and checkpoint names that stay inside their directory:
 two runs (or sweeps) started into one directory, one is refused at once naming the other's process
 and the other's files stay whole; a name that would escape is refused and nothing outside is touched."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,10 @@ def test_a_second_sweep_into_a_busy_sweep_directory_is_refused(tmp_path):
     assert first.wait(timeout=300) == 0
     jobs = [json.loads((sweep / str(n) / "results.json").read_text()) for n in (0, 1)]
     assert [j["status"] for j in jobs] == ["completed", "completed"]
-    assert sorted(o.lstrip("+") for j in jobs for o in j["job"]["overrides"] if "optimizer.lr" in o) == \
-        ["optimizer.lr=0.001", "optimizer.lr=0.01"]  # the first sweep's jobs only
+    assert sorted(o.lstrip("+") for j in jobs for o in j["job"]["overrides"] if "optimizer.lr" in o) == [
+        "optimizer.lr=0.001",
+        "optimizer.lr=0.01",
+    ]  # the first sweep's jobs only
     assert (sweep / "report.md").exists()
 
 
@@ -79,6 +82,7 @@ def test_a_checkpoint_name_that_would_leave_its_directory_is_refused_and_nothing
         done = _train(f"callbacks.model_checkpoint.filename='{name}'", f"hydra.run.dir={run}")
         assert done.returncode == 2 and "callbacks.model_checkpoint.filename:" in done.stderr
         assert "is not a plain file name" in done.stderr
-    assert (victim / "precious.txt").read_text() == "keep me" and sorted(p.name for p in victim.iterdir()) == \
-        ["precious.txt"]
+    assert (victim / "precious.txt").read_text() == "keep me" and sorted(p.name for p in victim.iterdir()) == [
+        "precious.txt"
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "victim"] and not (run / "checkpoints").exists()

@@ -1,4 +1,5 @@
 """framework-plan on the transformer: a pipeline's per-stage memory and bubble beside the others."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,11 @@ def test_the_plan_of_a_pipeline_gives_the_largest_stage_its_activations_in_fligh
     # 1F1B with as many micro-batches as stages: (p - 1) / (m + p - 1)
     assert pp2["bubble_fraction"] == pytest.approx(1 / 3) and pp4["bubble_fraction"] == pytest.approx(3 / 7)
     # the stages together hold the whole model; the largest (the embedding's or the head's) above 1/p of it
-    assert single["model_state_bytes_per_rank"] / 4 < pp4["model_state_bytes_per_rank"] \
+    assert (
+        single["model_state_bytes_per_rank"] / 4
+        < pp4["model_state_bytes_per_rank"]
         < single["model_state_bytes_per_rank"] / 2
+    )
     # 1F1B: the first stage holds p micro-batches of its share, 1/p of the layers: 1/p of the whole batch's
     assert pp2["activation_bytes_per_rank"] == pytest.approx(single["activation_bytes_per_rank"] / 2, rel=1e-6)
     assert rows["pp", 8]["model_state_bytes_per_rank"] is None  # 4 blocks do not split in 8 stages
@@ -46,6 +50,11 @@ def test_the_plan_of_a_pipeline_takes_the_configs_schedule_micro_batches_and_spl
     [row] = [r for r in plan(cfg, devices=(2,)) if r["strategy"] == "pp"]
     assert row["schedule"] == "gpipe" and row["bubble_fraction"] == pytest.approx(1 / 9)
     even = row["model_state_bytes_per_rank"]
-    [uneven] = [r for r in plan(compose([*GPT_TINY, "model.n_layers=4", "strategy=pp", "strategy.split_points=[layers.1]"]),
-                                devices=(2,)) if r["strategy"] == "pp"]
+    [uneven] = [
+        r
+        for r in plan(
+            compose([*GPT_TINY, "model.n_layers=4", "strategy=pp", "strategy.split_points=[layers.1]"]), devices=(2,)
+        )
+        if r["strategy"] == "pp"
+    ]
     assert uneven["model_state_bytes_per_rank"] > even  # 3 of the 4 blocks and the head in the last stage

@@ -1,4 +1,5 @@
 """Each kind of config problem is reported, all at once, naming the key and the valid choices."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,8 +33,7 @@ def test_a_top_level_typo_gets_the_validators_message_with_every_other_problem()
 
 
 def test_keys_of_the_users_own_are_allowed_at_the_top_level():
-    cfg = compose(["tags=[baseline,v2]", "paths.data_dir=/data", "extras.note=x", "+my_key=1",
-                   "experiment=digits_mlp"])
+    cfg = compose(["tags=[baseline,v2]", "paths.data_dir=/data", "extras.note=x", "+my_key=1", "experiment=digits_mlp"])
     preflight(cfg)  # no problem: reserved namespaces, and a key added on purpose (+)
     assert list(cfg.tags) == ["baseline", "v2"] and cfg.paths.data_dir == "/data" and cfg.my_key == 1
     # but a key of the user's that looks like one of ours is taken for a typo
@@ -77,8 +77,15 @@ def test_import_error_inside_a_user_module_is_shown_as_is(tmp_path, monkeypatch)
 
 
 def test_every_problem_is_reported_at_once():
-    found = problems("trainer.max_epoch=3", "trainer.devices=two", "model._target_=nope.Model",
-                     "optimizer.lrr=0.1", "strategy.name=ddpx", "scheduler=cosine", "scheduler.interval=minute")
+    found = problems(
+        "trainer.max_epoch=3",
+        "trainer.devices=two",
+        "model._target_=nope.Model",
+        "optimizer.lrr=0.1",
+        "strategy.name=ddpx",
+        "scheduler=cosine",
+        "scheduler.interval=minute",
+    )
     assert len(found) == 6, found
     assert any(p.startswith("strategy.name: unknown strategy 'ddpx' (valid: ") for p in found)
 
@@ -113,10 +120,12 @@ def test_dp_on_cpu_with_two_devices_suggests_ddp():
 
 
 def test_hsdp_factors_that_do_not_multiply_state_every_factor():
-    [msg] = problems("strategy=hsdp", "trainer.devices=4", "strategy.replicate=3", "strategy.shard=2",
-                     "trainer.oversubscribe=true")
-    assert msg.startswith("strategy.replicate(3) * strategy.shard(2) != world size 4 "
-                          "(trainer.devices=4 x trainer.num_nodes=1)")
+    [msg] = problems(
+        "strategy=hsdp", "trainer.devices=4", "strategy.replicate=3", "strategy.shard=2", "trainer.oversubscribe=true"
+    )
+    assert msg.startswith(
+        "strategy.replicate(3) * strategy.shard(2) != world size 4 (trainer.devices=4 x trainer.num_nodes=1)"
+    )
 
 
 def test_several_nodes_need_a_launcher():
@@ -139,8 +148,14 @@ def test_strategy_options_are_checked_against_that_strategy():
 def test_a_run_directory_with_results_is_not_overwritten(tmp_path):
     from framework import fit
 
-    run = ["experiment=digits_mlp", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-           "trainer.enable_progress_bar=false", "logger=none", "callbacks=model_checkpoint"]
+    run = [
+        "experiment=digits_mlp",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.enable_progress_bar=false",
+        "logger=none",
+        "callbacks=model_checkpoint",
+    ]
     fit(compose(run), output_dir=str(tmp_path))
     before = (tmp_path / "results.json").read_text()
     with pytest.raises(ConfigError, match=r"output_dir: .* already holds a run \(results.json, checkpoints/\)"):

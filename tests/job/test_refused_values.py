@@ -1,6 +1,7 @@
 """Bad values, table-driven: each is refused before any process starts, with its key (and range) in
 the message. The first 16 were accepted (or failed late, without the key) before; the rest are
 their neighbours."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,10 @@ CASES = [
     (["trainer.fast_dev_run=-1"], "trainer.fast_dev_run: must be >= 0, got -1"),
     (["datamodule.val_fraction=-0.2"], "datamodule.val_fraction: must be in [0, 1), got -0.2"),
     (["datamodule.val_fraction=1.5"], "datamodule.val_fraction: must be in [0, 1), got 1.5"),
-    (["datamodule.test_fraction=0.95", "datamodule.val_fraction=0.1"],
-     "datamodule.val_fraction + test_fraction: 0.1 + 0.95 leave no training sample of 1797"),
+    (
+        ["datamodule.test_fraction=0.95", "datamodule.val_fraction=0.1"],
+        "datamodule.val_fraction + test_fraction: 0.1 + 0.95 leave no training sample of 1797",
+    ),
     (["model.dropout=-0.5"], "model.dropout: must be in [0, 1), got -0.5"),
     (["optimizer.betas=[0.9]"], "optimizer.betas: expected 2 numbers in [0, 1), got [0.9]"),
     (["scheduler=step", "scheduler.step_size=0"], "scheduler.step_size: must be >= 1, got 0"),
@@ -28,17 +31,31 @@ CASES = [
     (["init.weights=/etc/passwd"], "init.weights: '/etc/passwd' is not a checkpoint"),
     (["callbacks.model_checkpoint.save_top_k=-5"], "callbacks.model_checkpoint.save_top_k: must be >= -1"),
     (["callbacks.early_stopping.patience=-1"], "callbacks.early_stopping.patience: must be >= 0, got -1"),
-    (["strategy=fsdp", "trainer.devices=2", "strategy.wrap_classes=[Nope]"],
-     "strategy.wrap_classes: no submodule of MLP is a 'Nope'; its classes: Flatten, Linear, ReLU, Sequential"),
-    (["callbacks.model_checkpoint.filename='epoch{epochh}'"], "callbacks.model_checkpoint.filename: {epochh} is not a field"),
-    (["callbacks.model_checkpoint.filename=../../../victim"],
-     "callbacks.model_checkpoint.filename: '../../../victim' is not a plain file name"),
-    (["callbacks.model_checkpoint.filename='../../../escaped{epoch}'"],
-     "callbacks.model_checkpoint.filename: '../../../escaped{epoch}' is not a plain file name"),
-    (["strategy=ddp", "trainer.devices=64"], "trainer.devices: 64 processes per node on the CPU, but this process may run on"),
+    (
+        ["strategy=fsdp", "trainer.devices=2", "strategy.wrap_classes=[Nope]"],
+        "strategy.wrap_classes: no submodule of MLP is a 'Nope'; its classes: Flatten, Linear, ReLU, Sequential",
+    ),
+    (
+        ["callbacks.model_checkpoint.filename='epoch{epochh}'"],
+        "callbacks.model_checkpoint.filename: {epochh} is not a field",
+    ),
+    (
+        ["callbacks.model_checkpoint.filename=../../../victim"],
+        "callbacks.model_checkpoint.filename: '../../../victim' is not a plain file name",
+    ),
+    (
+        ["callbacks.model_checkpoint.filename='../../../escaped{epoch}'"],
+        "callbacks.model_checkpoint.filename: '../../../escaped{epoch}' is not a plain file name",
+    ),
+    (
+        ["strategy=ddp", "trainer.devices=64"],
+        "trainer.devices: 64 processes per node on the CPU, but this process may run on",
+    ),
     (["trainer.limit_train_batches=null"], "trainer.limit_train_batches: expected int or float, got null"),
-    (["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "strategy.sync_batchnorm=true"],
-     "strategy.sync_batchnorm: torch's SyncBatchNorm runs on CUDA only, not on cpu"),
+    (
+        ["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "strategy.sync_batchnorm=true"],
+        "strategy.sync_batchnorm: torch's SyncBatchNorm runs on CUDA only, not on cpu",
+    ),
     # neighbours
     (["datamodule.val_fraction=0.0001"], "datamodule.val_fraction: 0.0001 of 1797 samples is no sample"),
     ([*SYNTHETIC, "datamodule.num_samples=0"], "datamodule.num_samples: must be >= 1, got 0"),
@@ -54,18 +71,35 @@ CASES = [
     (["scheduler=step", "scheduler.frequency=0"], "scheduler.frequency: must be >= 1, got 0"),
     (["callbacks.early_stopping.mode=best"], "callbacks.early_stopping.mode: expected one of 'min', 'max'"),
     (["callbacks.model_checkpoint.mode=top"], "callbacks.model_checkpoint.mode: expected one of 'min', 'max'"),
-    (["callbacks.model_checkpoint.every_n_train_steps=-2"],
-     "callbacks.model_checkpoint.every_n_train_steps: must be >= 0 (or null), got -2"),
-    (["callbacks.model_checkpoint.filename=last"], "callbacks.model_checkpoint.filename: 'last' is not a plain file name"),
+    (
+        ["callbacks.model_checkpoint.every_n_train_steps=-2"],
+        "callbacks.model_checkpoint.every_n_train_steps: must be >= 0 (or null), got -2",
+    ),
+    (
+        ["callbacks.model_checkpoint.filename=last"],
+        "callbacks.model_checkpoint.filename: 'last' is not a plain file name",
+    ),
     (["callbacks=[default,ema]", "callbacks.ema.decay=1.5"], "callbacks.ema.decay: must be in [0, 1], got 1.5"),
-    (["callbacks=[default,swa]", "callbacks.swa.swa_epoch_start=-1"],
-     "callbacks.swa.swa_epoch_start: -1 is not an epoch >= 0 or a fraction in [0, 1]"),
-    (["callbacks=[default,device_stats]", "callbacks.device_stats.every_n_steps=0"],
-     "callbacks.device_stats.every_n_steps: must be >= 1, got 0"),
-    (["callbacks.lr_monitor.logging_interval=hour"], "callbacks.lr_monitor.logging_interval: expected one of 'step', 'epoch'"),
-    (["callbacks=[default,throughput]", "callbacks.throughput.log_every_n_steps=0"],
-     "callbacks.throughput.log_every_n_steps: must be >= 1, got 0"),
-    (["callbacks.progress_bar.refresh_every_n_steps=0"], "callbacks.progress_bar.refresh_every_n_steps: must be >= 1, got 0"),
+    (
+        ["callbacks=[default,swa]", "callbacks.swa.swa_epoch_start=-1"],
+        "callbacks.swa.swa_epoch_start: -1 is not an epoch >= 0 or a fraction in [0, 1]",
+    ),
+    (
+        ["callbacks=[default,device_stats]", "callbacks.device_stats.every_n_steps=0"],
+        "callbacks.device_stats.every_n_steps: must be >= 1, got 0",
+    ),
+    (
+        ["callbacks.lr_monitor.logging_interval=hour"],
+        "callbacks.lr_monitor.logging_interval: expected one of 'step', 'epoch'",
+    ),
+    (
+        ["callbacks=[default,throughput]", "callbacks.throughput.log_every_n_steps=0"],
+        "callbacks.throughput.log_every_n_steps: must be >= 1, got 0",
+    ),
+    (
+        ["callbacks.progress_bar.refresh_every_n_steps=0"],
+        "callbacks.progress_bar.refresh_every_n_steps: must be >= 1, got 0",
+    ),
     (["task.label_smoothing=1.5"], "task.label_smoothing: must be in [0, 1], got 1.5"),
     (["strategy=ddp", "trainer.devices=2", "strategy.bucket_cap_mb=0"], "strategy.bucket_cap_mb: must be > 0, got 0"),
     (["strategy=ddp", "trainer.devices=2", "strategy.powersgd_rank=0"], "strategy.powersgd_rank: must be >= 1, got 0"),
@@ -78,20 +112,36 @@ CASES = [
     (["devices=2"], "devices: not a top-level key; did you mean trainer.devices?"),
     (["+lr=0.1"], "lr: not a top-level key; did you mean optimizer.lr?"),
     # values that failed after the ranks started, with a traceback (issue 38)
-    ([*TEXT, "strategy=pp", "trainer.devices=2", "strategy.microbatches=abc"],
-     "strategy.microbatches: expected int or null, got str 'abc'"),
-    ([*TEXT, "datamodule.seq_len=256", "model.max_seq_len=64"],
-     "datamodule.seq_len: windows of 256 tokens, but the model holds positions for 64 (model.max_seq_len)"),
-    ([*TEXT, f"datamodule.tokenizer={Path(__file__).parent / 'broken_tokenizer.json'}"],
-     "datamodule.tokenizer: '" + str(Path(__file__).parent / "broken_tokenizer.json") + "' is not a tokenizers JSON file"),
+    (
+        [*TEXT, "strategy=pp", "trainer.devices=2", "strategy.microbatches=abc"],
+        "strategy.microbatches: expected int or null, got str 'abc'",
+    ),
+    (
+        [*TEXT, "datamodule.seq_len=256", "model.max_seq_len=64"],
+        "datamodule.seq_len: windows of 256 tokens, but the model holds positions for 64 (model.max_seq_len)",
+    ),
+    (
+        [*TEXT, f"datamodule.tokenizer={Path(__file__).parent / 'broken_tokenizer.json'}"],
+        "datamodule.tokenizer: '"
+        + str(Path(__file__).parent / "broken_tokenizer.json")
+        + "' is not a tokenizers JSON file",
+    ),
     ([*TEXT, "model.vocab_size=100"], "model.vocab_size: 100, but the data's token ids run to 255"),
     ([*TEXT, "datamodule.vocab_size=10"], "datamodule.vocab_size: 10, but the tokens number 256 (UTF-8 bytes)"),
     (["task=language_modeling"], "LanguageModelingTask trains on windows of tokens, but datamodule DigitsDataModule"),
-    ([*TEXT, f"datamodule.data_dir={Path(__file__).parent / 'twelve_bytes.txt'}"],
-     "datamodule.seq_len: the corpus has 12 bytes, not enough for one window of 128 tokens"),
-    (["datamodule.batch_size=12345678901234567890123"], "datamodule.batch_size: 12345678901234567890123 does not fit in 64 bits"),
+    (
+        [*TEXT, f"datamodule.data_dir={Path(__file__).parent / 'twelve_bytes.txt'}"],
+        "datamodule.seq_len: the corpus has 12 bytes, not enough for one window of 128 tokens",
+    ),
+    (
+        ["datamodule.batch_size=12345678901234567890123"],
+        "datamodule.batch_size: 12345678901234567890123 does not fit in 64 bits",
+    ),
     (["datamodule.input_shape=[1,8]"], "datamodule.input_shape: the digits are 1x8x8 images ([1, 8, 8]), not [1, 8]"),
-    (["callbacks.model_checkpoint.dirpath=/proc/forbidden"], "callbacks.model_checkpoint.dirpath: cannot write to '/proc/forbidden'"),
+    (
+        ["callbacks.model_checkpoint.dirpath=/proc/forbidden"],
+        "callbacks.model_checkpoint.dirpath: cannot write to '/proc/forbidden'",
+    ),
     (["seed=-1"], "seed: must be in [0, 4294967295], got -1"),
     (["seed=12345678901234567890"], "seed: must be in [0, 4294967295], got 12345678901234567890"),
     (["init.reset=[nope]"], "init.reset: the model has no submodule 'nope' (top-level submodules: body, head)"),

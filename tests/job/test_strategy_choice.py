@@ -1,5 +1,6 @@
 """strategy=auto's plan before anything runs: each candidate's predicted memory per rank against
 trainer.memory_limit, the ones dropped and why, and the refusals before start."""
+
 from __future__ import annotations
 
 import sys
@@ -57,8 +58,14 @@ def test_no_candidate_that_fits_is_refused_before_start_naming_each():
 
 def test_tensor_parallel_candidates_for_a_model_with_a_plan():
     n = node([*GPT_TINY, "strategy=auto", "trainer.devices=2"])
-    assert [row["strategy"] for row in n["plan"]["candidates"]] == ["ddp", "zero", "fsdp_grad_op", "fsdp", "fsdp_tp",
-                                                                    "tp"]
+    assert [row["strategy"] for row in n["plan"]["candidates"]] == [
+        "ddp",
+        "zero",
+        "fsdp_grad_op",
+        "fsdp",
+        "fsdp_tp",
+        "tp",
+    ]
 
 
 def test_bad_candidates_and_limits_are_named_before_start():

@@ -1,4 +1,5 @@
 """Launching: torchrun multi-node on one machine, SLURM detection, failures named by rank."""
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,37 @@ def test_two_torchrun_agents_as_two_nodes_match_single_device(tmp_path):
     env["TMPDIR"] = str(tmp_path / "tmp")  # where rank 1's scratch Hydra dir goes, and is removed from
     (tmp_path / "tmp").mkdir()
     args = [a for a in BASE if not a.startswith("export_weights")]
-    agents = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-         "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
-         "-m", "framework.train", *args, "strategy=ddp", "trainer.num_nodes=2", "strategy.timeout_s=120",
-         f"hydra.run.dir={run_dir}"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--node-rank",
+                str(node),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "-m",
+                "framework.train",
+                *args,
+                "strategy=ddp",
+                "trainer.num_nodes=2",
+                "strategy.timeout_s=120",
+                f"hydra.run.dir={run_dir}",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
     outputs = [a.communicate(timeout=240)[0] for a in agents]
     assert [a.returncode for a in agents] == [0, 0], outputs
     results = json.loads((run_dir / "results.json").read_text())
@@ -38,9 +64,16 @@ def test_two_torchrun_agents_as_two_nodes_match_single_device(tmp_path):
 
 
 def test_slurm_variables_make_a_rank():
-    environ = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_NNODES": "2",
-               "SLURM_NODEID": "1", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "4242",
-               "SLURM_STEP_NODELIST": "gpu[07-08]"}
+    environ = {
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "4",
+        "SLURM_NNODES": "2",
+        "SLURM_NODEID": "1",
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_STEP_NODELIST": "gpu[07-08]",
+    }
     env = detect_environment(environ)
     assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (3, 1, 4, 2)
     assert environ["MASTER_ADDR"] == "gpu07" and environ["MASTER_PORT"] == str(15000 + 4242 % 20000)
@@ -50,8 +83,12 @@ def test_slurm_variables_make_a_rank():
 
 
 def test_submitit_local_variables_make_a_rank():
-    environ = {"SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1", "SUBMITIT_LOCAL_NTASKS": "2",
-               "SUBMITIT_LOCAL_JOB_ID": "777"}
+    environ = {
+        "SUBMITIT_LOCAL_GLOBALID": "1",
+        "SUBMITIT_LOCAL_LOCALID": "1",
+        "SUBMITIT_LOCAL_NTASKS": "2",
+        "SUBMITIT_LOCAL_JOB_ID": "777",
+    }
     env = detect_environment(environ)
     assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (1, 1, 2, 2)
     assert environ["MASTER_ADDR"] == "127.0.0.1" and environ["MASTER_PORT"] == str(15000 + 777)
@@ -59,8 +96,9 @@ def test_submitit_local_variables_make_a_rank():
 
 
 def test_torchrun_variables_make_a_rank():
-    env = detect_environment({"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
-                              "GROUP_RANK": "1"})
+    env = detect_environment(
+        {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "1"}
+    )
     assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (1, 0, 2, 1)
 
 
@@ -75,11 +113,26 @@ def test_a_failing_rank_fails_the_job_and_is_named(tmp_path):
         "            raise RuntimeError('model construction failed on purpose')\n"
         "        self.lin = torch.nn.Linear(64, 10)\n"
         "    def forward(self, x):\n"
-        "        return self.lin(x.flatten(1))\n")
+        "        return self.lin(x.flatten(1))\n"
+    )
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    proc = subprocess.run([sys.executable, "-m", "framework.train", *BASE, "strategy=ddp", "trainer.devices=2",
-                           "model._target_=boom.Boom", "strategy.timeout_s=30", f"hydra.run.dir={tmp_path / 'run'}"],
-                          capture_output=True, text=True, timeout=240, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            *BASE,
+            "strategy=ddp",
+            "trainer.devices=2",
+            "model._target_=boom.Boom",
+            "strategy.timeout_s=30",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "model construction failed on purpose" in text and "rank" in text.lower()
@@ -98,9 +151,19 @@ def test_ranks_see_the_environment_of_each_launch(tmp_path, monkeypatch):
             monkeypatch.delenv("FRAMEWORK_PROBE")
         else:
             monkeypatch.setenv("FRAMEWORK_PROBE", value)
-        fit(compose(BASE + ["strategy=ddp", "trainer.devices=2", "logger=none", "export_weights=false",
-                            "+callbacks.probe._target_=tests.helpers.probes.EnvProbe",
-                            f"+callbacks.probe.out_dir={tmp_path / 'probe' / str(i)}"]),
-            output_dir=str(tmp_path / str(i)))
+        fit(
+            compose(
+                BASE
+                + [
+                    "strategy=ddp",
+                    "trainer.devices=2",
+                    "logger=none",
+                    "export_weights=false",
+                    "+callbacks.probe._target_=tests.helpers.probes.EnvProbe",
+                    f"+callbacks.probe.out_dir={tmp_path / 'probe' / str(i)}",
+                ]
+            ),
+            output_dir=str(tmp_path / str(i)),
+        )
         for rank in (0, 1):
             assert (tmp_path / "probe" / str(i) / f"rank{rank}").read_text() == (value or "<unset>")

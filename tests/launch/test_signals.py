@@ -1,4 +1,5 @@
 """Signals stop every rank at one step with `last` saved; a dead launcher leaves nothing running."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,12 @@ CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null",
 
 
 def signal_at(step: int, name: str = "SIGTERM", rank: int = 0) -> list[str]:
-    return ["+callbacks.sig._target_=tests.helpers.probes.SignalAt", f"+callbacks.sig.step={step}",
-            f"+callbacks.sig.signal={name}", f"+callbacks.sig.rank={rank}"]
+    return [
+        "+callbacks.sig._target_=tests.helpers.probes.SignalAt",
+        f"+callbacks.sig.step={step}",
+        f"+callbacks.sig.signal={name}",
+        f"+callbacks.sig.rank={rank}",
+    ]
 
 
 def results(run_dir) -> dict:
@@ -57,8 +62,16 @@ def test_sigusr1_under_slurm_checkpoints_and_requeues(tmp_path, monkeypatch):
 def test_a_signal_to_one_ddp_rank_stops_both_at_the_same_step(tmp_path):
     # rank 1 alone is signalled after step 2; the ranks agree one step later and stop at step 4
     single = fit(compose([*BASE, "trainer.max_epochs=3", "export_weights=false"]), output_dir=str(tmp_path / "single"))
-    ddp = [*BASE, "trainer.max_epochs=3", "export_weights=false", "strategy=ddp", "trainer.devices=2",
-           "strategy.timeout_s=60", "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null"]
+    ddp = [
+        *BASE,
+        "trainer.max_epochs=3",
+        "export_weights=false",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "strategy.timeout_s=60",
+        "callbacks=model_checkpoint",
+        "callbacks.model_checkpoint.monitor=null",
+    ]
     with pytest.raises(Interrupted):
         fit(compose([*ddp, *signal_at(2, rank=1)]), output_dir=str(tmp_path / "ddp"))
     stopped = results(tmp_path / "ddp")
@@ -79,11 +92,26 @@ def wait_gone(pids: set[int], seconds: float) -> set[int]:
 
 def start_ddp_job(run_dir, group: bool = False) -> tuple[subprocess.Popen, set[int]]:
     """A 2-rank ddp CLI job that trains long enough; returns it once both ranks are training."""
-    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *BASE, "trainer.max_epochs=200",
-                             "trainer.limit_train_batches=1.0", "export_weights=false", "strategy=ddp",
-                             "trainer.devices=2", "strategy.timeout_s=30", "callbacks=model_checkpoint",
-                             "callbacks.model_checkpoint.monitor=null", f"hydra.run.dir={run_dir}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=group)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            *BASE,
+            "trainer.max_epochs=200",
+            "trainer.limit_train_batches=1.0",
+            "export_weights=false",
+            "strategy=ddp",
+            "trainer.devices=2",
+            "strategy.timeout_s=30",
+            "callbacks=model_checkpoint",
+            "callbacks.model_checkpoint.monitor=null",
+            f"hydra.run.dir={run_dir}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=group,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not (run_dir / "metrics.csv").exists():
         time.sleep(0.2)
@@ -156,19 +184,34 @@ def _copies_to_the_ranks(pids: set[int], launcher: int, seconds: float = 1.5) ->
 
 
 @pytest.mark.parametrize("whole_group,copies", [(False, False), (True, False), (True, True)])
-def test_a_stop_after_training_ends_the_ddp_job_at_once_with_status_and_exit_code_agreeing(tmp_path, whole_group,
-                                                                                            copies):
+def test_a_stop_after_training_ends_the_ddp_job_at_once_with_status_and_exit_code_agreeing(
+    tmp_path, whole_group, copies
+):
     # the final save is done, the (slow) test runs: a SIGTERM ends the job without waiting for the
     # test, nor for the elastic agent's 30 s grace period before it SIGKILLs ranks; late copies
     # of the signal (copies=True; a fresh-clone CI run lost results.json to one) while a slow
     # logger finalizes change nothing
     marker, run = tmp_path / "testing", tmp_path / "run"
     slow_logger = ["+logger.slow._target_=tests.helpers.probes.SlowFinalizeLogger"] if copies else []
-    proc = subprocess.Popen([sys.executable, "-m", "framework.train", *BASE, "strategy=ddp", "trainer.devices=2",
-                             "strategy.timeout_s=30", "callbacks=model_checkpoint", *slow_logger,
-                             "+callbacks.slow._target_=tests.helpers.probes.SlowTest", f"+callbacks.slow.marker={marker}",
-                             f"hydra.run.dir={run}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            *BASE,
+            "strategy=ddp",
+            "trainer.devices=2",
+            "strategy.timeout_s=30",
+            "callbacks=model_checkpoint",
+            *slow_logger,
+            "+callbacks.slow._target_=tests.helpers.probes.SlowTest",
+            f"+callbacks.slow.marker={marker}",
+            f"hydra.run.dir={run}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not marker.exists():
         time.sleep(0.1)

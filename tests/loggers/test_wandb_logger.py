@@ -1,4 +1,5 @@
 """logger=wandb, offline: the run file holds every logged metric, the hparams and the run name."""
+
 from __future__ import annotations
 
 import json
@@ -19,16 +20,27 @@ def test_offline_wandb_run_records_metrics_hparams_and_name(tmp_path):
     records = wandb_records(runs[0])
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert run.display_name == "wandb_check" and run.project == "framework"
-    history = [{_key(i): json.loads(i.value_json) for i in r.history.item} for r in records
-               if r.WhichOneof("record_type") == "history"]
+    history = [
+        {_key(i): json.loads(i.value_json) for i in r.history.item}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
     logged = [(h["_step"], h["train/loss"]) for h in history if "train/loss" in h]
     assert [loss for _, loss in logged] == pytest.approx(train_losses(tmp_path), rel=1e-6)
     assert [step for step, _ in logged] == list(range(1, len(logged) + 1))
-    config = {_key(u): json.loads(u.value_json) for r in records if r.WhichOneof("record_type") == "config"
-              for u in r.config.update}
+    config = {
+        _key(u): json.loads(u.value_json)
+        for r in records
+        if r.WhichOneof("record_type") == "config"
+        for u in r.config.update
+    }
     assert config["trainer.max_epochs"] == 2 and config["model._target_"] == "framework.models.MLP"
-    summary = {_key(u): json.loads(u.value_json) for r in records if r.WhichOneof("record_type") == "summary"
-               for u in r.summary.update}
+    summary = {
+        _key(u): json.loads(u.value_json)
+        for r in records
+        if r.WhichOneof("record_type") == "summary"
+        for u in r.summary.update
+    }
     assert summary["test/acc"] == pytest.approx(results["metrics"]["test/acc"])
     # run.finish() ended W&B's service: nothing of it outlives the run
     assert subprocess.run(["pgrep", "-f", "wandb-core"], capture_output=True).returncode == 1

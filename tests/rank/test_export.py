@@ -1,5 +1,6 @@
 """export_weights: the final weights as one full file, model.pt or model.safetensors (tensors only),
 each one a valid init.weights."""
+
 from __future__ import annotations
 
 import torch
@@ -19,6 +20,8 @@ def test_safetensors_export_holds_the_same_weights_and_starts_another_run(tmp_pa
     assert set(got) == set(ref)
     for name, tensor in ref.items():
         torch.testing.assert_close(got[name], tensor, rtol=0, atol=0, msg=name)
-    results = fit(compose([*RUN, f"init.weights={tmp_path / 'st' / 'model.safetensors'}", "init.strict=true"]),
-                  output_dir=str(tmp_path / "init"))
+    results = fit(
+        compose([*RUN, f"init.weights={tmp_path / 'st' / 'model.safetensors'}", "init.strict=true"]),
+        output_dir=str(tmp_path / "init"),
+    )
     assert results["status"] == "completed" and len(results["init"]["loaded"]) == len(ref)

@@ -1,5 +1,6 @@
 """test_ckpt: the test after training runs on the best checkpoint by default when one is
 monitored (lightning-hydra-template's ckpt_path="best"), or on last / the final weights."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,13 @@ from framework.job.preflight import preflight
 from tests.helpers.configs import TINY
 
 # mode=max on val/loss: the "best" checkpoint is the worst epoch's, so best and final differ
-RUN = TINY + ["callbacks=default", "logger=csv", "trainer.max_epochs=3", "callbacks.model_checkpoint.mode=max",
-              "~callbacks.early_stopping"]
+RUN = TINY + [
+    "callbacks=default",
+    "logger=csv",
+    "trainer.max_epochs=3",
+    "callbacks.model_checkpoint.mode=max",
+    "~callbacks.early_stopping",
+]
 
 
 def test_best_by_default_then_last_and_final(tmp_path):
@@ -26,8 +32,10 @@ def test_best_by_default_then_last_and_final(tmp_path):
     assert last["metrics"]["test/loss"] == pytest.approx(final["metrics"]["test/loss"], rel=1e-6)
     assert best["metrics"]["test/loss"] != pytest.approx(final["metrics"]["test/loss"], rel=1e-3)
     # and the best's test equals evaluating that checkpoint afterwards
-    again = fit(compose(TINY + ["train=false", f"ckpt_path={tmp_path / 'best' / 'checkpoints' / 'best'}"]),
-                output_dir=str(tmp_path / "eval"))
+    again = fit(
+        compose(TINY + ["train=false", f"ckpt_path={tmp_path / 'best' / 'checkpoints' / 'best'}"]),
+        output_dir=str(tmp_path / "eval"),
+    )
     assert again["metrics"]["test/loss"] == pytest.approx(best["metrics"]["test/loss"], rel=1e-6)
 
 

@@ -1,5 +1,6 @@
 """Each rank's torch threads: the cores it may use, shared by the node's ranks and by the sweep's
 jobs running beside it; overridable; what a launcher set (OMP_NUM_THREADS) is kept."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,12 +39,15 @@ def test_what_the_user_or_the_launcher_set_wins(eight_cores, monkeypatch):
     assert _threads(num_threads=6) == 6
 
 
-@pytest.mark.parametrize("launcher, n_jobs, parallel", [
-    ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", 3, 3),
-    ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", -1, 8),  # joblib: one per core
-    ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", -2, 7),
-    ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", None, 1),
-])
+@pytest.mark.parametrize(
+    "launcher, n_jobs, parallel",
+    [
+        ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", 3, 3),
+        ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", -1, 8),  # joblib: one per core
+        ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", -2, 7),
+        ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", None, 1),
+    ],
+)
 def test_a_sweeps_jobs_at_once(eight_cores, launcher, n_jobs, parallel):
     hydra_cfg = OmegaConf.create({"launcher": {"_target_": launcher, **({"n_jobs": n_jobs} if n_jobs else {})}})
     assert hydra_job.parallel_jobs(hydra_cfg) == parallel

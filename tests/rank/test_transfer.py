@@ -1,4 +1,5 @@
 """Transfer learning: weights from another run, a fresh head, frozen parts, a report of what loaded."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,16 +15,21 @@ QUIET = ["trainer.enable_progress_bar=false", "logger=none"]
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     out = tmp_path_factory.mktemp("pretrain")
-    fit(compose(["experiment=digits_pretrain_0to4", "trainer.max_epochs=5", "callbacks=model_checkpoint", *QUIET]),
-        output_dir=str(out))
+    fit(
+        compose(["experiment=digits_pretrain_0to4", "trainer.max_epochs=5", "callbacks=model_checkpoint", *QUIET]),
+        output_dir=str(out),
+    )
     return out / "checkpoints" / "last"
 
 
 def test_finetuning_beats_training_from_scratch_for_the_same_steps(pretrained, tmp_path):
-    tuned = fit(compose(["experiment=digits_finetune_5to9", f"init.weights={pretrained}", *QUIET]),
-                output_dir=str(tmp_path / "tuned"))
-    scratch = fit(compose(["experiment=digits_finetune_5to9", "init.weights=null", *QUIET]),
-                  output_dir=str(tmp_path / "scratch"))
+    tuned = fit(
+        compose(["experiment=digits_finetune_5to9", f"init.weights={pretrained}", *QUIET]),
+        output_dir=str(tmp_path / "tuned"),
+    )
+    scratch = fit(
+        compose(["experiment=digits_finetune_5to9", "init.weights=null", *QUIET]), output_dir=str(tmp_path / "scratch")
+    )
     assert tuned["steps"] == scratch["steps"] == 15
     assert tuned["metrics"]["test/acc"] > scratch["metrics"]["test/acc"] + 0.05, (tuned["metrics"], scratch["metrics"])
     report = tuned["init"]
@@ -42,8 +48,15 @@ def test_strict_loading_reports_a_new_head_size(pretrained, tmp_path):
 
 
 def test_frozen_submodule_does_not_change(pretrained, tmp_path):
-    cfg = compose(["experiment=digits_finetune_5to9", f"init.weights={pretrained}", "init.freeze=[features]",
-                   "export_weights=true", *QUIET])
+    cfg = compose(
+        [
+            "experiment=digits_finetune_5to9",
+            f"init.weights={pretrained}",
+            "init.freeze=[features]",
+            "export_weights=true",
+            *QUIET,
+        ]
+    )
     fit(cfg, output_dir=str(tmp_path))
     from framework.engine.checkpoint import load_model_weights
     from framework.models import CNN
@@ -59,8 +72,10 @@ def test_missing_weights_and_unknown_submodule_are_reported(tmp_path):
     with pytest.raises(ConfigError, match="init.weights: nothing at"):
         preflight(compose(["experiment=digits_finetune_5to9", f"init.weights={tmp_path}/nope"]))
     with pytest.raises(ValueError, match="init.freeze: the model has no submodule 'backbone'"):
-        fit(compose(["experiment=digits_finetune_5to9", "init.weights=null", "init.freeze=[backbone]", *QUIET]),
-            output_dir=str(tmp_path))
+        fit(
+            compose(["experiment=digits_finetune_5to9", "init.weights=null", "init.freeze=[backbone]", *QUIET]),
+            output_dir=str(tmp_path),
+        )
 
 
 @pytest.mark.parametrize("scheduler", ["onecycle", "cosine"])
@@ -69,11 +84,23 @@ def test_unfrozen_backbone_follows_the_schedule_at_its_lr_factor(scheduler, tmp_
     # needs its max_lr/min_lr), at lr_factor x the head's learning rate.
     import csv
 
-    fit(compose(["experiment=digits_cnn", f"scheduler={scheduler}", "trainer.max_epochs=3",
-                 "trainer.limit_train_batches=4", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
-                 "logger=csv", "callbacks=[lr_monitor,backbone_finetuning]",
-                 "callbacks.backbone_finetuning.unfreeze_at_epoch=1", "callbacks.backbone_finetuning.lr_factor=0.1"]),
-        output_dir=str(tmp_path))
+    fit(
+        compose(
+            [
+                "experiment=digits_cnn",
+                f"scheduler={scheduler}",
+                "trainer.max_epochs=3",
+                "trainer.limit_train_batches=4",
+                "trainer.log_every_n_steps=1",
+                "trainer.enable_progress_bar=false",
+                "logger=csv",
+                "callbacks=[lr_monitor,backbone_finetuning]",
+                "callbacks.backbone_finetuning.unfreeze_at_epoch=1",
+                "callbacks.backbone_finetuning.lr_factor=0.1",
+            ]
+        ),
+        output_dir=str(tmp_path),
+    )
     with open(tmp_path / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("lr-Adam/pg1")]
     assert len({r["lr-Adam/pg1"] for r in rows}) >= 2  # it changes with the schedule

@@ -1,5 +1,6 @@
 """The sweep report from job directories written by hand (no training): speed-ups against the
 1-device job, their noise flag, loss_rel_diff step by step, failures named by rank."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,16 @@ def _job(sweep, num, strategy, devices, samples_per_s, losses, status="completed
     job = sweep / str(num)
     job.mkdir(parents=True)
     overrides = [f"strategy={strategy}", f"trainer.devices={devices}"]
-    results = {"status": status, "strategy": strategy, "devices": devices, "world_size": devices,
-               "throughput": {"samples_per_s": samples_per_s}, "metrics": {"val/loss": losses[-1]},
-               "job": {"num": num, "overrides": overrides}, **extra}
+    results = {
+        "status": status,
+        "strategy": strategy,
+        "devices": devices,
+        "world_size": devices,
+        "throughput": {"samples_per_s": samples_per_s},
+        "metrics": {"val/loss": losses[-1]},
+        "job": {"num": num, "overrides": overrides},
+        **extra,
+    }
     (job / "results.json").write_text(json.dumps(results))
     rows = ["step,train/loss"] + [f"{step},{loss}" for step, loss in enumerate(losses, 1)]
     (job / "metrics.csv").write_text("\n".join(rows) + "\n")

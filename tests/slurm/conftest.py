@@ -2,6 +2,7 @@
 
 Without the SLURM packages these tests skip, except where FRAMEWORK_REQUIRE_SLURM=1 (CI sets
 it after installing them): there a missing cluster is a failure, never a silent skip."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ from scripts import slurm_cluster
 def slurm(tmp_path_factory):
     if not slurm_cluster.available():
         if os.environ.get("FRAMEWORK_REQUIRE_SLURM") == "1":
-            pytest.fail("FRAMEWORK_REQUIRE_SLURM=1 but SLURM is not installed (apt-get install slurmctld slurmd "
-                        "slurm-client)")
+            pytest.fail(
+                "FRAMEWORK_REQUIRE_SLURM=1 but SLURM is not installed (apt-get install slurmctld slurmd slurm-client)"
+            )
         pytest.skip("SLURM is not installed (apt-get install slurmctld slurmd slurm-client)")
     directory = tmp_path_factory.mktemp("slurm")
     env = slurm_cluster.start(directory)

@@ -1,5 +1,6 @@
 """Preemption and cancellation on a live SLURM cluster: the batch script users write, the
 signals SLURM sends."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,17 @@ def _submit(slurm, tmp_path: Path, overrides: list[str], *sbatch_args: str) -> s
     command = " ".join([sys.executable, "-m", "framework.train", *overrides, f"hydra.run.dir={tmp_path / 'run'}"])
     script.write_text(f"#!/bin/bash\ncd {tmp_path}\nsrun {command}\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = slurm.run("sbatch", "--parsable", "--nodes=1", "--ntasks=2", f"--output={tmp_path}/slurm-%j.out",
-                     "--open-mode=append", *sbatch_args, str(script), env=env)
+    proc = slurm.run(
+        "sbatch",
+        "--parsable",
+        "--nodes=1",
+        "--ntasks=2",
+        f"--output={tmp_path}/slurm-%j.out",
+        "--open-mode=append",
+        *sbatch_args,
+        str(script),
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -52,16 +62,19 @@ def test_usr1_checkpoints_requeues_and_the_requeued_job_resumes_to_the_same_weig
     log = (tmp_path / "run" / "train.log").read_text()
     stopped = int(re.search(r"Interrupted by SIGUSR1 at step (\d+)", log).group(1))
     again = re.search(r"Resumed from .* at epoch \d+, step (\d+)", log)
-    assert again, f"the requeued job did not resume; slurmctld's log of it:\n{slurm.log(job)}\nits output:\n" + \
-        "".join(p.read_text()[-3000:] for p in tmp_path.glob("slurm-*.out"))
+    assert again, f"the requeued job did not resume; slurmctld's log of it:\n{slurm.log(job)}\nits output:\n" + "".join(
+        p.read_text()[-3000:] for p in tmp_path.glob("slurm-*.out")
+    )
     resumed = int(again.group(1))
     assert f"Requeue (scontrol requeue {job}): exit 0" in log and resumed == stopped
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "completed" and results["steps"] == straight["steps"]
     ref, got = torch.load(tmp_path / "straight" / "model.pt"), torch.load(tmp_path / "run" / "model.pt")
     delta = max((got[k] - v).abs().max().item() for k, v in ref.items())
-    print(f"preemption: signal at step {stopped}, resumed from step {resumed}, max |delta| of the final "
-          f"weights {delta:.3g}")
+    print(
+        f"preemption: signal at step {stopped}, resumed from step {resumed}, max |delta| of the final "
+        f"weights {delta:.3g}"
+    )
     assert delta <= 1e-6
 
 

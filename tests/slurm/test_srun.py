@@ -1,5 +1,6 @@
 """Ranks started by a real SLURM (srun inside an allocation) join one process group; the
 losses equal single device's."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,19 @@ def single(tmp_path_factory):
 
 @pytest.mark.parametrize("strategy", [["strategy=ddp"], ["strategy=fsdp", "strategy.wrap_classes=[Linear]"]])
 def test_srun_tasks_join_one_group_with_single_device_losses(slurm, single, tmp_path, strategy):
-    proc = slurm.run("srun", "-N1", "-n2", sys.executable, "-m", "framework.train", *BASE, *strategy,
-                     "trainer.devices=2", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    proc = slurm.run(
+        "srun",
+        "-N1",
+        "-n2",
+        sys.executable,
+        "-m",
+        "framework.train",
+        *BASE,
+        *strategy,
+        "trainer.devices=2",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "completed" and results["world_size"] == 2 and results["strategy"] == strategy[0][9:]

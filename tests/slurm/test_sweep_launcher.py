@@ -1,5 +1,6 @@
 """hydra/launcher=slurm on a live cluster: each job gets its own layout, a layout no node can
 hold is refused before anything is submitted, and a job SLURM will not run is reported."""
+
 from __future__ import annotations
 
 import csv
@@ -11,9 +12,23 @@ from tests.helpers.configs import TINY
 
 
 def _sweep(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "framework.train", "-m", "hydra/launcher=slurm", *TINY,
-                           "trainer.accelerator=cpu", f"hydra.sweep.dir={tmp_path / 'sweep'}", *args],
-                          capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "framework.train",
+            "-m",
+            "hydra/launcher=slurm",
+            *TINY,
+            "trainer.accelerator=cpu",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=tmp_path,
+    )
 
 
 def test_a_sweep_over_device_counts_runs_as_slurm_jobs_and_reports(slurm, tmp_path):
@@ -27,8 +42,7 @@ def test_a_sweep_over_device_counts_runs_as_slurm_jobs_and_reports(slurm, tmp_pa
 
 
 def test_a_layout_no_node_can_hold_is_refused_before_submitting(slurm, tmp_path):
-    proc = _sweep(tmp_path, "strategy=ddp", "trainer.devices=2", "hydra.launcher.cpus_per_task=64",
-                  "seed=1,2")
+    proc = _sweep(tmp_path, "strategy=ddp", "trainer.devices=2", "hydra.launcher.cpus_per_task=64", "seed=1,2")
     assert proc.returncode == 2
     assert "needs 128 CPUs per node" in proc.stderr and "hydra.launcher.cpus_per_task" in proc.stderr
     assert slurm.run("squeue", "-h").stdout.strip() == ""  # nothing was submitted

@@ -1,4 +1,5 @@
 """strategy=bagua: each of Bagua's algorithms on torch.distributed, 2 gloo ranks."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,17 @@ from framework import compose, fit
 from framework.strategies.bagua.quantize import dequantize, quantize
 
 # digits_mlp long enough to learn (~90% test accuracy), every algorithm the same steps
-RUN = ["experiment=digits_mlp", "trainer.max_epochs=8", "trainer.enable_progress_bar=false", "logger=csv",
-       "callbacks=none", "strategy=bagua", "trainer.devices=2", "seed=5", "scheduler=none"]
+RUN = [
+    "experiment=digits_mlp",
+    "trainer.max_epochs=8",
+    "trainer.enable_progress_bar=false",
+    "logger=csv",
+    "callbacks=none",
+    "strategy=bagua",
+    "trainer.devices=2",
+    "seed=5",
+    "scheduler=none",
+]
 ALGORITHMS = {
     "bytegrad": ["strategy.algorithm=bytegrad"],
     "decentralized_shift_one": ["strategy.algorithm=decentralized", "strategy.peer_selection=shift_one"],
@@ -43,12 +53,16 @@ def allreduce(tmp_path_factory):
 def test_every_algorithm_learns_as_gradient_allreduce_does(allreduce, algorithm, tmp_path):
     results = fit(compose([*RUN, *ALGORITHMS[algorithm]]), output_dir=str(tmp_path))
     assert results["status"] == "completed" and results["steps"] == allreduce["steps"]
-    assert results["metrics"]["test/acc"] >= allreduce["metrics"]["test/acc"] - 0.02, \
-        (results["metrics"]["test/acc"], allreduce["metrics"]["test/acc"])
+    assert results["metrics"]["test/acc"] >= allreduce["metrics"]["test/acc"] - 0.02, (
+        results["metrics"]["test/acc"],
+        allreduce["metrics"]["test/acc"],
+    )
     assert results["comm"]["algorithm"].startswith("bagua/") and results["comm"]["bytes_per_step"] > 0
-    print(f"{algorithm}: test/acc {results['metrics']['test/acc']:.4f} (gradient_allreduce "
-          f"{allreduce['metrics']['test/acc']:.4f}), {results['comm']['bytes_per_step']:.0f} B/step "
-          f"({allreduce['comm']['bytes_per_step']:.0f})")
+    print(
+        f"{algorithm}: test/acc {results['metrics']['test/acc']:.4f} (gradient_allreduce "
+        f"{allreduce['metrics']['test/acc']:.4f}), {results['comm']['bytes_per_step']:.0f} B/step "
+        f"({allreduce['comm']['bytes_per_step']:.0f})"
+    )
     if algorithm == "bytegrad":  # 8 bits instead of 32, plus each chunk's minimum and step
         ratio = results["comm"]["bytes_per_step"] / allreduce["comm"]["bytes_per_step"]
         assert ratio <= 0.30, ratio
@@ -60,5 +74,7 @@ def test_out_of_range_options_are_all_reported():
 
     with pytest.raises(ConfigError) as err:
         preflight(compose([*RUN, "strategy.warmup_steps=-5", "strategy.communication_interval=0"]))
-    assert err.value.problems == ["strategy.communication_interval: must be >= 1, got 0",
-                                  "strategy.warmup_steps: must be >= 0, got -5"]
+    assert err.value.problems == [
+        "strategy.communication_interval: must be >= 1, got 0",
+        "strategy.warmup_steps: must be >= 0, got -5",
+    ]

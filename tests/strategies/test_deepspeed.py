@@ -1,6 +1,7 @@
 """strategy=deepspeed: the real DeepSpeed library (ZeRO 1-3, CPU offload) on 2 gloo ranks, equal to
 one device, with this framework's checkpoints in both directions and the user's ds_config.json
 merged or refused before start."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,13 @@ from framework.config.errors import ConfigError
 from framework.engine.signals import Interrupted
 from tests.helpers.configs import BASE as _BASE
 from tests.helpers.configs import GROUPS, METRICS, train_losses
-from tests.helpers.layouts import (EPOCH_CHECKPOINTS, GPT_EQUIVALENCE, assert_resumes_from_epoch0, assert_same_as_single,
-                                   runs_once)
+from tests.helpers.layouts import (
+    EPOCH_CHECKPOINTS,
+    GPT_EQUIVALENCE,
+    assert_resumes_from_epoch0,
+    assert_same_as_single,
+    runs_once,
+)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -31,8 +37,15 @@ CASES = {
 
 def user_file(tmp_path, **keys) -> str:
     path = tmp_path / "ds_config.json"
-    path.write_text(json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "overlap_comm": False},
-                                "train_micro_batch_size_per_gpu": "auto", **keys}))
+    path.write_text(
+        json.dumps(
+            {
+                "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "overlap_comm": False},
+                "train_micro_batch_size_per_gpu": "auto",
+                **keys,
+            }
+        )
+    )
     return str(path)
 
 
@@ -64,15 +77,20 @@ def test_deepspeed_matches_single_device(case, single, tmp_path):
 
 
 def test_the_transformer_on_deepspeed_stage3_matches_single_device(tmp_path_factory):
-    get = runs_once(tmp_path_factory, GPT_EQUIVALENCE, {"single": ["strategy=single"],
-                                                        "deepspeed3": [*DS, "strategy.stage=3"]})
+    get = runs_once(
+        tmp_path_factory, GPT_EQUIVALENCE, {"single": ["strategy=single"], "deepspeed3": [*DS, "strategy.stage=3"]}
+    )
     (single_dir, single_results), (run_dir, results) = get("single"), get("deepspeed3")
     assert_same_as_single(run_dir, results, single_dir, single_results)
 
 
 CKPT = EPOCH_CHECKPOINTS
-LAYOUTS = {"single": ["strategy=single"], "fsdp": ["strategy=fsdp", "trainer.devices=2"],
-           "deepspeed2": [*DS, "strategy.stage=2"], "deepspeed3": [*DS, "strategy.stage=3"]}
+LAYOUTS = {
+    "single": ["strategy=single"],
+    "fsdp": ["strategy=fsdp", "trainer.devices=2"],
+    "deepspeed2": [*DS, "strategy.stage=2"],
+    "deepspeed3": [*DS, "strategy.stage=3"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +98,17 @@ def saved(tmp_path_factory):
     return runs_once(tmp_path_factory, [*BASE, *CKPT], LAYOUTS)
 
 
-@pytest.mark.parametrize("source,target", [("deepspeed2", "single"), ("deepspeed2", "fsdp"), ("deepspeed3", "single"),
-                                           ("deepspeed3", "fsdp"), ("single", "deepspeed3"), ("fsdp", "deepspeed2")])
+@pytest.mark.parametrize(
+    "source,target",
+    [
+        ("deepspeed2", "single"),
+        ("deepspeed2", "fsdp"),
+        ("deepspeed3", "single"),
+        ("deepspeed3", "fsdp"),
+        ("single", "deepspeed3"),
+        ("fsdp", "deepspeed2"),
+    ],
+)
 def test_resume_between_deepspeed_and_other_strategies(saved, tmp_path, source, target):
     assert_resumes_from_epoch0([*BASE, *CKPT, *LAYOUTS[target]], saved(source)[0], tmp_path, saved("single")[0])
 
@@ -100,14 +127,22 @@ def test_sigterm_under_deepspeed_saves_last_and_resumes_to_the_same_losses(saved
 
 
 def test_a_users_file_that_disagrees_with_the_framework_is_refused_naming_both_keys(tmp_path):
-    path = user_file(tmp_path, train_micro_batch_size_per_gpu=8, gradient_clipping=1.0,
-                     optimizer={"type": "Adam", "params": {"lr": 0.1}})
+    path = user_file(
+        tmp_path,
+        train_micro_batch_size_per_gpu=8,
+        gradient_clipping=1.0,
+        optimizer={"type": "Adam", "params": {"lr": 0.1}},
+    )
     with pytest.raises(ConfigError) as err:
-        fit(compose([*BASE, *DS, f"strategy.config={path}", "strategy.stage=3", "trainer.precision=16-mixed"]),
-            output_dir=str(tmp_path / "run"))
+        fit(
+            compose([*BASE, *DS, f"strategy.config={path}", "strategy.stage=3", "trainer.precision=16-mixed"]),
+            output_dir=str(tmp_path / "run"),
+        )
     text = str(err.value)
-    assert "train_micro_batch_size_per_gpu=8 conflicts with datamodule.batch_size over 2 data-parallel rank(s), " \
-           "16 per rank" in text
+    assert (
+        "train_micro_batch_size_per_gpu=8 conflicts with datamodule.batch_size over 2 data-parallel rank(s), "
+        "16 per rank" in text
+    )
     assert "gradient_clipping=1.0 conflicts with trainer.gradient_clip_val" in text
     assert "zero_optimization.stage=2 conflicts with strategy.stage" in text
     assert "'optimizer' is built by DeepSpeed there, but comes from the optimizer group" in text

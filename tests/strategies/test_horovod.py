@@ -1,4 +1,5 @@
 """strategy=horovod: Horovod's algorithm on torch.distributed (2 gloo ranks)."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,9 @@ def test_adasum_matches_its_formula_on_hand_checked_vectors():
 
 def test_adasum_needs_a_power_of_two_world_size():
     with pytest.raises(ConfigError, match="strategy.op=adasum: .* power-of-two number of ranks; this job has 3"):
-        preflight(compose([*BASE, "strategy=horovod", "strategy.op=adasum", "trainer.devices=3",
-                           "datamodule.batch_size=48"]))
+        preflight(
+            compose([*BASE, "strategy=horovod", "strategy.op=adasum", "trainer.devices=3", "datamodule.batch_size=48"])
+        )
 
 
 def test_horovod_average_gives_ddps_losses_and_counts_its_bytes(tmp_path):
@@ -45,17 +47,33 @@ def test_horovod_average_gives_ddps_losses_and_counts_its_bytes(tmp_path):
 
 
 def test_horovod_adasum_with_fp16_compression_trains(tmp_path):
-    results = fit(compose([*BASE, "strategy=horovod", "trainer.devices=2", "strategy.op=adasum",
-                           "strategy.compression=fp16", "trainer.max_epochs=3"]), output_dir=str(tmp_path))
+    results = fit(
+        compose(
+            [
+                *BASE,
+                "strategy=horovod",
+                "trainer.devices=2",
+                "strategy.op=adasum",
+                "strategy.compression=fp16",
+                "trainer.max_epochs=3",
+            ]
+        ),
+        output_dir=str(tmp_path),
+    )
     losses = train_losses(tmp_path)
     assert results["status"] == "completed" and all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0]
     # fp16: 2 bytes per gradient element, sent to the one other rank
-    assert results["comm"] == {"bytes_per_step": 2 * results["memory"]["parameters"],
-                               "algorithm": "horovod/adasum/fp16"}
+    assert results["comm"] == {
+        "bytes_per_step": 2 * results["memory"]["parameters"],
+        "algorithm": "horovod/adasum/fp16",
+    }
 
 
 def test_a_negative_fusion_threshold_is_refused():
-    with pytest.raises(ConfigError, match=r"strategy.fusion_threshold_mb: must be >= 0 \(0: one all-reduce per "
-                                          r"gradient\), got -1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"strategy.fusion_threshold_mb: must be >= 0 \(0: one all-reduce per "
+        r"gradient\), got -1",
+    ):
         preflight(compose([*BASE, "strategy=horovod", "trainer.devices=2", "strategy.fusion_threshold_mb=-1"]))

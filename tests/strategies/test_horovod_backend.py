@@ -5,6 +5,7 @@ Runs in the venv that ``scripts/build_horovod.sh`` builds (FRAMEWORK_HOROVOD_VEN
 its path. Where that venv is missing the horovodrun tests skip, unless FRAMEWORK_REQUIRE_HOROVOD=1
 (CI builds it and sets it), which makes a missing venv a failure.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,23 @@ from tests.helpers.configs import BASE, train_losses
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("FRAMEWORK_HOROVOD_VENV", ROOT / ".cache" / "horovod-venv"))
 # BASE (accumulation of 2: Horovod's backward_passes_per_step), 3 epochs, a checkpoint per epoch.
-RUN = [*BASE, "trainer.max_epochs=3", "callbacks.model_checkpoint.save_top_k=-1", "callbacks.early_stopping=null",
-       "strategy=horovod", "trainer.devices=2"]
+RUN = [
+    *BASE,
+    "trainer.max_epochs=3",
+    "callbacks.model_checkpoint.save_top_k=-1",
+    "callbacks.early_stopping=null",
+    "strategy=horovod",
+    "trainer.devices=2",
+]
 
 
 @pytest.fixture(scope="module")
 def venv_bin() -> Path:
     python = VENV / "bin" / "python"
-    found = python.exists() and subprocess.run([str(python), "-c", "import horovod.torch"],
-                                               capture_output=True).returncode == 0
+    found = (
+        python.exists()
+        and subprocess.run([str(python), "-c", "import horovod.torch"], capture_output=True).returncode == 0
+    )
     if not found:
         message = f"no horovod venv at {VENV}: run bash scripts/build_horovod.sh"
         if os.environ.get("FRAMEWORK_REQUIRE_HOROVOD") == "1":
@@ -45,8 +54,14 @@ def _train(command: list[str], out: Path, *overrides: str) -> subprocess.Complet
     """``command`` (horovodrun ... python, or python) -m framework.train, this checkout first on the path."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("FRAMEWORK_HOROVOD_VENV", None)
-    return subprocess.run([*command, "-m", "framework.train", *RUN, *overrides, f"hydra.run.dir={out}"],
-                          cwd=out.parent, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [*command, "-m", "framework.train", *RUN, *overrides, f"hydra.run.dir={out}"],
+        cwd=out.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def _horovodrun(venv_bin: Path) -> list[str]:
@@ -65,8 +80,10 @@ def test_horovodrun_gives_the_native_backends_losses_and_resumes_exactly(venv_bi
     ref, got = torch.load(tmp_path / "native" / "model.pt"), torch.load(tmp_path / "horovod" / "model.pt")
     for name, tensor in ref.items():
         torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
-    assert results["comm"] == {"bytes_per_step": 4 * results["memory"]["parameters"],
-                               "algorithm": "horovod.torch/average"}
+    assert results["comm"] == {
+        "bytes_per_step": 4 * results["memory"]["parameters"],
+        "algorithm": "horovod.torch/average",
+    }
     # Resumed under horovodrun from the first epoch's checkpoint (torch.distributed.checkpoint
     # through the torch group made from Horovod's rendezvous): the same last two epochs.
     first = next((tmp_path / "horovod" / "checkpoints").glob("epoch0-*"))
@@ -77,8 +94,7 @@ def test_horovodrun_gives_the_native_backends_losses_and_resumes_exactly(venv_bi
 
 def test_horovod_backend_refuses_what_it_cannot_run(venv_bin, tmp_path):
     # 2 ranks without horovodrun, and Adasum, which Horovod runs only over MPI: both named at once.
-    refused = _train([str(venv_bin / "python")], tmp_path / "refused", "strategy.backend=horovod",
-                     "strategy.op=adasum")
+    refused = _train([str(venv_bin / "python")], tmp_path / "refused", "strategy.backend=horovod", "strategy.op=adasum")
     assert refused.returncode != 0
     assert "2 ranks must be started by horovodrun: horovodrun --gloo -np 2" in refused.stderr
     assert "strategy.op=adasum: Horovod runs Adasum only over MPI" in refused.stderr
@@ -87,15 +103,25 @@ def test_horovod_backend_refuses_what_it_cannot_run(venv_bin, tmp_path):
 
 def test_horovod_backend_without_horovod_names_the_build_script(monkeypatch):
     monkeypatch.setitem(sys.modules, "horovod", None)  # as in an environment without it
-    with pytest.raises(ConfigError, match=r"strategy.backend=horovod: horovod.torch is not importable .*"
-                                          r"bash scripts/build_horovod.sh"):
+    with pytest.raises(
+        ConfigError,
+        match=r"strategy.backend=horovod: horovod.torch is not importable .*"
+        r"bash scripts/build_horovod.sh",
+    ):
         preflight(compose([*BASE, "strategy=horovod", "strategy.backend=horovod"]))
 
 
 def test_only_the_horovod_backend_runs_under_horovodrun(monkeypatch):
-    for key, value in {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0",
-                       "HOROVOD_LOCAL_SIZE": "2"}.items():
+    for key, value in {
+        "HOROVOD_RANK": "0",
+        "HOROVOD_SIZE": "2",
+        "HOROVOD_LOCAL_RANK": "0",
+        "HOROVOD_LOCAL_SIZE": "2",
+    }.items():
         monkeypatch.setenv(key, value)
-    with pytest.raises(ConfigError, match="strategy=ddp: horovodrun started this process, and only strategy=horovod "
-                                          "strategy.backend=horovod runs under it"):
+    with pytest.raises(
+        ConfigError,
+        match="strategy=ddp: horovodrun started this process, and only strategy=horovod "
+        "strategy.backend=horovod runs under it",
+    ):
         preflight(compose([*BASE, "strategy=ddp", "trainer.devices=2"]))

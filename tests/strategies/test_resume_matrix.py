@@ -1,4 +1,5 @@
 """Any checkpoint resumes under any strategy and world size, optimizer state included."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,10 +39,21 @@ def test_a_ddp_resume_restores_each_ranks_batchnorm_statistics(tmp_path):
     # Each rank's BatchNorm running statistics come from its own slice of the data; a checkpoint
     # holds one copy of a replicated tensor, so without each rank's own buffers a resumed run's
     # validation (and, through DDP's buffer broadcast, its statistics) would drift from the straight run.
-    run = ["experiment=digits_cnn", "datamodule.batch_size=32", "trainer.limit_train_batches=6",
-           "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", "logger=csv", "seed=3",
-           "strategy=ddp", "trainer.devices=2", "trainer.max_epochs=3", "scheduler=none",
-           "callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null"]
+    run = [
+        "experiment=digits_cnn",
+        "datamodule.batch_size=32",
+        "trainer.limit_train_batches=6",
+        "trainer.log_every_n_steps=1",
+        "trainer.enable_progress_bar=false",
+        "logger=csv",
+        "seed=3",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "trainer.max_epochs=3",
+        "scheduler=none",
+        "callbacks=model_checkpoint",
+        "callbacks.model_checkpoint.monitor=null",
+    ]
     straight = fit(compose(run), output_dir=str(tmp_path / "straight"))
     stop = ["+callbacks.stop._target_=tests.helpers.probes.SignalAt", "+callbacks.stop.step=8"]  # mid-epoch 1
     with pytest.raises(Interrupted):

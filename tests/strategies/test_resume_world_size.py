@@ -1,4 +1,5 @@
 """A checkpoint saved by 2 FSDP ranks resumes on 1 rank and continues the loss curve."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,9 +7,13 @@ import pytest
 from framework import compose, fit
 from tests.helpers.configs import BASE, train_losses
 
-CKPT = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.filename='epoch{epoch}'",
-        "callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",
-        "trainer.max_epochs=3"]
+CKPT = [
+    "callbacks=model_checkpoint",
+    "callbacks.model_checkpoint.filename='epoch{epoch}'",
+    "callbacks.model_checkpoint.monitor=null",
+    "callbacks.model_checkpoint.save_top_k=-1",
+    "trainer.max_epochs=3",
+]
 
 
 def test_fsdp_two_ranks_to_one_rank(tmp_path):

@@ -1,6 +1,7 @@
 """Tensor parallelism on the built-in transformer: tp, fsdp_tp (2-D) and hsdp x tp (3-D) give single
 device's losses with clipping and accumulation; any of {single, fsdp, tp, fsdp_tp} resumes any other;
 bad layouts are refused before any process starts, naming the key."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,13 @@ LAYOUTS = {
     "fsdp": ["strategy=fsdp", "trainer.devices=2"],
     "tp": ["strategy=tp", "trainer.devices=2"],
     "fsdp_tp": ["strategy=fsdp_tp", "trainer.devices=4", "strategy.tensor_parallel=2", "trainer.oversubscribe=true"],
-    "hsdp_tp": ["strategy=fsdp_tp", "trainer.devices=4", "strategy.tensor_parallel=2", "strategy.replicate=2",
-                "trainer.oversubscribe=true"],
+    "hsdp_tp": [
+        "strategy=fsdp_tp",
+        "trainer.devices=4",
+        "strategy.tensor_parallel=2",
+        "strategy.replicate=2",
+        "trainer.oversubscribe=true",
+    ],
 }
 
 
@@ -37,8 +43,20 @@ def test_tensor_parallel_layouts_match_single_device(layout, single, tmp_path):
 def test_the_plan_predicts_each_ranks_model_state(layout, tmp_path):
     # the default transformer (3.6M parameters), one step: parameters, gradients and AdamW's state per
     # rank against the prediction from its plan (norms whole on every rank, the rest split)
-    results = fit(compose([*(o for o in GPT_TINY if not o.startswith("model=")), "model=gpt", "callbacks=none", "trainer.max_steps=1", "trainer.limit_val_batches=0",
-                           "test=false", *LAYOUTS[layout]]), output_dir=str(tmp_path))
+    results = fit(
+        compose(
+            [
+                *(o for o in GPT_TINY if not o.startswith("model=")),
+                "model=gpt",
+                "callbacks=none",
+                "trainer.max_steps=1",
+                "trainer.limit_val_batches=0",
+                "test=false",
+                *LAYOUTS[layout],
+            ]
+        ),
+        output_dir=str(tmp_path),
+    )
     predicted = results["memory"]["predicted_model_state_bytes"]
     measured = max(results["memory"]["model_state_bytes_per_rank"])
     assert measured == pytest.approx(predicted, rel=0.05)
@@ -59,38 +77,63 @@ def saved(tmp_path_factory):
 def test_a_checkpoint_of_any_layout_resumes_under_any_other(saved, tmp_path, source, target):
     reference, _ = saved("single")
     source_dir, _ = saved(source)
-    resumed = fit(compose([*RESUME, *LAYOUTS[target], f"ckpt_path={source_dir / 'checkpoints' / 'epoch0'}"]),
-                  output_dir=str(tmp_path))
+    resumed = fit(
+        compose([*RESUME, *LAYOUTS[target], f"ckpt_path={source_dir / 'checkpoints' / 'epoch0'}"]),
+        output_dir=str(tmp_path),
+    )
     assert resumed["steps"] == 12
     # steps 5..12 after the epoch-0 checkpoint: AdamW's moments came along (DTensor shards resharded)
     assert train_losses(tmp_path) == pytest.approx(train_losses(reference)[4:], rel=1e-6)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["strategy=tp", "trainer.devices=2", "model.n_heads=3", "model.n_kv_heads=1", "model.dim=33"],
-     "model.n_heads: 3 is not divisible by the tensor-parallel degree 2 (strategy=tp"),
-    (["strategy=tp", "trainer.devices=2", "model.n_kv_heads=1"],
-     "model.n_kv_heads: 1 is not divisible by the tensor-parallel degree 2"),
-    (["strategy=tp", "trainer.devices=2", "datamodule.seq_len=33"],
-     "datamodule.seq_len: 33 is not divisible by the tensor-parallel degree 2 with sequence parallelism"),
-    (["strategy=fsdp_tp", "trainer.devices=2", "strategy.tensor_parallel=4", "trainer.oversubscribe=true"],
-     "strategy.replicate(1) x shard(?) x strategy.tensor_parallel(4) cannot make world size 2"),
-    (["strategy=tp", "trainer.devices=2", "strategy.plan={layers.*.nope: colwise}"],
-     "strategy.plan.layers.*.nope: matches no module of GPT"),
-    (["strategy=tp", "trainer.devices=2", "model=mlp", "datamodule=digits", "task=classification"],
-     "strategy=tp: MLP has no tensor-parallel plan"),
-    (["strategy=tp", "trainer.devices=2", "model.tie_embeddings=true"],
-     "model.tie_embeddings: a tied embedding and output head cannot be split by the tensor-parallel plan"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            ["strategy=tp", "trainer.devices=2", "model.n_heads=3", "model.n_kv_heads=1", "model.dim=33"],
+            "model.n_heads: 3 is not divisible by the tensor-parallel degree 2 (strategy=tp",
+        ),
+        (
+            ["strategy=tp", "trainer.devices=2", "model.n_kv_heads=1"],
+            "model.n_kv_heads: 1 is not divisible by the tensor-parallel degree 2",
+        ),
+        (
+            ["strategy=tp", "trainer.devices=2", "datamodule.seq_len=33"],
+            "datamodule.seq_len: 33 is not divisible by the tensor-parallel degree 2 with sequence parallelism",
+        ),
+        (
+            ["strategy=fsdp_tp", "trainer.devices=2", "strategy.tensor_parallel=4", "trainer.oversubscribe=true"],
+            "strategy.replicate(1) x shard(?) x strategy.tensor_parallel(4) cannot make world size 2",
+        ),
+        (
+            ["strategy=tp", "trainer.devices=2", "strategy.plan={layers.*.nope: colwise}"],
+            "strategy.plan.layers.*.nope: matches no module of GPT",
+        ),
+        (
+            ["strategy=tp", "trainer.devices=2", "model=mlp", "datamodule=digits", "task=classification"],
+            "strategy=tp: MLP has no tensor-parallel plan",
+        ),
+        (
+            ["strategy=tp", "trainer.devices=2", "model.tie_embeddings=true"],
+            "model.tie_embeddings: a tied embedding and output head cannot be split by the tensor-parallel plan",
+        ),
+    ],
+)
 def test_a_layout_that_does_not_fit_the_model_is_refused_before_start(overrides, message):
     with pytest.raises(ConfigError) as err:
         preflight(compose([*GPT_TINY, *overrides]))
     assert any(message in problem for problem in err.value.problems), err.value.problems
 
 
-FEATURES = ["trainer.precision=bf16-mixed", "trainer.activation_checkpointing=[Block]", "callbacks=ema",
-            "callbacks.ema.decay=0.9", "optimizer.param_groups=[{params: '*norm*', weight_decay: 0.0}]",
-            "trainer.max_steps=8", "trainer.gradient_clip_val=1.0"]
+FEATURES = [
+    "trainer.precision=bf16-mixed",
+    "trainer.activation_checkpointing=[Block]",
+    "callbacks=ema",
+    "callbacks.ema.decay=0.9",
+    "optimizer.param_groups=[{params: '*norm*', weight_decay: 0.0}]",
+    "trainer.max_steps=8",
+    "trainer.gradient_clip_val=1.0",
+]
 
 
 def test_mixed_precision_checkpointing_ema_and_param_groups_work_with_tensor_parallelism(tmp_path):

@@ -1,4 +1,5 @@
 """task.metrics: torchmetrics objects computed over the whole epoch, gathered across ranks."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,12 +13,24 @@ from framework.tasks.metrics import EpochMetrics
 
 # 301 samples: 60 validation samples, global batch 16 -> 3 full batches and a ragged one of 12
 # (on 2 ranks: 8 + 8 per batch, then 6 + 6).
-RAGGED = ["experiment=digits_mlp", "datamodule=synthetic", "datamodule.input_shape=[8]", "datamodule.num_samples=301",
-          "datamodule.val_fraction=0.2", "datamodule.noise=3.0", "datamodule.batch_size=16", "trainer.max_epochs=1",
-          "trainer.limit_train_batches=4", "logger=none", "callbacks=none", "trainer.enable_progress_bar=false",
-          "trainer.accelerator=cpu", "strategy.timeout_s=60", "export_weights=true",
-          "task.metrics={f1: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 10, "
-          "average: macro}}"]
+RAGGED = [
+    "experiment=digits_mlp",
+    "datamodule=synthetic",
+    "datamodule.input_shape=[8]",
+    "datamodule.num_samples=301",
+    "datamodule.val_fraction=0.2",
+    "datamodule.noise=3.0",
+    "datamodule.batch_size=16",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=4",
+    "logger=none",
+    "callbacks=none",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "strategy.timeout_s=60",
+    "export_weights=true",
+    "task.metrics={f1: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 10, average: macro}}",
+]
 
 
 def test_macro_f1_on_two_ranks_equals_single_device_and_the_whole_set(tmp_path):
@@ -37,8 +50,10 @@ def test_macro_f1_on_two_ranks_equals_single_device_and_the_whole_set(tmp_path):
     with torch.no_grad():
         whole = MulticlassF1Score(num_classes=10, average="macro")(model(inputs), labels).item()
     assert single["metrics"]["val/f1"] == pytest.approx(whole, abs=1e-6)
-    per_batch = [MulticlassF1Score(num_classes=10, average="macro")(model(inputs[i:i + 16]), labels[i:i + 16]).item()
-                 for i in range(0, 60, 16)]
+    per_batch = [
+        MulticlassF1Score(num_classes=10, average="macro")(model(inputs[i : i + 16]), labels[i : i + 16]).item()
+        for i in range(0, 60, 16)
+    ]
     assert abs(sum(per_batch) / len(per_batch) - whole) > 1e-3  # what averaging batch values would have given
 
 
@@ -65,10 +80,12 @@ def test_stages_are_separate_and_discarded_forwards_do_not_count():
 
 
 def test_bad_metrics_are_refused_before_anything_runs(tmp_path):
-    bad = ["task.metrics={nope: {_target_: torchmetrics.Nope}, lin: {_target_: torch.nn.Linear, in_features: 2, "
-           "out_features: 2}, typo: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 3, "
-           "averge: macro}, three: 3, miss: {_target_: torchmetrics.classification.MulticlassF1Score, "
-           "num_clases: 3}}"]
+    bad = [
+        "task.metrics={nope: {_target_: torchmetrics.Nope}, lin: {_target_: torch.nn.Linear, in_features: 2, "
+        "out_features: 2}, typo: {_target_: torchmetrics.classification.MulticlassF1Score, num_classes: 3, "
+        "averge: macro}, three: 3, miss: {_target_: torchmetrics.classification.MulticlassF1Score, "
+        "num_clases: 3}}"
+    ]
     with pytest.raises(ConfigError) as err:
         fit(compose(RAGGED + bad), output_dir=str(tmp_path))
     text = str(err.value)
@@ -77,8 +94,10 @@ def test_bad_metrics_are_refused_before_anything_runs(tmp_path):
     assert "task.metrics.typo: torchmetrics.classification.MulticlassF1Score does not build" in text
     assert "averge" in text
     assert "task.metrics.three: expected a mapping" in text
-    assert "task.metrics.miss.num_clases: not an argument of torchmetrics.classification.MulticlassF1Score; " \
-           "did you mean num_classes?" in text
+    assert (
+        "task.metrics.miss.num_clases: not an argument of torchmetrics.classification.MulticlassF1Score; "
+        "did you mean num_classes?" in text
+    )
     assert not (tmp_path / "results.json").exists()
 
 

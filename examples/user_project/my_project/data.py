@@ -1,5 +1,6 @@
 """A DataModule (framework.engine.protocols.DataModule): setup(stage) and three DataLoaders
 with the GLOBAL batch size; the framework shards them across ranks itself."""
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ ranks' steps is the step on the averaged gradient); larger periods trade accurac
 collectives. Selected by ``strategy=local_sgd`` (configs/strategy/local_sgd.yaml names it by
 ``_target_``); its options are checked before any process starts, as the built-in ones are.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

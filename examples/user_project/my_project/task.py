@@ -1,6 +1,7 @@
 """A Task (framework.engine.protocols.Task): step(model, batch, stage) -> (loss, metrics),
 each a mean over the batch; the framework weights them by batch size across batches and
 ranks and logs them as <stage>/<name>."""
+
 from __future__ import annotations
 
 import torch

@@ -15,6 +15,7 @@ included. The model is not wrapped; parameters and buffers are broadcast from ra
 
 Every algorithm counts the bytes its rank sends per step (results.json ``comm``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,7 +34,6 @@ from framework.strategies.bagua.qadam import QAdam
 from framework.strategies.base import Strategy
 from framework.strategies.comm import broadcast_model
 
-
 ALGORITHMS = {**SYNCHRONOUS, "async": AsyncModelAverage}
 
 
@@ -41,13 +41,14 @@ ALGORITHMS = {**SYNCHRONOUS, "async": AsyncModelAverage}
 class BaguaConfig(StrategyConfig):
     name: str = "bagua"
     # Bagua's algorithm: its all-reduce, compressed, decentralized or asynchronous variants.
-    algorithm: Literal["gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
-                       "qadam", "async"] = "gradient_allreduce"
-    hierarchical: bool = False                          # gradient_allreduce
+    algorithm: Literal[
+        "gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam", "async"
+    ] = "gradient_allreduce"
+    hierarchical: bool = False  # gradient_allreduce
     peer_selection: Literal["all", "shift_one"] = "all"  # decentralized
-    communication_interval: int = ranged(1, low=1)      # (low_precision_)decentralized: every N steps
-    warmup_steps: int = ranged(100, low=0)              # qadam, async: synchronous steps first
-    sync_interval_ms: int = ranged(500, low=1)          # async: average the weights this often
+    communication_interval: int = ranged(1, low=1)  # (low_precision_)decentralized: every N steps
+    warmup_steps: int = ranged(100, low=0)  # qadam, async: synchronous steps first
+    sync_interval_ms: int = ranged(500, low=1)  # async: average the weights this often
 
 
 class BaguaStrategy(Strategy):
@@ -60,8 +61,10 @@ class BaguaStrategy(Strategy):
     def check(cls, topology: Topology, options: BaguaConfig, accelerator: str) -> list[str]:
         problems = []  # (the options' ranges are BaguaConfig's, checked with its schema)
         if options.peer_selection == "shift_one" and options.algorithm != "decentralized":
-            problems.append(f"strategy.peer_selection=shift_one: only strategy.algorithm=decentralized chooses "
-                            f"peers (here: {options.algorithm}, which averages with all ranks)")
+            problems.append(
+                f"strategy.peer_selection=shift_one: only strategy.algorithm=decentralized chooses "
+                f"peers (here: {options.algorithm}, which averages with all ranks)"
+            )
         return problems
 
     def parallelize(self, model: nn.Module) -> nn.Module:
@@ -84,11 +87,18 @@ class BaguaStrategy(Strategy):
             return super().build_optimizer(model, optimizer_factory)
         func, given = getattr(optimizer_factory, "func", None), getattr(optimizer_factory, "keywords", {})
         if func not in (torch.optim.Adam, torch.optim.AdamW):
-            raise ValueError(f"strategy.algorithm=qadam: QAdam replaces the optimizer and takes its settings from "
-                             f"optimizer=adam or adamw; got {getattr(func, '__name__', func)}")
+            raise ValueError(
+                f"strategy.algorithm=qadam: QAdam replaces the optimizer and takes its settings from "
+                f"optimizer=adam or adamw; got {getattr(func, '__name__', func)}"
+            )
         keys = ("lr", "betas", "eps", "weight_decay")
-        optimizer = QAdam(self.optimizer_params(model, optimizer_factory), **{k: v for k, v in given.items() if k in keys},
-                          warmup_steps=self.options.warmup_steps, world=self.world_size, counter=self._count)
+        optimizer = QAdam(
+            self.optimizer_params(model, optimizer_factory),
+            **{k: v for k, v in given.items() if k in keys},
+            warmup_steps=self.options.warmup_steps,
+            world=self.world_size,
+            counter=self._count,
+        )
         self.algorithm.optimizer = optimizer
         return optimizer
 
@@ -117,8 +127,10 @@ class BaguaStrategy(Strategy):
         super().teardown()
 
     def comm_stats(self) -> dict:
-        stats = {"bytes_per_step": self.algorithm.sent / max(self.algorithm.steps, 1),
-                 "algorithm": f"bagua/{self.options.algorithm}"}
+        stats = {
+            "bytes_per_step": self.algorithm.sent / max(self.algorithm.steps, 1),
+            "algorithm": f"bagua/{self.options.algorithm}",
+        }
         if self.options.algorithm in ("qadam", "async"):  # synchronous full-precision steps come first
             stats["warmup_steps"] = self.options.warmup_steps
         return stats

@@ -1,5 +1,6 @@
 """Bagua's algorithms: what happens to gradients before the optimizer step, and to weights
 after it. Each counts the bytes its rank sends (``sent``)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -75,8 +76,9 @@ class Decentralized(Algorithm):
             if peer == self.rank:
                 return
             theirs = torch.empty_like(buffer)
-            for op in dist.batch_isend_irecv([dist.P2POp(dist.isend, buffer, peer),
-                                              dist.P2POp(dist.irecv, theirs, peer)]):
+            for op in dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, buffer, peer), dist.P2POp(dist.irecv, theirs, peer)]
+            ):
                 op.wait()
             buffer.add_(theirs).div_(2)
             self.sent += nbytes
@@ -121,5 +123,10 @@ class QAdamWarmup(Algorithm):
 
 
 # (the async one, a module of its own, joins them in the package's registry)
-SYNCHRONOUS = {"gradient_allreduce": GradientAllReduce, "bytegrad": ByteGrad, "decentralized": Decentralized,
-               "low_precision_decentralized": LowPrecisionDecentralized, "qadam": QAdamWarmup}
+SYNCHRONOUS = {
+    "gradient_allreduce": GradientAllReduce,
+    "bytegrad": ByteGrad,
+    "decentralized": Decentralized,
+    "low_precision_decentralized": LowPrecisionDecentralized,
+    "qadam": QAdamWarmup,
+}

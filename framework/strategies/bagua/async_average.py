@@ -5,6 +5,7 @@ its own. The thread never writes the weights: it hands the main thread the chang
 average makes, applied right after the next optimizer step, so forward, backward, validation
 and checkpoints never see weights change under them. Training ends with one synchronous
 average: every rank tests and saves the same weights."""
+
 from __future__ import annotations
 
 import threading

@@ -2,6 +2,7 @@
 averaged across ranks in 8 bits (ByteGrad's reduction) while the variance stays frozen at
 its warm-up value. The step count lives in each parameter's state, so a checkpoint resumes
 in the right phase."""
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,17 @@ from framework.strategies.comm import flat, unflatten_into
 
 
 class QAdam(torch.optim.Optimizer):
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 warmup_steps: int = 100, world: int = 1, counter=None):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 100,
+        world: int = 1,
+        counter=None,
+    ):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         self.warmup_steps, self.world, self.counter = warmup_steps, world, counter
 
@@ -55,6 +65,6 @@ class QAdam(torch.optim.Optimizer):
         state = self.state[p]
         t = int(state["step"])
         t_v = t if self.world == 1 else min(t, self.warmup_steps)  # the variance froze after warm-up
-        m_hat = state["m"] / (1 - b1 ** t)
-        v_hat = state["v"] / (1 - b2 ** t_v)
+        m_hat = state["m"] / (1 - b1**t)
+        v_hat = state["v"] / (1 - b2**t_v)
         p.addcdiv_(m_hat, v_hat.sqrt().add_(group["eps"]), value=-group["lr"])

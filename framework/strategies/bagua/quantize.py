@@ -2,6 +2,7 @@
 between its minimum and maximum, plus two floats (the lowest level and the step). The levels
 sit on a grid through zero, so an exact zero (a parameter that got no gradient) stays zero:
 QAdam divides momenta by the square root of their variance, which is 0 there."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """Gradient reductions of Bagua's algorithms, on one flat buffer: the full-precision
 all-reduce (flat or hierarchical) and ByteGrad's 8-bit one. Each returns the bytes it sent."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """The Trainer alone, with a fake in-process strategy (tests/helpers/fakes.py): accumulation, the
 stop reasons, evaluation weighting, hook order, the order of model preparation, loop state."""
+
 from __future__ import annotations
 
 import signal
@@ -14,8 +15,16 @@ def test_accumulation_reduces_gradients_on_the_last_micro_batch_of_each_window_o
     strategy = FakeStrategy()
     trainer = fit(unit_trainer(strategy, accumulate_grad_batches=3), TinyData(n=28, batch=4))  # 7 batches: 3+3+1
     assert trainer.global_step == 3 and trainer.state.current_epoch == 1  # one epoch of 7 batches, done
-    assert strategy.calls == ["parallelize", "no_sync", "no_sync", "optimizer_step", "no_sync", "no_sync",
-                              "optimizer_step", "optimizer_step"]
+    assert strategy.calls == [
+        "parallelize",
+        "no_sync",
+        "no_sync",
+        "optimizer_step",
+        "no_sync",
+        "no_sync",
+        "optimizer_step",
+        "optimizer_step",
+    ]
     assert trainer.global_batch_size == 12 and trainer.train_samples == 28
 
 
@@ -67,7 +76,7 @@ def test_validation_means_are_weighted_by_samples_not_by_batches():
     with torch.no_grad():
         per_sample = (model(x).squeeze(-1) - y) ** 2
     assert trainer.logged_metrics["val/loss"] == pytest.approx(per_sample.mean().item(), rel=1e-6)
-    batch_means = [per_sample[i:i + 4].mean().item() for i in (0, 4, 8)]
+    batch_means = [per_sample[i : i + 4].mean().item() for i in (0, 4, 8)]
     assert trainer.logged_metrics["val/loss"] != pytest.approx(sum(batch_means) / 3, rel=1e-6)
 
 
@@ -75,9 +84,20 @@ def test_hooks_run_in_the_documented_order():
     hooks = AllHooks()
     trainer = fit(unit_trainer(callbacks=[hooks]), TinyData(n=8, batch=4))
     trainer.test(TinyData())
-    assert hooks.events == ["on_fit_start", "on_train_epoch_start", "on_train_batch_end", "on_train_step_end",
-                            "on_train_batch_end", "on_train_step_end", "on_validation_start", "on_validation_end",
-                            "on_train_epoch_end", "on_fit_end", "on_test_start", "on_test_end"]
+    assert hooks.events == [
+        "on_fit_start",
+        "on_train_epoch_start",
+        "on_train_batch_end",
+        "on_train_step_end",
+        "on_train_batch_end",
+        "on_train_step_end",
+        "on_validation_start",
+        "on_validation_end",
+        "on_train_epoch_end",
+        "on_fit_end",
+        "on_test_start",
+        "on_test_end",
+    ]
 
 
 def test_the_model_reaches_the_strategy_in_the_runs_precision():
