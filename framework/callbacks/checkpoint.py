@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from framework.config.ranges import Range, check_arguments
-from framework.engine.checkpoint import copy_checkpoint, save_checkpoint
+from framework.engine.background_save import PendingSave, checkpoint_group
+from framework.engine.checkpoint import link_checkpoint, save_checkpoint
 from framework.engine.checkpoint_files import remove_entry, remove_leftovers
+from framework.strategies.collectives import barrier
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,10 @@ class ModelCheckpoint:
     '_' (``val/loss`` -> ``{val_loss:.4f}``). With ``monitor`` null the newest
     ``save_top_k`` are kept. ``best`` (a link to the best checkpoint) and ``last`` live beside
     them, for ``ckpt_path=best|last``. Every rank calls save (it is collective); the metrics
-    are already reduced, so every rank makes the same decision.
+    are already reduced, so every rank makes the same decision. ``async_save``: the shards are
+    staged to CPU at the save and written in the background (engine/background_save.py); the
+    checkpoint and its links appear once written, and a failed write fails the run as a
+    synchronous one does.
     """
 
     argument_ranges = {
@@ -89,6 +94,7 @@ class ModelCheckpoint:
         save_last: bool = True,
         every_n_epochs: Optional[int] = None,
         every_n_train_steps: Optional[int] = None,
+        async_save: bool = False,
     ):
         if mode not in ("min", "max"):
             raise ValueError(f"callbacks.model_checkpoint.mode: {mode!r} is not one of 'min', 'max'")
@@ -109,6 +115,9 @@ class ModelCheckpoint:
         self.best_model_path: Optional[str] = None
         self._last_saved_step = -1
         self._warned = False
+        self.async_save = async_save
+        self._pending: Optional[PendingSave] = None
+        self._group = None  # the writing threads' process group, made at the first background save
 
     @classmethod
     def check_config(cls, filename: str = "epoch{epoch}-step{step}", monitor: Optional[str] = None, **_) -> list[str]:
@@ -121,6 +130,8 @@ class ModelCheckpoint:
             remove_leftovers(self.dirpath)
 
     def on_train_step_end(self, trainer, loss) -> None:
+        if self._pending is not None and self._pending.done():
+            self._finish_pending()  # commit as soon as it is written, not at the next save
         n = self.every_n_train_steps
         if n and trainer.global_step % n == 0:
             self._save(trainer)
@@ -141,6 +152,7 @@ class ModelCheckpoint:
             self._save(trainer)
 
     def on_fit_end(self, trainer) -> None:
+        self._settle_pending()
         # The final weights are in `last` even when the run stopped between save points.
         if (
             self.save_last
@@ -148,7 +160,9 @@ class ModelCheckpoint:
             and trainer.global_step > 0
             and trainer.check_finite()
         ):
-            self._write(trainer, "last")
+            save_checkpoint(self.dirpath / "last", trainer)
+            if trainer.is_global_zero:
+                log.info("Saved checkpoint %s (step %d)", self.dirpath / "last", trainer.global_step)
 
     # ---- state (for resume)
     def state_dict(self) -> dict:
@@ -184,52 +198,80 @@ class ModelCheckpoint:
     def _save(self, trainer) -> None:
         if trainer.global_step == self._last_saved_step or not trainer.check_finite():
             return  # saved already, or the weights are not finite: `last` and `best` keep good ones
-        score = self._score(trainer)
-        saved = None
-        if self.save_top_k != 0 and score is not None:
-            fields = _Fields({k.replace("/", "_"): v for k, v in trainer.logged_metrics.items()})
-            fields.update(epoch=trainer.current_epoch, step=trainer.global_step)
-            name = self.filename.format_map(fields)  # a metric not logged yet reads nan
-            worst = max(self.best_k, key=lambda k: self._key(self.best_k[k]), default=None)
-            full = 0 < self.save_top_k <= len(self.best_k)
-            if not full or self._key(score) < self._key(self.best_k[worst]):
-                # Record the new top-k before writing: the checkpoint carries this state.
-                self.best_k[name] = score
-                if full:
-                    del self.best_k[worst]
-                best = min(self.best_k, key=lambda k: self._key(self.best_k[k]))
-                self.best_model_path = str(self.dirpath / best)
-                self._write(trainer, name)
-                saved = name
-                if full and trainer.is_global_zero:
-                    remove_entry(self.dirpath / worst)
-                self._link_best(trainer, best)
+        self._settle_pending()
+        name, after = self._top_k_update(trainer)
         if self.save_last:
-            if saved:  # the same state: `last` shares its files instead of writing them twice
-                copy_checkpoint(self.dirpath / saved, self.dirpath / "last", trainer)
-                if trainer.is_global_zero:
-                    log.info(
-                        "Saved checkpoint %s (step %d, the files of %s)",
-                        self.dirpath / "last",
-                        trainer.global_step,
-                        saved,
-                    )
+            if name:  # the same state: `last` shares its files instead of writing them twice
+                step = trainer.global_step
+                after.append(lambda: self._link_last(name, step))
             else:
-                self._write(trainer, "last")
+                name = "last"
+        if name:
+            self._write(trainer, name, after)
         self._last_saved_step = trainer.global_step
 
-    def _write(self, trainer, name: str) -> None:
+    def _top_k_update(self, trainer) -> tuple[Optional[str], list]:
+        """The name to save under when this state enters the top k (else None), and what rank 0
+        does once it is saved: the checkpoint it pushed out removed, ``best`` linked."""
+        score = self._score(trainer)
+        if self.save_top_k == 0 or score is None:
+            return None, []
+        fields = _Fields({k.replace("/", "_"): v for k, v in trainer.logged_metrics.items()})
+        fields.update(epoch=trainer.current_epoch, step=trainer.global_step)
+        name = self.filename.format_map(fields)  # a metric not logged yet reads nan
+        worst = max(self.best_k, key=lambda k: self._key(self.best_k[k]), default=None)
+        full = 0 < self.save_top_k <= len(self.best_k)
+        if full and self._key(score) >= self._key(self.best_k[worst]):
+            return None, []
+        # Record the new top-k before writing: the checkpoint carries this state.
+        self.best_k[name] = score
+        if full:
+            del self.best_k[worst]
+        best = min(self.best_k, key=lambda k: self._key(self.best_k[k]))
+        self.best_model_path = str(self.dirpath / best)
+        after = [lambda: remove_entry(self.dirpath / worst)] if full else []
+        return name, [*after, lambda: self._link_best(best)]
+
+    def _write(self, trainer, name: str, after: list) -> None:
+        """Save under ``name``, then let rank 0 do ``after``: now, or once written in the background."""
+
+        def then() -> None:
+            for action in after:
+                action()
+
+        if self.async_save:
+            if self._group is None:
+                self._group = checkpoint_group(trainer.strategy.options.timeout_s)
+            self._pending = PendingSave(self.dirpath / name, trainer, self._group, then)
+            return
         save_checkpoint(self.dirpath / name, trainer)
         if trainer.is_global_zero:
             log.info("Saved checkpoint %s (step %d)", self.dirpath / name, trainer.global_step)
+            then()
+        barrier()
 
-    def _link_best(self, trainer, best: str) -> None:
-        if trainer.is_global_zero:
-            # `best` is a relative symlink, replaced atomically.
-            tmp = self.dirpath / ".best-link"
-            if tmp.is_symlink() or tmp.exists():
-                tmp.unlink()
-            os.symlink(best, tmp)
-            if not (self.dirpath / "best").is_symlink():  # a copy of the run made `best` a directory
-                remove_entry(self.dirpath / "best")
-            os.replace(tmp, self.dirpath / "best")
+    def _finish_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.finish()
+
+    def _settle_pending(self) -> None:
+        """At a point every rank reaches together: the background save finished on every rank, and
+        committed by rank 0 before any rank goes on (to load ``best``, say)."""
+        if self.async_save:
+            self._finish_pending()
+            barrier()
+
+    def _link_last(self, saved: str, step: int) -> None:
+        link_checkpoint(self.dirpath / saved, self.dirpath / "last")
+        log.info("Saved checkpoint %s (step %d, the files of %s)", self.dirpath / "last", step, saved)
+
+    def _link_best(self, best: str) -> None:
+        """Rank 0: `best` is a relative symlink, replaced atomically."""
+        tmp = self.dirpath / ".best-link"
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        os.symlink(best, tmp)
+        if not (self.dirpath / "best").is_symlink():  # a copy of the run made `best` a directory
+            remove_entry(self.dirpath / "best")
+        os.replace(tmp, self.dirpath / "best")

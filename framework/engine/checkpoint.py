@@ -44,7 +44,7 @@ from framework.strategies.collectives import barrier
 
 __all__ = [
     "CheckpointError",
-    "copy_checkpoint",
+    "link_checkpoint",
     "is_checkpoint",
     "load_checkpoint",
     "load_model_checkpoint",
@@ -105,43 +105,53 @@ def set_rng_state(state: dict) -> None:
 
 def save_checkpoint(path: Path, trainer) -> None:
     """Save ``trainer``'s model, optimizer and loop state to the directory ``path`` (collective)."""
-    strategy = trainer.strategy
     path = Path(path)
     tmp = path.parent / f".tmp-{path.name}"
     try:
-        _write(tmp, trainer)
+        write_files(tmp, trainer)
     except BaseException as err:  # DCP's CheckpointException is a BaseException
-        # torch's zip writer hides ENOSPC ("unexpected pos ..."): the free space tells
-        full = _io_failure(err) and (
-            isinstance(err, OSError)
-            and err.errno == errno.ENOSPC
-            or "No space left on device" in str(err)
-            or shutil.disk_usage(path.parent).free < 2**20
-        )
-        if strategy.is_global_zero:  # nothing half-written stays behind; the committed ones are untouched
-            remove_entry(tmp)
-        if full:
-            raise OSError(
-                errno.ENOSPC,
-                f"the disk is full: saving checkpoint '{path}' failed and its partial "
-                f"files are removed; the checkpoints saved before are intact "
-                f"(free space on {path.parent})",
-            ) from err
-        raise
-    if strategy.is_global_zero:  # every rank's files are written: list them, then commit
-        write_manifest(
-            tmp,
-            step=trainer.global_step,
-            epoch=trainer.current_epoch,
-            strategy=strategy.name,
-            world_size=strategy.world_size,
-        )
-        _commit(tmp, path)
+        raise_save_failure(err, tmp, path, trainer.strategy.is_global_zero)
+    if trainer.strategy.is_global_zero:  # every rank's files are written: list them, then commit
+        commit(tmp, path, checkpoint_about(trainer))
     barrier()
 
 
-def _write(tmp: Path, trainer) -> None:
-    """Every rank's files of a checkpoint into ``tmp`` (collective)."""
+def checkpoint_about(trainer) -> dict:
+    """What a checkpoint's manifest says of it besides its files."""
+    strategy = trainer.strategy
+    return {
+        "step": trainer.global_step,
+        "epoch": trainer.current_epoch,
+        "strategy": strategy.name,
+        "world_size": strategy.world_size,
+    }
+
+
+def raise_save_failure(err: BaseException, tmp: Path, path: Path, is_global_zero: bool) -> None:
+    """Remove what a failed save wrote (rank 0) and raise: a full disk as itself, else ``err``."""
+    # torch's zip writer hides ENOSPC ("unexpected pos ..."): the free space tells
+    full = _io_failure(err) and (
+        isinstance(err, OSError)
+        and err.errno == errno.ENOSPC
+        or "No space left on device" in str(err)
+        or shutil.disk_usage(path.parent).free < 2**20
+    )
+    if is_global_zero:  # nothing half-written stays behind; the committed ones are untouched
+        remove_entry(tmp)
+    if full:
+        raise OSError(
+            errno.ENOSPC,
+            f"the disk is full: saving checkpoint '{path}' failed and its partial "
+            f"files are removed; the checkpoints saved before are intact "
+            f"(free space on {path.parent})",
+        ) from err
+    raise err
+
+
+def write_files(tmp: Path, trainer, background_group=False):
+    """Every rank's files of a checkpoint into ``tmp`` (collective). ``background_group`` (a process
+    group, or None without one): the model and optimizer state is staged to CPU memory here and
+    written by a thread (DCP's async_save, coordinating over that group); returns its future."""
     strategy = trainer.strategy
     if strategy.is_global_zero:
         remove_entry(tmp)  # a link there (planted, or left) is removed, never written through
@@ -150,8 +160,14 @@ def _write(tmp: Path, trainer) -> None:
     barrier()
     state, extra = strategy.checkpoint_state(trainer.model, trainer.optimizer)
     state["callbacks"] = trainer.sharded_callback_state()
+    future = None
     with _single_process_ok():
-        _dcp().save(state, checkpoint_id=str(tmp))
+        if background_group is False:
+            _dcp().save(state, checkpoint_id=str(tmp))
+        else:
+            future = _dcp().async_save(
+                state, checkpoint_id=str(tmp), process_group=background_group, no_dist=background_group is None
+            )
     torch.save(rng_state(), tmp / "rng" / f"{strategy.rank}.pt")
     torch.save(_buffers(trainer), tmp / "buffers" / f"{strategy.rank}.pt")
     if strategy.is_global_zero:
@@ -159,6 +175,13 @@ def _write(tmp: Path, trainer) -> None:
             {**trainer.state_dict(), "strategy_extra": extra, "world_size": strategy.world_size}, tmp / TRAINER_FILE
         )
     barrier()
+    return future
+
+
+def commit(tmp: Path, path: Path, about: dict) -> None:
+    """Rank 0, once every rank's files are in ``tmp``: the manifest, then ``tmp`` renamed to ``path``."""
+    write_manifest(tmp, **about)
+    _commit(tmp, path)
 
 
 def _commit(tmp: Path, path: Path) -> None:
@@ -177,16 +200,14 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def copy_checkpoint(src: Path, path: Path, trainer) -> None:
-    """Make ``path`` the checkpoint ``src`` saved at this very step, without writing it again:
-    hard links to its files (a save never rewrites a file in place), then the same atomic
-    rename as a save (collective)."""
-    if trainer.is_global_zero:
-        tmp = path.parent / f".tmp-{path.name}"
-        remove_entry(tmp)
-        shutil.copytree(src, tmp, copy_function=_link_or_copy)
-        _commit(tmp, path)
-    barrier()
+def link_checkpoint(src: Path, path: Path) -> None:
+    """Make ``path`` the checkpoint ``src`` saved at this very step, without writing it again
+    (rank 0): hard links to its files (a save never rewrites a file in place), then the same
+    atomic rename as a save."""
+    tmp = path.parent / f".tmp-{path.name}"
+    remove_entry(tmp)
+    shutil.copytree(src, tmp, copy_function=_link_or_copy)
+    _commit(tmp, path)
 
 
 @contextlib.contextmanager
