@@ -65,8 +65,24 @@ def _default(f: dataclasses.Field) -> str:
     )
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _cell(text: str, code: bool = False) -> str:
+    """Text for a table cell: no line breaks, pipes escaped, and outside code <placeholders>
+    shown, not taken for HTML."""
+    text = text.replace("\n", " ")  # (a code span's pipes do not split a row)
+    return text if code else text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _type(annotation: str) -> str:
+    """``Optional[Literal['a', 'b']]`` as ``'a' | 'b' | null``: what a YAML value may be."""
+    text = annotation
+    nullable = text.startswith("Optional[")
+    if nullable:
+        text = text[len("Optional[") : -1]
+    for wrapper in ("Literal[", "Union["):
+        if text.startswith(wrapper):
+            text = " | ".join(part.strip() for part in text[len(wrapper) : -1].split(","))
+    text = text.replace("None", "null")
+    return f"{text} | null" if nullable and "null" not in text else text
 
 
 def table(schema: type, prefix: str) -> list[str]:
@@ -78,10 +94,8 @@ def table(schema: type, prefix: str) -> list[str]:
             continue  # a strategy's name is its section's title
         annotation, comment = notes[f.name]
         valid = f.metadata["range"].describe() if "range" in f.metadata else ""
-        rows.append(
-            f"| `{prefix}{f.name}` | `{_cell(annotation)}` | `{_cell(_default(f))}` | {_cell(valid)} | "
-            f"{_cell(comment)} |"
-        )
+        kind, default = _cell(_type(annotation), code=True), _cell(_default(f), code=True)
+        rows.append(f"| `{prefix}{f.name}` | `{kind}` | `{default}` | {_cell(valid)} | {_cell(comment)} |")
     return rows
 
 

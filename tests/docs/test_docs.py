@@ -28,7 +28,7 @@ def test_the_config_reference_is_what_the_schemas_say():
     assert committed == config_reference.page(), (
         "docs/reference/config.md is stale: run python scripts/config_reference.py"
     )
-    assert "| `trainer.max_epochs` | `Optional[int]` | `10` | >= 1, or -1 for no limit |" in committed
+    assert "| `trainer.max_epochs` | `int | null` | `10` | &gt;= 1, or -1 for no limit |" in committed
     assert "## strategy=fsdp" in committed and "| `strategy.sharding` |" in committed
 
 

@@ -87,6 +87,9 @@ def test_after_a_multi_rank_fit_the_scripts_signal_handlers_are_its_own(tmp_path
             print("mine", signum)
 
         signal.signal(signal.SIGTERM, mine)
+        # Ctrl-C raises, as in a script started from a terminal (a child of a shell's background
+        # job starts with SIGINT ignored, and Python keeps that)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)]
         threads, environ = threading.active_count(), dict(os.environ)
         fit(compose({OVERRIDES!r}), output_dir="out")
