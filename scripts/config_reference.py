@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +24,12 @@ page is generated from the schemas (`framework/config/schemas.py` and each strat
 (model, datamodule, task, optimizer, scheduler, callbacks, loggers) take the arguments of the
 class their `_target_` names: their YAML files in `conf/` list them.
 """
+
+# The sections of the schemas others extend, for "it takes their keys too".
+BASES = {
+    "StrategyConfig": "[every strategy's](#strategy-every-strategy)",
+    "FSDPConfig": "[strategy=fsdp's](#strategyfsdp)",
+}
 
 
 def _comments(source_lines: list[str], node: ast.AnnAssign) -> str:
@@ -73,16 +80,14 @@ def _cell(text: str, code: bool = False) -> str:
 
 
 def _type(annotation: str) -> str:
-    """``Optional[Literal['a', 'b']]`` as ``'a' | 'b' | null``: what a YAML value may be."""
-    text = annotation
-    nullable = text.startswith("Optional[")
-    if nullable:
-        text = text[len("Optional[") : -1]
-    for wrapper in ("Literal[", "Union["):
-        if text.startswith(wrapper):
-            text = " | ".join(part.strip() for part in text[len(wrapper) : -1].split(","))
-    text = text.replace("None", "null")
-    return f"{text} | null" if nullable and "null" not in text else text
+    """``Optional[Union[bool, Literal['a', 'b']]]`` as ``bool | 'a' | 'b' | null``: what a YAML value may be."""
+    text = re.sub(r"Literal\[([^\]]*)\]", lambda m: m.group(1).replace(", ", " | "), annotation)
+    while True:  # the innermost Optional[...] or Union[...] first
+        found = re.search(r"(Optional|Union)\[([^\[\]]*)\]", text)
+        if not found:
+            return text.replace("None", "null")
+        inner = found.group(2).replace(", ", " | ") + (" | null" if found.group(1) == "Optional" else "")
+        text = text[: found.start()] + inner + text[found.end() :]
 
 
 def table(schema: type, prefix: str) -> list[str]:
@@ -101,9 +106,11 @@ def table(schema: type, prefix: str) -> list[str]:
 
 def _section(title: str, schema: type, prefix: str, words: str = "") -> list[str]:
     doc = inspect.cleandoc(schema.__doc__ or "").replace("\n", " ")
-    bases = [b.__name__ for b in schema.__bases__ if dataclasses.is_dataclass(b)]
-    also = f" It takes the keys of `{bases[0]}` too." if bases else ""
-    return [f"## {title}", "", " ".join(p for p in (words, doc + also) if p).strip(), "", *table(schema, prefix), ""]
+    if doc.startswith(f"{schema.__name__}("):  # the signature dataclass writes where a class has no docstring
+        doc = ""
+    bases = [BASES.get(b.__name__, f"`{b.__name__}`'s") for b in schema.__bases__ if dataclasses.is_dataclass(b)]
+    also = f"It takes {bases[0]} keys too." if bases else ""
+    return [f"## {title}", "", " ".join(p for p in (words, doc, also) if p), "", *table(schema, prefix), ""]
 
 
 def page() -> str:

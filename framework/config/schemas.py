@@ -80,8 +80,10 @@ class TrainerConfig:
     num_sanity_val_steps: int = ranged(2, low=-1)
     # null | simple (time per loop section -> profile.txt) | pytorch (torch.profiler trace -> profiler/).
     profiler: Optional[Literal["simple", "pytorch"]] = None
-    # torch.compile the model (in place, parameter names unchanged) before the strategy wraps it.
-    compile: bool = False
+    # true: torch.compile the whole model (in place, parameter names unchanged) before the strategy
+    # wraps it; blocks: each of its blocks instead (the model's block_classes, a Hugging Face model's
+    # _no_split_modules), which strategies that split the model (fsdp units, tp, pp stages) keep.
+    compile: Union[bool, Literal["blocks"]] = False
     # Stop a run whose training loss became NaN or infinite (status "diverged"), checked at every
     # log step, epoch end and checkpoint save; non-finite weights are never saved.
     detect_nonfinite: bool = True

@@ -2,7 +2,8 @@
 
 1. activation checkpointing (training only): the named submodule classes recompute their
    activations in backward; a class swap, so parameter names stay the model's own;
-2. ``torch.compile`` (training only, ``trainer.compile``), in place: names unchanged again;
+2. ``torch.compile`` (training only, ``trainer.compile``: the model or each block), in place: names
+   unchanged again;
 3. precision: the whole model in a ``*-true`` dtype (``*-mixed`` is autocast at run time);
 4. the strategy: moved to the rank's device, wrapped or sharded (``parallelize``), and the
    optimizer built over what it wrapped (FSDP's sharded parameters, say).
@@ -35,5 +36,13 @@ def prepare_model(
                 ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""),
             )
     if training and config.compile:
-        model.compile()  # in place: parameter names (and so checkpoints) stay the same
+        from framework.engine.compiling import compile_model
+
+        compiled = compile_model(model, config.compile)  # in place: parameter names stay the same
+        if strategy.is_global_zero and config.compile == "blocks":
+            log.info(
+                "Compiling %d blocks (%s)",
+                len(compiled),
+                ", ".join(compiled[:8]) + (", ..." if len(compiled) > 8 else ""),
+            )
     return strategy.setup(precision.convert_module(model), optimizer_factory)

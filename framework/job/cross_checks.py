@@ -119,6 +119,24 @@ def check_document_boundaries(container: dict) -> list[str]:
     ]
 
 
+def check_compile_blocks(container: dict) -> list[str]:
+    """``trainer.compile=blocks`` runs with data parallelism, FSDP and pipelines; with tensor
+    parallelism, this torch's compiled blocks hand DTensor's backward plain gradients on the CPU
+    ("'Tensor' object has no attribute '_local_tensor'", seen with and without sequence
+    parallelism): refused before start rather than failing in the ranks."""
+    strategy = container.get("strategy") or {}
+    if (container.get("trainer") or {}).get("compile") != "blocks":
+        return []
+    tensor_parallel = strategy.get("name") in ("tp", "fsdp_tp") or (strategy.get("tensor_parallel") or 1) > 1
+    if not tensor_parallel:
+        return []
+    return [
+        "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, or "
+        "strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients in backward; use "
+        "trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
+    ]
+
+
 def check_prepared_tokenizer(container: dict) -> list[str]:
     """A prepared corpus (``datamodule.path``) was tokenized by the tokenizer of a Hugging Face model
     that names its directory (``model.path`` holding tokenizer.json)."""

@@ -20,6 +20,7 @@ from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, re
 from framework.engine.protocols import contract_problems
 from framework.engine.safe_load import scan_checkpoint
 from framework.job.cross_checks import (
+    check_compile_blocks,
     check_document_boundaries,
     check_export_format,
     check_init_names,
@@ -53,6 +54,7 @@ def preflight(cfg: DictConfig) -> dict:
             check_init_names,
             check_writable,
             check_document_boundaries,
+            check_compile_blocks,
             check_prepared_tokenizer,
             check_validation_interval,
             check_model_names,

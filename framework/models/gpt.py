@@ -116,6 +116,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """``forward(tokens [batch, seq]) -> logits [batch, seq, vocab_size]``."""
 
+    block_classes = ("Block",)  # what trainer.compile=blocks compiles one by one
+
     argument_ranges = {
         "vocab_size": Range(low=1),
         "dim": Range(low=1),

@@ -1,0 +1,35 @@
+"""``trainer.compile``: torch.compile in place, so that parameter names (and so the strategy's
+wrapping and every checkpoint) stay the model's own: the whole model (``true``), or each of its
+blocks (``blocks``), torchtitan's way, which keeps working when a strategy splits the model into
+FSDP units, tensor-parallel layers or pipeline stages around them."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def block_classes(model: nn.Module) -> list[str]:
+    """The class names of the model's repeated blocks: its ``block_classes``, else the classes it
+    declares unsplittable for FSDP (a Hugging Face model's ``_no_split_modules``)."""
+    return list(getattr(model, "block_classes", None) or getattr(model, "fsdp_wrap_classes", None) or [])
+
+
+def compile_model(model: nn.Module, how) -> list[str]:
+    """Compile ``model`` as ``trainer.compile`` says (true or "blocks"); the names of the modules compiled."""
+    if how is True:
+        model.compile()
+        return [""]
+    classes = block_classes(model)
+    blocks = [(name, module) for name, module in model.named_modules() if type(module).__name__ in classes]
+    if not blocks:
+        raise ValueError(
+            f"trainer.compile=blocks: {type(model).__name__} declares no blocks (a block_classes attribute "
+            f"naming its layer class{f', here none of {classes} is a submodule' if classes else ''}); "
+            "trainer.compile=true compiles the whole model"
+        )
+    for _, module in blocks:
+        # the block's forward, not its __call__: the hooks strategies put on a block (FSDP's
+        # all-gather, tensor parallelism's redistributions) stay outside the compiled code
+        module.forward = torch.compile(module.forward)
+    return [name for name, _ in blocks]
