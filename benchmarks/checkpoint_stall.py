@@ -2,6 +2,7 @@
 (callbacks.model_checkpoint.async_save), on the built-in transformer, side by side in one run:
 
     OMP_NUM_THREADS=1 python benchmarks/checkpoint_stall.py [--steps 60] [--every 10] [--repeats 3]
+        [--model model.dim=512 model.n_layers=6 ...]   (the model's size: a larger state to write)
 
 A run saves every ``--every`` optimizer steps (the model, AdamW's state, the loop). Its stall is
 the median wall time of the steps that ended with a save beyond the median step of a run that
@@ -53,7 +54,7 @@ class StepTimes:
         StepTimes.ends.append(time.perf_counter())
 
 
-def step_times(steps: int, every: int, mode: str) -> list[float]:
+def step_times(steps: int, every: int, mode: str, model: list[str]) -> list[float]:
     """Seconds of each step from the second on, saving every ``every`` steps ``mode``: none,
     sync or async."""
     StepTimes.ends = []
@@ -66,7 +67,7 @@ def step_times(steps: int, every: int, mode: str) -> list[float]:
         ]
     )
     with tempfile.TemporaryDirectory() as out:
-        fit(compose([*RUN, f"trainer.max_steps={steps}", *saves]), output_dir=out)
+        fit(compose([*RUN, *model, f"trainer.max_steps={steps}", *saves]), output_dir=out)
     return [b - a for a, b in zip(StepTimes.ends, StepTimes.ends[1:])]  # [i]: step i + 2
 
 
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", nargs="*", default=[], help="overrides of the model (and data), key=value")
     args = parser.parse_args()
     logging.disable(logging.INFO)
     modes = ("none", "sync", "async")
@@ -89,7 +91,7 @@ def main() -> None:
     cost: dict[str, list[float]] = {m: [] for m in modes[1:]}
     for repeat in range(args.repeats):
         order = modes[repeat % 3 :] + modes[: repeat % 3]  # rotate which goes first
-        times = {mode: step_times(args.steps, args.every, mode) for mode in order}
+        times = {mode: step_times(args.steps, args.every, mode, args.model) for mode in order}
         baseline = statistics.median(times["none"][3:])  # after the first steps' warm-up
         for mode in modes[1:]:
             got = figures(times[mode], baseline, args.every)
