@@ -57,19 +57,13 @@ def _field_notes(schema: type) -> dict[str, tuple[str, str]]:
 
 
 def _default(f: dataclasses.Field) -> str:
-    if f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
-        value = f.default
-    return (
-        "null"
-        if value is None
-        else str(value).lower()
-        if isinstance(value, bool)
-        else repr(value)
-        if isinstance(value, str)
-        else str(value)
-    )
+    """The default as YAML writes it: null, true/false, a quoted string, else the value."""
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def _cell(text: str, code: bool = False) -> str:

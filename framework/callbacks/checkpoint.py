@@ -160,9 +160,7 @@ class ModelCheckpoint:
             and trainer.global_step > 0
             and trainer.check_finite()
         ):
-            save_checkpoint(self.dirpath / "last", trainer)
-            if trainer.is_global_zero:
-                log.info("Saved checkpoint %s (step %d)", self.dirpath / "last", trainer.global_step)
+            self._write(trainer, "last", [], background=False)  # training is over: nothing to overlap
 
     # ---- state (for resume)
     def state_dict(self) -> dict:
@@ -207,7 +205,7 @@ class ModelCheckpoint:
             else:
                 name = "last"
         if name:
-            self._write(trainer, name, after)
+            self._write(trainer, name, after, self.async_save)
         self._last_saved_step = trainer.global_step
 
     def _top_k_update(self, trainer) -> tuple[Optional[str], list]:
@@ -232,14 +230,14 @@ class ModelCheckpoint:
         after = [lambda: remove_entry(self.dirpath / worst)] if full else []
         return name, [*after, lambda: self._link_best(best)]
 
-    def _write(self, trainer, name: str, after: list) -> None:
+    def _write(self, trainer, name: str, after: list, background: bool) -> None:
         """Save under ``name``, then let rank 0 do ``after``: now, or once written in the background."""
 
         def then() -> None:
             for action in after:
                 action()
 
-        if self.async_save:
+        if background:
             if self._group is None:
                 self._group = checkpoint_group(trainer.strategy.options.timeout_s)
             self._pending = PendingSave(self.dirpath / name, trainer, self._group, then)

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch.distributed as dist
 
-from framework.engine.checkpoint import checkpoint_about, commit, raise_save_failure, write_files
+from framework.engine.checkpoint import checkpoint_about, commit, raise_save_failure, staging_dir, write_files
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class PendingSave:
 
     def __init__(self, path: Path, trainer, group, then: Optional[Callable[[], None]] = None):
         self.path = Path(path)
-        self.tmp = self.path.parent / f".tmp-{self.path.name}"
+        self.tmp = staging_dir(self.path)
         self.is_global_zero = trainer.strategy.is_global_zero
         self.about = checkpoint_about(trainer)
         self.then = then
@@ -48,7 +48,7 @@ class PendingSave:
             # outside any warnings context the caller could set (process-wide, that one message).
             warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
         try:
-            self.future = write_files(self.tmp, trainer, background_group=group)
+            self.future = write_files(self.tmp, trainer, background=True, group=group)
         except BaseException as err:  # DCP's CheckpointException is a BaseException
             raise_save_failure(err, self.tmp, self.path, self.is_global_zero)
 

@@ -103,10 +103,15 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def staging_dir(path: Path) -> Path:
+    """Where a checkpoint for ``path`` is written before its rename into place."""
+    return path.parent / f".tmp-{path.name}"
+
+
 def save_checkpoint(path: Path, trainer) -> None:
     """Save ``trainer``'s model, optimizer and loop state to the directory ``path`` (collective)."""
     path = Path(path)
-    tmp = path.parent / f".tmp-{path.name}"
+    tmp = staging_dir(path)
     try:
         write_files(tmp, trainer)
     except BaseException as err:  # DCP's CheckpointException is a BaseException
@@ -148,10 +153,10 @@ def raise_save_failure(err: BaseException, tmp: Path, path: Path, is_global_zero
     raise err
 
 
-def write_files(tmp: Path, trainer, background_group=False):
-    """Every rank's files of a checkpoint into ``tmp`` (collective). ``background_group`` (a process
-    group, or None without one): the model and optimizer state is staged to CPU memory here and
-    written by a thread (DCP's async_save, coordinating over that group); returns its future."""
+def write_files(tmp: Path, trainer, background: bool = False, group=None):
+    """Every rank's files of a checkpoint into ``tmp`` (collective). ``background``: the model and
+    optimizer state is staged to CPU memory here and written by a thread (DCP's async_save,
+    coordinating over ``group``, None without a process group); returns its future."""
     strategy = trainer.strategy
     if strategy.is_global_zero:
         remove_entry(tmp)  # a link there (planted, or left) is removed, never written through
@@ -162,12 +167,10 @@ def write_files(tmp: Path, trainer, background_group=False):
     state["callbacks"] = trainer.sharded_callback_state()
     future = None
     with _single_process_ok():
-        if background_group is False:
-            _dcp().save(state, checkpoint_id=str(tmp))
+        if background:
+            future = _dcp().async_save(state, checkpoint_id=str(tmp), process_group=group, no_dist=group is None)
         else:
-            future = _dcp().async_save(
-                state, checkpoint_id=str(tmp), process_group=background_group, no_dist=background_group is None
-            )
+            _dcp().save(state, checkpoint_id=str(tmp))
     torch.save(rng_state(), tmp / "rng" / f"{strategy.rank}.pt")
     torch.save(_buffers(trainer), tmp / "buffers" / f"{strategy.rank}.pt")
     if strategy.is_global_zero:
@@ -204,7 +207,7 @@ def link_checkpoint(src: Path, path: Path) -> None:
     """Make ``path`` the checkpoint ``src`` saved at this very step, without writing it again
     (rank 0): hard links to its files (a save never rewrites a file in place), then the same
     atomic rename as a save."""
-    tmp = path.parent / f".tmp-{path.name}"
+    tmp = staging_dir(path)
     remove_entry(tmp)
     shutil.copytree(src, tmp, copy_function=_link_or_copy)
     _commit(tmp, path)

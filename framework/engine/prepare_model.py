@@ -33,16 +33,17 @@ def prepare_model(
             log.info(
                 "Activation checkpointing: %d submodules recompute in backward (%s)",
                 len(names),
-                ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""),
+                _some(names),
             )
     if training and config.compile:
         from framework.engine.compiling import compile_model
 
         compiled = compile_model(model, config.compile)  # in place: parameter names stay the same
         if strategy.is_global_zero and config.compile == "blocks":
-            log.info(
-                "Compiling %d blocks (%s)",
-                len(compiled),
-                ", ".join(compiled[:8]) + (", ..." if len(compiled) > 8 else ""),
-            )
+            log.info("Compiling %d blocks (%s)", len(compiled), _some(compiled))
     return strategy.setup(precision.convert_module(model), optimizer_factory)
+
+
+def _some(names: list[str]) -> str:
+    """The first few of many module names, for a log line."""
+    return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
