@@ -13,22 +13,26 @@ from dataclasses import dataclass
 from framework.config.environment import RankEnv
 
 
+# The mesh's dimensions, outermost first (torchtitan's names and order): the stages of one pipeline
+# are farthest apart, a tensor-parallel group's ranks are neighbours (r, r + 1, ...).
+MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "tp")
+
+
 @dataclass(frozen=True)
 class Topology:
     """``num_nodes`` x ``processes_per_node`` processes, each driving ``devices_per_process``
-    devices (DataParallel and ddp2 drive several from one process). The processes form a mesh
-    (pipeline, data-parallel replicate, data-parallel shard, tensor-parallel), the pipeline factor
-    outermost and the tensor-parallel one innermost: ranks r and r+1 of a ``tensor_parallel``-way
-    group hold parts of one model and see the same batch, as do the stages of one pipeline, so the
-    data-parallel size excludes both factors. hsdp arranges the data-parallel ranks as
-    ``replicate`` groups of ``shard`` ranks."""
+    devices (DataParallel and ddp2 drive several from one process). The processes form one mesh
+    of parallel degrees, ``pp x dp_replicate x dp_shard x tp`` = the world size: ranks of one
+    ``tp`` group hold parts of one model and see the same batch, as do the stages of one
+    pipeline, so the data-parallel size excludes both; hsdp arranges the data-parallel ranks as
+    ``dp_replicate`` groups of ``dp_shard`` ranks. ``dp_shard`` is what the others leave."""
 
     num_nodes: int = 1
     processes_per_node: int = 1
     devices_per_process: int = 1
-    replicate: int = 1
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
+    dp_replicate: int = 1
+    tp: int = 1
+    pp: int = 1
 
     @property
     def world_size(self) -> int:
@@ -37,25 +41,46 @@ class Topology:
     @property
     def data_parallel_size(self) -> int:
         """How many ways the global batch is split across processes."""
-        return self.world_size // (self.tensor_parallel * self.pipeline_parallel)
+        return self.world_size // (self.tp * self.pp)
 
     @property
-    def shard(self) -> int:
+    def dp_shard(self) -> int:
         """Data-parallel ranks that shard one replica (hsdp; all of them otherwise)."""
-        return self.data_parallel_size // self.replicate
+        return self.data_parallel_size // self.dp_replicate
+
+    @property
+    def degrees(self) -> dict[str, int]:
+        """Every degree by its mesh name, outermost first."""
+        return {name: getattr(self, name) for name in MESH_ORDER}
 
     def data_parallel_rank(self, rank: int) -> int:
         """Which share of the batch the process ``rank`` trains on (its tensor-parallel group's,
         the same in every pipeline stage)."""
-        return rank // self.tensor_parallel % self.data_parallel_size
+        return rank // self.tp % self.data_parallel_size
 
     def describe(self) -> str:
-        """Every factor, for messages: 'replicate(1) x shard(2) x tensor_parallel(2) = 4 ranks'."""
-        pipeline = f"pipeline({self.pipeline_parallel}) x " if self.pipeline_parallel > 1 else ""
-        return (
-            f"{pipeline}replicate({self.replicate}) x shard({self.shard}) x tensor_parallel({self.tensor_parallel})"
-            f" = {self.world_size} rank(s)"
-        )
+        """Every degree, for messages: 'pp(1) x dp_replicate(1) x dp_shard(2) x tp(2) = 4 rank(s)'."""
+        factors = " x ".join(f"{name}({degree})" for name, degree in self.degrees.items())
+        return f"{factors} = {self.world_size} rank(s)"
+
+    @property
+    def dp_dims(self) -> tuple[str, ...]:
+        """The mesh dimensions FSDP shards over: (dp_replicate, dp_shard) is HSDP, dp_shard alone FSDP."""
+        return ("dp_replicate", "dp_shard") if self.dp_replicate > 1 else ("dp_shard",)
+
+    def build_mesh(self, device_type: str, *needed: str):
+        """The job's one device mesh: a dimension for each degree above 1 and for each ``needed``
+        one (a strategy's own, of size 1 where the others take every rank). Strategies take their
+        sub-meshes by name (``mesh["tp"]``, ``mesh[topology.dp_dims]``); every process calls this."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        unknown = set(needed) - set(MESH_ORDER)
+        if unknown:
+            raise ValueError(f"mesh dimensions {sorted(unknown)}: valid ones are {', '.join(MESH_ORDER)}")
+        if self.dp_replicate > 1:
+            needed += ("dp_shard",)  # dp_dims names both
+        dims = {name: degree for name, degree in self.degrees.items() if degree > 1 or name in needed}
+        return init_device_mesh(device_type, tuple(dims.values()), mesh_dim_names=tuple(dims))
 
 
 def launch_problems(topology: Topology, strategy: str, launched: RankEnv | None, spawns: bool) -> list[str]:
@@ -87,8 +112,8 @@ def batch_problems(topology: Topology, batch_size) -> list[str]:
     dp = topology.data_parallel_size
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size % dp == 0:
         return []
-    tp = f" / tensor_parallel({topology.tensor_parallel})" if topology.tensor_parallel > 1 else ""
-    tp += f" / pipeline stages({topology.pipeline_parallel})" if topology.pipeline_parallel > 1 else ""
+    tp = f" / tensor_parallel({topology.tp})" if topology.tp > 1 else ""
+    tp += f" / pipeline stages({topology.pp})" if topology.pp > 1 else ""
     return [
         f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
         f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}{tp}); "

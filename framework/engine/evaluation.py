@@ -82,7 +82,7 @@ class EvaluationPasses:
         parts = gather_object(concat_outputs(outputs))
         t = self.strategy.topology
         return (
-            interleave(parts[: t.data_parallel_size * t.tensor_parallel : t.tensor_parallel])
+            interleave(parts[: t.data_parallel_size * t.tp : t.tp])
             if trainer.is_global_zero
             else None
         )

@@ -133,7 +133,7 @@ def layout_bytes(
     dp = topology.data_parallel_size
     if dp not in activations:
         activations[dp] = activation_bytes(cfg, batch // dp, model)
-    acts = activations[dp] if activations[dp] is None else activations[dp] / topology.tensor_parallel
+    acts = activations[dp] if activations[dp] is None else activations[dp] / topology.tp
     figures = {"model_state_bytes_per_rank": state, "activation_bytes_per_rank": acts}
     if cls.name == "pp":
         figures.update(_pipeline_figures(options, topology, acts))
@@ -162,7 +162,7 @@ def _pipeline_options(cfg: DictConfig) -> dict:
 
 def _pipeline_figures(options, topology, acts: Optional[float]) -> dict:
     """The first stage's activations (its share of the micro-batches in flight) and the bubble."""
-    ranks, micro = topology.pipeline_parallel, microbatches_per_batch(options, topology)
+    ranks, micro = topology.pp, microbatches_per_batch(options, topology)
     in_flight = microbatches_in_flight(options.schedule, ranks, micro)
     return {
         "activation_bytes_per_rank": None if acts is None else acts / ranks * in_flight / micro,

@@ -90,7 +90,7 @@ def _parameters(strategy: Strategy, model) -> int:
     a pipeline's stages are summed (one rank of each: the first pipeline's)."""
     counts = all_gather_object(sum(whole_numel(p) for p in model.parameters()))
     t = strategy.topology
-    return sum(counts[s * t.data_parallel_size * t.tensor_parallel] for s in range(t.pipeline_parallel))
+    return sum(counts[s * t.data_parallel_size * t.tp] for s in range(t.pp))
 
 
 def _pipeline(strategy: Strategy) -> dict | None:

@@ -155,6 +155,11 @@ class Strategy:
         """Wrap or shard ``model`` (already on this rank's device) for this strategy."""
         return model
 
+    def mesh(self, *needed: str):
+        """The job's device mesh (``Topology.build_mesh``), with the dimensions this strategy
+        takes by name even at size 1; called once, in ``parallelize``."""
+        return self.topology.build_mesh(self.device.type, *needed)
+
     def build_optimizer(self, model: nn.Module, optimizer_factory: Callable) -> torch.optim.Optimizer:
         """The optimizer partial completed with the wrapped model's parameters (sharded ones for FSDP)."""
         return optimizer_factory(self.optimizer_params(model, optimizer_factory))

@@ -93,12 +93,12 @@ class FSDPSharding:
     def predict_model_state_bytes(
         cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
     ) -> float:
-        return (8 + optimizer_bytes) * params / topology.shard
+        return (8 + optimizer_bytes) * params / topology.dp_shard
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         # The optimizer is then built over the sharded (DTensor) parameters: each rank keeps
         # optimizer state for its shard only.
-        return apply_fsdp(model, self.mesh(), self.options)
+        return apply_fsdp(model, self.mesh("dp_shard")[self.topology.dp_dims], self.options)
 
     @contextlib.contextmanager
     def no_sync(self, model: nn.Module):
@@ -113,8 +113,3 @@ class FSDPSharding:
 class FSDPStrategy(FSDPSharding, Strategy):
     name = "fsdp"
     schema = FSDPConfig
-
-    def mesh(self):
-        from torch.distributed.device_mesh import init_device_mesh
-
-        return init_device_mesh(self.device.type, (self.env.world_size,), mesh_dim_names=("shard",))

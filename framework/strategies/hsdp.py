@@ -37,11 +37,4 @@ class HSDPStrategy(FSDPSharding, Strategy):
                 f"{world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose factors "
                 f"whose product is {world}, or -1 to infer one"
             )
-        return Topology(num_nodes=num_nodes, processes_per_node=devices, replicate=replicate)
-
-    def mesh(self):
-        from torch.distributed.device_mesh import init_device_mesh
-
-        return init_device_mesh(
-            self.device.type, (self.topology.replicate, self.topology.shard), mesh_dim_names=("replicate", "shard")
-        )
+        return Topology(num_nodes=num_nodes, processes_per_node=devices, dp_replicate=replicate)

@@ -2,7 +2,7 @@
 into ``strategy.stages`` stages, one per rank of a pipeline; a training step is the schedule's
 (GPipe or 1F1B over ``strategy.microbatches`` micro-batches, times the accumulation window); with
 more ranks than stages, the pipelines are replicas, their stages sharded by FSDP2 over the mesh's
-data-parallel dimension (pp x fsdp, the mesh (pipeline, data_parallel)).
+data-parallel dimension (pp x fsdp: the mesh (pp, dp_shard); pp x ddp: (pp, dp_replicate)).
 
 The strategy owns a training step's forward and backward (``owns_training_step``): the engine
 hands it the micro-batches and the task's loss, and gets back each micro-batch's loss, taken on
@@ -62,7 +62,7 @@ def _stages(options: PPConfig, world: int) -> int:
 
 
 class PipelineStrategy(Strategy):
-    """Pipelines of ``stages / stages_per_rank`` ranks each (``topology.pipeline_parallel``), as many
+    """Pipelines of ``stages / stages_per_rank`` ranks each (``topology.pp``), as many
     as the world holds: FSDP2 or DDP across them, tensor parallelism within each stage."""
 
     name = "pp"
@@ -90,9 +90,9 @@ class PipelineStrategy(Strategy):
                 f"(trainer.devices={devices} x trainer.num_nodes={num_nodes}); the ranks form pipelines of "
                 "that many ranks, each stage on one rank or one tensor-parallel group"
             )
-        return Topology(
-            num_nodes=num_nodes, processes_per_node=devices, pipeline_parallel=stages // per_rank, tensor_parallel=tp
-        )
+        pp = stages // per_rank
+        replicate = world // (pp * tp) if options.data_parallel == "ddp" else 1  # DDP replicates, FSDP shards
+        return Topology(num_nodes=num_nodes, processes_per_node=devices, dp_replicate=replicate, tp=tp, pp=pp)
 
     @classmethod
     def check(cls, topology: Topology, options: PPConfig, accelerator: str) -> list[str]:
@@ -127,45 +127,35 @@ class PipelineStrategy(Strategy):
     ) -> float:
         """The largest stage's parameters (the whole model / stages without one; ``params`` alone
         for a rank's stage), sharded over the pipelines."""
-        largest = params / topology.pipeline_parallel
+        largest = params / topology.pp
         if model is not None and getattr(model, "pipeline_stage_units", None):  # a rank's stage: its own
             largest = params
         elif model is not None and options is not None:
-            p = topology.pipeline_parallel
+            p = topology.pp
             units = stage_units(model, p * options.stages_per_rank, list(options.split_points))
             largest = max(_stage_parameters(model, [u for s in units[r::p] for u in s]) for r in range(p))
         return (8 + optimizer_bytes) * largest / topology.data_parallel_size
 
-    def mesh(self):
-        from torch.distributed.device_mesh import init_device_mesh
-
-        t = self.topology
-        return init_device_mesh(
-            self.device.type,
-            (t.pipeline_parallel, t.data_parallel_size, t.tensor_parallel),
-            mesh_dim_names=("pp", "dp", "tp"),
-        )
-
     def parallelize(self, model: nn.Module) -> nn.Module:
         """Keep this rank's stages (one, or r, r + p, ... interleaved), split them across its
         tensor-parallel group, shard them across the pipelines (torchtitan's order: pp, tp, fsdp)."""
-        mesh, ranks, per_rank = self.mesh(), self.topology.pipeline_parallel, self.options.stages_per_rank
+        mesh, ranks, per_rank = self.mesh("pp", "dp_shard"), self.topology.pp, self.options.stages_per_rank
         rank = mesh.get_local_rank("pp")
         units = stage_units(model, ranks * per_rank, list(self.options.split_points))
         mine = [rank + v * ranks for v in range(per_rank)]
         keep_stage(model, [u for s in mine for u in units[s]])
-        if self.topology.tensor_parallel > 1:
+        if self.topology.tp > 1:
             apply_tp(model, mesh["tp"], self.options)
         replicated = self.topology.data_parallel_size > 1 and self.options.data_parallel == "ddp"
         if self.topology.data_parallel_size > 1 and not replicated:
-            apply_fsdp(model, mesh["dp"], self.options)
+            apply_fsdp(model, mesh["dp_shard"], self.options)
         self._schedules: dict[int, object] = {}
         self._timing = {"busy": 0.0, "wall": 0.0, "steps": 0}
         views = [stage_view(model, units[s]) for s in mine] if per_rank > 1 else [model]
         if replicated:  # the schedule's stage syncs a DDP module's gradients on the last micro-batch only
             from torch.nn.parallel import DistributedDataParallel
 
-            views = [DistributedDataParallel(model, process_group=mesh["dp"].get_group())]
+            views = [DistributedDataParallel(model, process_group=mesh["dp_replicate"].get_group())]
         return PipelinedModel(model, views, rank, ranks, mesh["pp"].get_group(), self.device)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
@@ -241,7 +231,7 @@ class PipelineStrategy(Strategy):
         training steps after the first that its stage spent outside forward and backward)."""
         t, micro = self._timing, microbatches_per_batch(self.options, self.topology)
         measured = 1 - t["busy"] / t["wall"] if t["wall"] > 0 else None
-        ranks, per_rank = self.topology.pipeline_parallel, self.options.stages_per_rank
+        ranks, per_rank = self.topology.pp, self.options.stages_per_rank
         return {
             "stages": ranks * per_rank,
             "ranks": ranks,

@@ -16,7 +16,7 @@ def pipeline_problems(model: nn.Module, options, topology: Topology, container: 
     problems = splittable_problems(model)
     if problems:
         return problems
-    stages = topology.pipeline_parallel * options.stages_per_rank
+    stages = topology.pp * options.stages_per_rank
     try:
         problems += _stage_forward_problems(model, stage_units(model, stages, list(options.split_points)), container)
     except ValueError as err:
@@ -27,7 +27,7 @@ def pipeline_problems(model: nn.Module, options, topology: Topology, container: 
             f"{key}: a tied embedding and output head sit in the first and last stage; "
             f"a pipeline cannot share one weight between two ranks; set {key}=false"
         )
-    if topology.tensor_parallel > 1:
+    if topology.tp > 1:
         from framework.strategies.tensor_parallel import plan_problems
 
         problems += plan_problems(model, options, topology, container)
@@ -46,10 +46,10 @@ def _batch_problems(options, topology: Topology, container: dict) -> list[str]:
             f"(datamodule.batch_size={batch} / {topology.data_parallel_size} pipeline(s)); choose a divisor of "
             f"{per_rank}"
         ]
-    if options.schedule == "interleaved_1f1b" and micro % topology.pipeline_parallel:
+    if options.schedule == "interleaved_1f1b" and micro % topology.pp:
         return [
             f"strategy.microbatches: interleaved_1f1b runs rounds of one micro-batch per rank; {micro} is no "
-            f"multiple of the pipeline's {topology.pipeline_parallel} ranks"
+            f"multiple of the pipeline's {topology.pp} ranks"
         ]
     return []
 

@@ -22,4 +22,4 @@ def microbatches_in_flight(schedule: str, stages: int, microbatches: int) -> int
 
 def microbatches_per_batch(options, topology: Topology) -> int:
     """Micro-batches per batch: strategy.microbatches, else one per rank of the pipeline."""
-    return options.microbatches or topology.pipeline_parallel
+    return options.microbatches or topology.pp

@@ -73,7 +73,7 @@ def apply_tp(model: nn.Module, tp_mesh, options) -> nn.Module:
 def plan_problems(model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
     """Before any process starts: the model has a plan (its own or the config's), every pattern of
     the config's matches a module, and the model's own sizes fit the tensor-parallel degree."""
-    tp, name = topology.tensor_parallel, options.name
+    tp, name = topology.tp, options.name
     if options.plan is None and not callable(getattr(model, "parallelize_plan", None)):
         return [
             f"strategy={name}: {type(model).__name__} has no tensor-parallel plan: give it a method "
@@ -122,7 +122,7 @@ class TensorParallelStrategy(Strategy):
 
     @classmethod
     def make_topology(cls, devices: int, num_nodes: int, options: TPConfig) -> Topology:
-        return Topology(num_nodes=num_nodes, processes_per_node=devices, tensor_parallel=devices * num_nodes)
+        return Topology(num_nodes=num_nodes, processes_per_node=devices, tp=devices * num_nodes)
 
     @classmethod
     def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
@@ -134,15 +134,10 @@ class TensorParallelStrategy(Strategy):
     ) -> float:
         """The parameters the plan of ``model`` splits are 1/TP per rank; the rest (norms) whole."""
         split = split_parameters(model, options) if model is not None and options is not None else params
-        return (8 + optimizer_bytes) * ((params - split) + split / topology.tensor_parallel)
-
-    def mesh(self):
-        from torch.distributed.device_mesh import init_device_mesh
-
-        return init_device_mesh(self.device.type, (self.topology.tensor_parallel,), mesh_dim_names=("tp",))
+        return (8 + optimizer_bytes) * ((params - split) + split / topology.tp)
 
     def parallelize(self, model: nn.Module) -> nn.Module:
-        return apply_tp(model, self.mesh(), self.options)
+        return apply_tp(model, self.mesh("tp")["tp"], self.options)
 
 
 class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
@@ -162,7 +157,7 @@ class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
                 f"world size {world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose "
                 f"factors whose product divides {world}"
             )
-        return Topology(num_nodes=num_nodes, processes_per_node=devices, replicate=replicate, tensor_parallel=tp)
+        return Topology(num_nodes=num_nodes, processes_per_node=devices, dp_replicate=replicate, tp=tp)
 
     @classmethod
     def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
@@ -173,21 +168,10 @@ class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
         cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
     ) -> float:
         per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
-        return per_tp / topology.shard
-
-    def mesh(self):
-        from torch.distributed.device_mesh import init_device_mesh
-
-        t = self.topology
-        return init_device_mesh(
-            self.device.type,
-            (t.replicate, t.shard, t.tensor_parallel),
-            mesh_dim_names=("dp_replicate", "dp_shard", "tp"),
-        )
+        return per_tp / topology.dp_shard
 
     def parallelize(self, model: nn.Module) -> nn.Module:
-        mesh = self.mesh()
+        mesh = self.mesh("dp_shard", "tp")
         apply_tp(model, mesh["tp"], self.options)
-        # FSDP over the data-parallel dimensions: (replicate, shard) is HSDP, (shard) alone FSDP
-        dp = mesh["dp_replicate", "dp_shard"] if self.topology.replicate > 1 else mesh["dp_shard"]
-        return apply_fsdp(model, dp, self.options)
+        # FSDP over the data-parallel dimensions: (dp_replicate, dp_shard) is HSDP, dp_shard alone FSDP
+        return apply_fsdp(model, mesh[self.topology.dp_dims], self.options)
