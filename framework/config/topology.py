@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from framework.config.environment import RankEnv
 
-
 # The mesh's dimensions, outermost first (torchtitan's names and order): the stages of one pipeline
 # are farthest apart, a tensor-parallel group's ranks are neighbours (r, r + 1, ...).
 MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "tp")

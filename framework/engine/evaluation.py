@@ -81,11 +81,7 @@ class EvaluationPasses:
         # stages of a pipeline, predicted alike (the first stage's ranks come first, in the mesh)
         parts = gather_object(concat_outputs(outputs))
         t = self.strategy.topology
-        return (
-            interleave(parts[: t.data_parallel_size * t.tp : t.tp])
-            if trainer.is_global_zero
-            else None
-        )
+        return interleave(parts[: t.data_parallel_size * t.tp : t.tp]) if trainer.is_global_zero else None
 
     def _predict_step(self, model, batch):
         with self.precision.autocast():

@@ -123,13 +123,18 @@ def check_compile_blocks(container: dict) -> list[str]:
     """``trainer.compile=blocks`` runs with data parallelism, FSDP and pipelines; with tensor
     parallelism, this torch's compiled blocks hand DTensor's backward plain gradients on the CPU
     ("'Tensor' object has no attribute '_local_tensor'", seen with and without sequence
-    parallelism): refused before start rather than failing in the ranks."""
+    parallelism): refused before start rather than failing in the ranks. A model without blocks
+    is refused before start too."""
+    from framework.engine.compiling import blocks_problem
+
     strategy = container.get("strategy") or {}
     if (container.get("trainer") or {}).get("compile") != "blocks":
         return []
     tensor_parallel = strategy.get("name") in ("tp", "fsdp_tp") or (strategy.get("tensor_parallel") or 1) > 1
     if not tensor_parallel:
-        return []
+        model = meta_model(container) if isinstance(container.get("model"), dict) else None
+        problem = blocks_problem(model) if model is not None else None
+        return [problem] if problem else []
     return [
         "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, or "
         "strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients in backward; use "

@@ -253,10 +253,11 @@ def check_strategy_on_model(container: dict) -> list[str]:
 
 def check_rank_start(container: dict) -> list[str]:
     """Local ranks that can start from here: classes defined in a notebook reach forked ranks only,
-    and a fork cannot use CUDA once this process initialised it."""
+    and a fork cannot use CUDA once this process initialised it, nor autograd once its threads started."""
     import torch
 
     from framework.config.environment import detect_environment
+    from framework.launch.fork_probe import autograd_survives_fork
     from framework.launch.main_module import forks_ranks, interactive_main, needs_main
     from framework.strategies import resolve
 
@@ -279,5 +280,12 @@ def check_rank_start(container: dict) -> list[str]:
             "tensor or call before fit), and a forked process cannot use CUDA; restart the kernel and call "
             "fit before anything touches CUDA, or move the classes of _target_: __main__... into a module "
             "file and use strategy=ddp"
+        ]
+    if forks_ranks(container, cls.launcher) and not autograd_survives_fork():
+        return [
+            f"{name}: its ranks are forks of this process, whose autograd has started threads already (a "
+            "compiled model's backward ran here: trainer.compile), and a forked process cannot run backward "
+            "then; restart the kernel and run this fit before any compiled one, or move the classes of "
+            "_target_: __main__... into a module file and use strategy=ddp"
         ]
     return []

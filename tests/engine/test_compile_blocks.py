@@ -45,6 +45,24 @@ def test_a_model_without_blocks_is_named_with_the_way_out():
     assert isinstance(model, GPT) and torch.is_tensor(model.tok_embeddings.weight)
 
 
+class _Block(nn.Linear):
+    pass
+
+
+class _Stack(nn.Sequential):
+    block_classes = (_Block,)  # the classes themselves, as a user writes them, or their names
+
+
+def test_a_models_blocks_may_be_named_by_their_classes():
+    assert compile_model(_Stack(_Block(2, 2), nn.ReLU(), _Block(2, 2)), "blocks") == ["0", "2"]
+
+
+def test_a_model_without_blocks_is_refused_before_start():
+    with pytest.raises(ConfigError) as err:
+        preflight(compose(["experiment=digits_mlp", "trainer.compile=blocks"]))
+    assert any(p.startswith("trainer.compile=blocks: MLP declares no blocks") for p in err.value.problems), err.value
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "layout",
