@@ -65,9 +65,9 @@ def test_the_mesh_has_the_degrees_above_one_and_the_needed_ones(one_rank_group):
 def test_one_mesh_constructor_in_the_framework():
     """Every strategy that shards takes its mesh from Topology.build_mesh, none builds its own."""
     builders = [
-        f"{path.relative_to(ROOT)}:{n}"
+        str(path.relative_to(ROOT))
         for path in sorted((ROOT / "framework").rglob("*.py"))
-        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for line in path.read_text().splitlines()
         if re.search(r"\binit_device_mesh\(|\bDeviceMesh\(", line)
     ]
-    assert builders == ["framework/config/topology.py:83"], builders
+    assert builders == ["framework/config/topology.py"], builders
