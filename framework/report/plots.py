@@ -7,6 +7,20 @@ from pathlib import Path
 from framework.report.compare import train_losses
 
 
+def warm_up() -> None:
+    """Import matplotlib and draw a throwaway figure (its fonts loaded), ahead of ``plots``: a packed
+    sweep does it on a device its last jobs leave idle, so the report does not wait for it after them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure = plt.figure()
+    figure.add_subplot().plot([0, 1], [0, 1], label="warm-up")
+    figure.canvas.draw()
+    plt.close(figure)
+
+
 def plots(sweep_dir: Path, rows: list[dict]) -> list[Path]:
     """throughput.png, memory.png and loss_curves.png in ``sweep_dir``; returns their paths."""
     import matplotlib

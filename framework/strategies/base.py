@@ -16,6 +16,7 @@ a schema extending ``StrategyConfig`` if it has options, selected by
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Callable
 
 import torch
@@ -27,6 +28,8 @@ from framework.config.topology import Topology
 from framework.data.sampler import ShardedSampler
 from framework.strategies.collectives import is_distributed
 from framework.strategies.process_group import join_process_group, leave_process_group
+
+log = logging.getLogger(__name__)
 
 
 def device_for(accelerator: str, local_rank: int) -> torch.device:
@@ -158,7 +161,9 @@ class Strategy:
     def mesh(self, *needed: str):
         """The job's device mesh (``Topology.build_mesh``), with the dimensions this strategy
         takes by name even at size 1; called once, in ``parallelize``."""
-        return self.topology.build_mesh(self.device.type, *needed)
+        mesh = self.topology.build_mesh(self.device.type, *needed)
+        log.info("Device mesh %s: %s", dict(zip(mesh.mesh_dim_names, mesh.shape)), self.topology.describe())
+        return mesh
 
     def build_optimizer(self, model: nn.Module, optimizer_factory: Callable) -> torch.optim.Optimizer:
         """The optimizer partial completed with the wrapped model's parameters (sharded ones for FSDP)."""

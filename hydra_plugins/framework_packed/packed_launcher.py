@@ -106,6 +106,7 @@ class _PackedRun:
         self.returns: dict[int, JobReturn] = {}
         self.records: dict[int, dict] = {}
         self.signum: Optional[int] = None
+        self.warmed = False  # the report's plotting loaded ahead of it
 
     def all(self, configs: list) -> list[JobReturn]:
         waiting = largest_first(
@@ -118,6 +119,8 @@ class _PackedRun:
                     for job, devices in self.devices.next_jobs(waiting):
                         self._start(configs[job.index], job, devices)
                 self._wait_for_one()
+                if not waiting and self.running and not self.warmed and self.devices.free:
+                    self._warm_report()
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -161,6 +164,16 @@ class _PackedRun:
                     RuntimeError(f"the job's process ended with exit code {process.exitcode} before it answered"),
                 )
             )
+
+    def _warm_report(self) -> None:
+        """The last jobs run and a device is idle: load the report's plotting now, not after them."""
+        from framework.report.plots import warm_up
+
+        self.warmed = True
+        try:
+            warm_up()
+        except Exception as err:  # noqa: BLE001 - the report itself says what went wrong, if anything does
+            log.debug("warming the report's plots failed: %s", err)
 
     def _stop(self, signum, frame) -> None:
         """Every running job gets the signal (a copy of one the process group had counts as the same stop)."""
