@@ -14,7 +14,7 @@ from framework.config.ranges import Range, check_arguments
 from framework.engine.background_save import PendingSave, checkpoint_group
 from framework.engine.checkpoint import link_checkpoint, save_checkpoint
 from framework.engine.checkpoint_files import remove_entry, remove_leftovers
-from framework.strategies.collectives import barrier
+from framework.strategies.comm.collectives import barrier
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from framework.config.ranges import Range, check_arguments
-from framework.strategies.collectives import all_reduce
+from framework.strategies.comm.collectives import all_reduce
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -40,7 +40,7 @@ from framework.engine.checkpoint_files import (
     write_manifest,
 )
 from framework.engine.safe_load import UntrustedCheckpoint, dcp_planner, dcp_reader, load_file, read_dcp_metadata
-from framework.strategies.collectives import barrier
+from framework.strategies.comm.collectives import barrier
 
 __all__ = [
     "CheckpointError",

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from framework.engine.data_loaders import RankLoaders, batch_size_of, limit_batches
-from framework.strategies.collectives import all_reduce, gather_object
+from framework.strategies.comm.collectives import all_reduce, gather_object
 
 
 class EvaluationPasses:

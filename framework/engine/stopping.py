@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from framework.strategies.collectives import all_reduce, all_reduce_async, is_distributed
+from framework.strategies.comm.collectives import all_reduce, all_reduce_async, is_distributed
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from framework.engine.scheduler import SchedulerSpec
 from framework.engine.stopping import Stopping, unlimited
 from framework.engine.training_step import TrainingStep
 from framework.strategies.base import Strategy
-from framework.strategies.collectives import all_reduce
+from framework.strategies.comm.collectives import all_reduce
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
 from framework.engine.memory import optimizer_state_bytes
 from framework.strategies import STRATEGIES
-from framework.strategies.pipeline_schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
+from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
 
 COMPARED = ("ddp", "zero", "fsdp")
 # With a model that has a tensor-parallel plan: tp over every device, fsdp_tp with groups of 2.

@@ -16,7 +16,7 @@ from framework.engine import signals
 from framework.engine.checkpoint import save_checkpoint
 from framework.engine.checkpoint_files import saved_step
 from framework.engine.trainer import Trainer
-from framework.strategies.collectives import broadcast_object
+from framework.strategies.comm.collectives import broadcast_object
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from framework.engine.memory import optimizer_state_bytes, whole_numel
 from framework.engine.results import job_record, peak_memory_bytes, throughput
 from framework.engine.trainer import Trainer
 from framework.strategies import Strategy
-from framework.strategies.collectives import all_gather_object
+from framework.strategies.comm.collectives import all_gather_object
 
 
 def flatten(node: dict, prefix: str = "") -> dict:

@@ -30,7 +30,7 @@ from framework.rank.results import collect, job_fields
 from framework.rank.stages import run_stages
 from framework.rank.strategy_probe import choose_strategy
 from framework.strategies import Strategy, build_strategy
-from framework.strategies.collectives import broadcast_object, is_distributed
+from framework.strategies.comm.collectives import broadcast_object, is_distributed
 
 log = logging.getLogger(__name__)
 

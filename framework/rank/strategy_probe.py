@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.config.environment import RankEnv
 from framework.rank.benchmark_repeats import fit_quietly
 from framework.strategies import build_strategy
-from framework.strategies.collectives import all_gather_object
+from framework.strategies.comm.collectives import all_gather_object
 
 log = logging.getLogger(__name__)
 

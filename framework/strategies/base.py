@@ -4,7 +4,7 @@ A strategy decides how a job's processes are laid out (``make_topology``), wraps
 model (``parallelize``), builds the optimizer over what it wrapped, takes the optimizer
 step, supplies the data sampler and the checkpoint state. It is the only place that knows
 about parallelism: the engine runs one loop for all of them. The collectives are plain
-functions (``framework.strategies.collectives``), the process group too (``process_group``).
+functions (``framework.strategies.comm.collectives``), the process group too (``process_group``).
 
 A strategy of your own: a subclass of ``Strategy`` (one level: no strategy inherits from
 another; shared behaviour lives in functions and in the mixins of ddp.py and fsdp.py), with
@@ -26,8 +26,8 @@ from framework.config.environment import RankEnv
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.data.sampler import ShardedSampler
-from framework.strategies.collectives import is_distributed
-from framework.strategies.process_group import join_process_group, leave_process_group
+from framework.strategies.comm.collectives import is_distributed
+from framework.strategies.comm.process_group import join_process_group, leave_process_group
 
 log = logging.getLogger(__name__)
 

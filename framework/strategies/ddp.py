@@ -13,7 +13,7 @@ from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
-from framework.strategies.comm import gradient_allreduce_bytes
+from framework.strategies.comm.bytes import gradient_allreduce_bytes
 
 
 @dataclass

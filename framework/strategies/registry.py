@@ -15,12 +15,12 @@ from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
 from framework.strategies.ddp_fork import DDPForkStrategy, DDPNotebookStrategy
 from framework.strategies.ddp_spawn import DDPSpawnStrategy
-from framework.strategies.deepspeed_zero import DeepSpeedStrategy
+from framework.strategies.deepspeed.zero import DeepSpeedStrategy
 from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
-from framework.strategies.horovod import HorovodStrategy
+from framework.strategies.horovod.strategy import HorovodStrategy
 from framework.strategies.hsdp import HSDPStrategy
-from framework.strategies.pipeline import PipelineStrategy
+from framework.strategies.pipeline.strategy import PipelineStrategy
 from framework.strategies.single import SingleDeviceStrategy
 from framework.strategies.tensor_parallel import FSDPTensorParallelStrategy, TensorParallelStrategy
 from framework.strategies.zero import ZeroStrategy

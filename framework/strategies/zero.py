@@ -14,7 +14,7 @@ from torch import nn
 
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
-from framework.strategies.collectives import broadcast_object
+from framework.strategies.comm.collectives import broadcast_object
 from framework.strategies.ddp import DDPWrapping
 
 

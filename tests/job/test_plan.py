@@ -39,7 +39,7 @@ def test_the_plan_runs_on_the_built_in_transformer(capsys, monkeypatch):
 
 
 def test_gpipe_holds_every_micro_batch_and_1f1b_one_per_stage():
-    from framework.strategies.pipeline_schedule import microbatches_in_flight
+    from framework.strategies.pipeline.schedule import microbatches_in_flight
 
     assert microbatches_in_flight("gpipe", 2, 8) == 8 and microbatches_in_flight("1f1b", 2, 8) == 2
     assert microbatches_in_flight("1f1b", 4, 2) == 2

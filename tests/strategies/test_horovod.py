@@ -8,7 +8,7 @@ import torch
 from framework import compose, fit
 from framework.config import ConfigError
 from framework.job.preflight import preflight
-from framework.strategies.adasum import adasum_pair, adasum_tree
+from framework.strategies.horovod.adasum import adasum_pair, adasum_tree
 from tests.helpers.configs import BASE, train_losses
 
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from framework.config.ranges import ranged
 from framework.strategies import Strategy, StrategyConfig
-from framework.strategies.collectives import all_reduce
+from framework.strategies.comm.collectives import all_reduce
 
 
 @dataclass

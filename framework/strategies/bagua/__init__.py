@@ -32,7 +32,7 @@ from framework.strategies.bagua.algorithms import SYNCHRONOUS
 from framework.strategies.bagua.async_average import AsyncModelAverage
 from framework.strategies.bagua.qadam import QAdam
 from framework.strategies.base import Strategy
-from framework.strategies.comm import broadcast_model
+from framework.strategies.comm.bytes import broadcast_model
 
 ALGORITHMS = {**SYNCHRONOUS, "async": AsyncModelAverage}
 

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from framework.strategies.bagua.quantize import dequantize, quantize
 from framework.strategies.bagua.reduce import allreduce_average, bytegrad_average, hierarchical_average
-from framework.strategies.comm import allgather_bytes, flat, unflatten_into
+from framework.strategies.comm.bytes import allgather_bytes, flat, unflatten_into
 
 
 class Algorithm:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from framework.strategies.bagua.algorithms import Algorithm
 from framework.strategies.bagua.reduce import allreduce_average
-from framework.strategies.comm import allreduce_bytes, flat, unflatten_into
+from framework.strategies.comm.bytes import allreduce_bytes, flat, unflatten_into
 
 
 class AsyncModelAverage(Algorithm):

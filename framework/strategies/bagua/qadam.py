@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from framework.strategies.bagua.reduce import bytegrad_average
-from framework.strategies.comm import flat, unflatten_into
+from framework.strategies.comm.bytes import flat, unflatten_into
 
 
 class QAdam(torch.optim.Optimizer):

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from framework.strategies.bagua.quantize import dequantize, quantize
-from framework.strategies.comm import allgather_bytes, allreduce_bytes, alltoall_bytes
+from framework.strategies.comm.bytes import allgather_bytes, allreduce_bytes, alltoall_bytes
 
 
 def allreduce_average(buffer: torch.Tensor, world: int) -> float:

@@ -25,10 +25,10 @@ from framework.config.ranges import ranged
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
 from framework.strategies.fsdp import FSDPConfig, apply_fsdp
-from framework.strategies.pipeline_forward import PipelinedModel
-from framework.strategies.pipeline_schedule import bubble_fraction, microbatches_per_batch
-from framework.strategies.pipeline_split import keep_stage, stage_units, stage_view
-from framework.strategies.pipeline_state import load_stage_checkpoint_state, stage_checkpoint_state
+from framework.strategies.pipeline.forward import PipelinedModel
+from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_per_batch
+from framework.strategies.pipeline.split import keep_stage, stage_units, stage_view
+from framework.strategies.pipeline.state import load_stage_checkpoint_state, stage_checkpoint_state
 from framework.strategies.tensor_parallel import apply_tp
 
 SCHEDULES = ("gpipe", "1f1b")  # one stage per rank; interleaved_1f1b runs stages_per_rank
@@ -117,7 +117,7 @@ class PipelineStrategy(Strategy):
 
     @classmethod
     def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
-        from framework.strategies.pipeline_checks import pipeline_problems
+        from framework.strategies.pipeline.checks import pipeline_problems
 
         return pipeline_problems(model, options, topology, container)
 

@@ -10,7 +10,7 @@ locally and the last one reduces the sum. ``op``: average, sum, or adasum (Adasu
 combination, power-of-two world sizes); ``compression: fp16`` sends half the bytes. The model
 is not wrapped: its parameter names and checkpoints are those of single device.
 
-``backend: horovod`` uses the real horovod.torch instead (``horovod_backend``), launched with
+``backend: horovod`` uses the real horovod.torch instead (``horovod/library.py``), launched with
 ``horovodrun``; ``native`` (the default) needs nothing but torch.
 """
 
@@ -28,10 +28,8 @@ from framework.config.environment import detect_environment
 from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
-from framework.strategies import horovod_backend
-from framework.strategies.adasum import adasum_tree, is_power_of_two
 from framework.strategies.base import Strategy
-from framework.strategies.comm import (
+from framework.strategies.comm.bytes import (
     allgather_bytes,
     allreduce_bytes,
     broadcast_model,
@@ -39,6 +37,8 @@ from framework.strategies.comm import (
     gradient_allreduce_bytes,
     unflatten_into,
 )
+from framework.strategies.horovod import library as horovod_backend
+from framework.strategies.horovod.adasum import adasum_tree, is_power_of_two
 
 
 @dataclass

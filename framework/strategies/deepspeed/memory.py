@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from framework.strategies.deepspeed_state import flat_partitions
+from framework.strategies.deepspeed.state import flat_partitions
 
 
 def held_bytes(tensors) -> int:

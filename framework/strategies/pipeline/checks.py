@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from framework.config.topology import Topology
-from framework.strategies.pipeline_schedule import microbatches_per_batch
-from framework.strategies.pipeline_split import SPLITTABLE, keep_stage, splittable_problems, stage_units
+from framework.strategies.pipeline.schedule import microbatches_per_batch
+from framework.strategies.pipeline.split import SPLITTABLE, keep_stage, splittable_problems, stage_units
 
 
 def pipeline_problems(model: nn.Module, options, topology: Topology, container: dict) -> list[str]:

@@ -21,10 +21,10 @@ from torch import nn
 
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
-from framework.strategies.deepspeed_config import DeepSpeedOptions, deepspeed_config
-from framework.strategies.deepspeed_library import INSTALL, deepspeed_missing, forget_process_groups, quiet_import
-from framework.strategies.deepspeed_memory import gradient_bytes, model_state_bytes
-from framework.strategies.deepspeed_state import (
+from framework.strategies.deepspeed.config import DeepSpeedOptions, deepspeed_config
+from framework.strategies.deepspeed.library import INSTALL, deepspeed_missing, forget_process_groups, quiet_import
+from framework.strategies.deepspeed.memory import gradient_bytes, model_state_bytes
+from framework.strategies.deepspeed.state import (
     gathered,
     load_model_state,
     load_optimizer_state,

@@ -1,0 +1,2 @@
+"""Pipeline parallelism (strategy=pp, pp/fsdp, pp/ddp): the strategy, its split into stages, its
+schedules, checks and state."""
