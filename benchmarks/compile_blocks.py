@@ -20,6 +20,8 @@ import logging
 import statistics
 import tempfile
 
+from timed_run import TIMED_RUN
+
 from framework import compose, fit
 
 BATCH, SEQ = 16, 128
@@ -27,14 +29,8 @@ RUN = [
     "experiment=gpt_text",
     f"datamodule.batch_size={BATCH}",
     f"datamodule.seq_len={SEQ}",
-    "trainer.limit_val_batches=0",
-    "test=false",
-    "predict=false",
-    "logger=none",
-    "callbacks=none",
-    "trainer.enable_progress_bar=false",
+    *TIMED_RUN,
     "trainer.accelerator=cpu",
-    "trainer.max_epochs=1",
 ]
 MODES = {"eager": "false", "whole": "true", "blocks": "blocks"}
 

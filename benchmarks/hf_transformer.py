@@ -23,6 +23,7 @@ import tempfile
 
 import torch
 from hand_loop import median_step_time
+from timed_run import TIMED_RUN
 from torch.utils.data import DataLoader
 
 from framework import compose, fit
@@ -56,14 +57,8 @@ def engine_tokens_per_s(path: str, steps: int, device: str, out: str) -> float:
         f"datamodule.batch_size={BATCH}",
         f"datamodule.seq_len={SEQ}",
         "trainer.gradient_clip_val=null",
-        "trainer.limit_val_batches=0",
-        "test=false",
-        "predict=false",
-        "logger=none",
-        "callbacks=none",
-        "trainer.enable_progress_bar=false",
+        *TIMED_RUN,
         f"trainer.accelerator={device}",
-        "trainer.max_epochs=1",
         f"trainer.max_steps={steps}",
     ]
     results = fit(compose(run), output_dir=out)

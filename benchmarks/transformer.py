@@ -26,6 +26,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 from hand_loop import median_step_time
+from timed_run import TIMED_RUN
 from torch.utils.data import DataLoader
 
 from framework import compose, fit
@@ -37,14 +38,8 @@ RUN = [
     "datamodule.batch_size=16",
     "datamodule.seq_len=128",
     "trainer.gradient_clip_val=null",
-    "trainer.limit_val_batches=0",
-    "test=false",
-    "predict=false",
-    "logger=none",
-    "callbacks=none",
-    "trainer.enable_progress_bar=false",
+    *TIMED_RUN,
     "trainer.accelerator=cpu",
-    "trainer.max_epochs=1",
 ]
 
 

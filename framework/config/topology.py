@@ -69,15 +69,14 @@ class Topology:
 
     def build_mesh(self, device_type: str, *needed: str):
         """The job's one device mesh: a dimension for each degree above 1 and for each ``needed``
-        one (a strategy's own, of size 1 where the others take every rank). Strategies take their
-        sub-meshes by name (``mesh["tp"]``, ``mesh[topology.dp_dims]``); every process calls this."""
+        one (a strategy's own, of size 1 where the others take every rank; FSDP's is dp_shard, which
+        ``dp_dims`` always names). Strategies take their sub-meshes by name (``mesh["tp"]``,
+        ``mesh[topology.dp_dims]``); every process calls this."""
         from torch.distributed.device_mesh import init_device_mesh
 
         unknown = set(needed) - set(MESH_ORDER)
         if unknown:
             raise ValueError(f"mesh dimensions {sorted(unknown)}: valid ones are {', '.join(MESH_ORDER)}")
-        if self.dp_replicate > 1:
-            needed += ("dp_shard",)  # dp_dims names both
         dims = {name: degree for name, degree in self.degrees.items() if degree > 1 or name in needed}
         return init_device_mesh(device_type, tuple(dims.values()), mesh_dim_names=tuple(dims))
 

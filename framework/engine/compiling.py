@@ -41,10 +41,9 @@ def compile_model(model: nn.Module, how) -> list[str]:
     if how is True:
         model.compile()
         return [""]
-    problem = blocks_problem(model)
-    if problem:
-        raise ValueError(problem)
     blocks = model_blocks(model)
+    if not blocks:
+        raise ValueError(blocks_problem(model))
     for _, module in blocks:
         # the block's forward, not its __call__: the hooks strategies put on a block (FSDP's
         # all-gather, tensor parallelism's redistributions) stay outside the compiled code

@@ -130,16 +130,15 @@ def check_compile_blocks(container: dict) -> list[str]:
     strategy = container.get("strategy") or {}
     if (container.get("trainer") or {}).get("compile") != "blocks":
         return []
-    tensor_parallel = strategy.get("name") in ("tp", "fsdp_tp") or (strategy.get("tensor_parallel") or 1) > 1
-    if not tensor_parallel:
-        model = meta_model(container) if isinstance(container.get("model"), dict) else None
-        problem = blocks_problem(model) if model is not None else None
-        return [problem] if problem else []
-    return [
-        "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, or "
-        "strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients in backward; use "
-        "trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
-    ]
+    if strategy.get("name") in ("tp", "fsdp_tp") or (strategy.get("tensor_parallel") or 1) > 1:
+        return [
+            "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, or "
+            "strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients in backward; use "
+            "trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
+        ]
+    model = meta_model(container) if isinstance(container.get("model"), dict) else None
+    problem = blocks_problem(model) if model is not None else None
+    return [problem] if problem else []
 
 
 def check_prepared_tokenizer(container: dict) -> list[str]:
