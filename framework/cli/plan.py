@@ -44,6 +44,13 @@ def main() -> None:
     _print_pipeline(rows, width)
 
 
+# Layouts whose ranks hold a part of each activation: (row label, strategy row, how)
+SPLIT_ACTIVATIONS = [
+    ("tp act.", "tp", "sequence parallelism splits them across the group"),
+    ("cp act.", "parallel/cp", "each rank holds its part of every sequence (cp 2, the rest data parallel)"),
+]
+
+
 def _print_activations(cfg, rows: list[dict], width: int) -> None:
     """The activations a training forward keeps per rank, when the input shape is known."""
     from framework.job.plan import COMPARED
@@ -62,13 +69,11 @@ def _print_activations(cfg, rows: list[dict], width: int) -> None:
             + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"
             + (f", checkpointing {checkpointed}" if checkpointed else "")
         )
-        split = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == "tp"]
-        if split:
-            print(
-                f"{'tp act.':<{width}} "
-                + " ".join(f"{a / 2**20:>12.2f} MiB" for a in split)
-                + "   estimated: sequence parallelism splits them across the group"
-            )
+        for label, strategy, note in SPLIT_ACTIVATIONS:
+            split = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == strategy]
+            if split:
+                cells = " ".join(f"{a / 2**20:>12.2f} MiB" if a is not None else f"{'-':>16}" for a in split)
+                print(f"{label:<{width}} {cells}   estimated: {note}")
 
 
 def print_choice(cfg) -> int:

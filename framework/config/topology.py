@@ -13,18 +13,20 @@ from dataclasses import dataclass
 from framework.config.environment import RankEnv
 
 # The mesh's dimensions, outermost first (torchtitan's names and order): the stages of one pipeline
-# are farthest apart, a tensor-parallel group's ranks are neighbours (r, r + 1, ...).
-MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "tp")
+# are farthest apart, a tensor-parallel group's ranks are neighbours (r, r + 1, ...), a context-parallel
+# group's next to them (they exchange keys and values in every attention layer).
+MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
 
 @dataclass(frozen=True)
 class Topology:
     """``num_nodes`` x ``processes_per_node`` processes, each driving ``devices_per_process``
     devices (DataParallel and ddp2 drive several from one process). The processes form one mesh
-    of parallel degrees, ``pp x dp_replicate x dp_shard x tp`` = the world size: ranks of one
+    of parallel degrees, ``pp x dp_replicate x dp_shard x cp x tp`` = the world size: ranks of one
     ``tp`` group hold parts of one model and see the same batch, as do the stages of one
-    pipeline, so the data-parallel size excludes both; hsdp arranges the data-parallel ranks as
-    ``dp_replicate`` groups of ``dp_shard`` ranks. ``dp_shard`` is what the others leave."""
+    pipeline, and the ranks of one ``cp`` group see the same samples, each a part of their
+    sequence, so the data-parallel size excludes all three; hsdp arranges the data-parallel ranks
+    as ``dp_replicate`` groups of ``dp_shard`` ranks. ``dp_shard`` is what the others leave."""
 
     num_nodes: int = 1
     processes_per_node: int = 1
@@ -32,6 +34,7 @@ class Topology:
     dp_replicate: int = 1
     tp: int = 1
     pp: int = 1
+    cp: int = 1
 
     @property
     def world_size(self) -> int:
@@ -40,7 +43,7 @@ class Topology:
     @property
     def data_parallel_size(self) -> int:
         """How many ways the global batch is split across processes."""
-        return self.world_size // (self.tp * self.pp)
+        return self.world_size // (self.tp * self.pp * self.cp)
 
     @property
     def dp_shard(self) -> int:
@@ -53,12 +56,16 @@ class Topology:
         return {name: getattr(self, name) for name in MESH_ORDER}
 
     def data_parallel_rank(self, rank: int) -> int:
-        """Which share of the batch the process ``rank`` trains on (its tensor-parallel group's,
-        the same in every pipeline stage)."""
-        return rank // self.tp % self.data_parallel_size
+        """Which share of the batch the process ``rank`` trains on (its tensor- and context-parallel
+        groups', the same in every pipeline stage)."""
+        return rank // (self.tp * self.cp) % self.data_parallel_size
+
+    def context_parallel_rank(self, rank: int) -> int:
+        """Which part of each sequence the process ``rank`` holds."""
+        return rank // self.tp % self.cp
 
     def describe(self) -> str:
-        """Every degree, for messages: 'pp(1) x dp_replicate(1) x dp_shard(2) x tp(2) = 4 rank(s)'."""
+        """Every degree, for messages: 'pp(1) x dp_replicate(1) x dp_shard(2) x cp(1) x tp(2) = 4 rank(s)'."""
         factors = " x ".join(f"{name}({degree})" for name, degree in self.degrees.items())
         return f"{factors} = {self.world_size} rank(s)"
 
@@ -112,6 +119,7 @@ def batch_problems(topology: Topology, batch_size) -> list[str]:
         return []
     tp = f" / tensor_parallel({topology.tp})" if topology.tp > 1 else ""
     tp += f" / pipeline stages({topology.pp})" if topology.pp > 1 else ""
+    tp += f" / context_parallel({topology.cp})" if topology.cp > 1 else ""
     return [
         f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
         f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}{tp}); "

@@ -77,11 +77,12 @@ class EvaluationPasses:
             for _ in range(batches - limit):  # lockstep forwards on a stand-in sample, results discarded
                 self._predict_step(model, self.loaders.stand_in_batch(loader))
         model.train(was_training)
-        # one copy of each data-parallel rank's outputs: the ranks of a tensor-parallel group, and the
-        # stages of a pipeline, predicted alike (the first stage's ranks come first, in the mesh)
+        # one copy of each data-parallel rank's outputs: the ranks of a tensor- or context-parallel group,
+        # and the stages of a pipeline, predicted alike (the first stage's ranks come first, in the mesh)
         parts = gather_object(concat_outputs(outputs))
         t = self.strategy.topology
-        return interleave(parts[: t.data_parallel_size * t.tp : t.tp]) if trainer.is_global_zero else None
+        group = t.tp * t.cp
+        return interleave(parts[: t.data_parallel_size * group : group]) if trainer.is_global_zero else None
 
     def _predict_step(self, model, batch):
         with self.precision.autocast():
@@ -109,8 +110,8 @@ class EvaluationPasses:
             if i >= limit:
                 break
             batch = self.loaders.on_device(raw)  # (the last one run stands in for the lockstep forwards)
-            with self.precision.autocast():
-                loss, metrics = self.task.step(model, batch, stage)
+            with self.precision.autocast(), self.strategy.step_context(model, batch) as local:
+                loss, metrics = self.task.step(model, local, stage)
             size = batch_size_of(batch)
             self._names.setdefault(stage, ["loss", *metrics])
             values = torch.stack([loss.float(), *(m.float() for m in metrics.values())]) * size
@@ -137,6 +138,7 @@ class EvaluationPasses:
             batch = self.loaders.stand_in_batch(loader)
             repeats = max(repeats, 1)
         for _ in range(repeats):
-            with self.precision.autocast(), self.epoch_metrics.paused() if self.epoch_metrics else self._null:
-                _, metrics = self.task.step(model, batch, stage)
+            paused = self.epoch_metrics.paused() if self.epoch_metrics else self._null
+            with self.precision.autocast(), paused, self.strategy.step_context(model, batch) as local:
+                _, metrics = self.task.step(model, local, stage)
             self._names.setdefault(stage, ["loss", *metrics])

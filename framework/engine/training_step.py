@@ -32,9 +32,10 @@ class TrainingStep:
         for i in range(size):
             self.current_batch = batch = self.on_device(next(batches))
             # Only the last micro-batch of an accumulation window all-reduces gradients.
-            with self._null if i == size - 1 else self.strategy.no_sync(model):
+            sync = self._null if i == size - 1 else self.strategy.no_sync(model)
+            with sync, self.strategy.step_context(model, batch) as local:
                 with self.precision.autocast():
-                    loss, metrics = self.task.step(model, batch, "train")
+                    loss, metrics = self.task.step(model, local, "train")
                 self.strategy.backward(model, loss / accum if accum > 1 else loss, self.precision)
             loss = loss.detach()
             step_loss = loss if step_loss is None else step_loss + loss

@@ -35,6 +35,8 @@ from framework.strategies.pipeline.schedule import bubble_fraction, microbatches
 COMPARED = ("ddp", "zero", "fsdp")
 # With a model that has a tensor-parallel plan: tp over every device, fsdp_tp with groups of 2.
 TENSOR_PARALLEL = {"tp": {}, "fsdp_tp": {"tensor_parallel": 2}}
+# With a model that declares its position tables and a sequence: each sequence split across 2 ranks.
+CONTEXT_PARALLEL = {"parallel/cp": ("parallel", {"cp": 2})}
 
 
 def meta_model(cfg: DictConfig) -> torch.nn.Module:
@@ -88,14 +90,17 @@ def plan_problems(cfg: DictConfig) -> list[str]:
 def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     """Per-rank model-state and activation bytes of each compared strategy on each device count
     (one node; the global batch split across the data-parallel ranks). Tensor parallelism with
-    sequence parallelism splits every activation across its group: estimated as the data-parallel
-    rank's activations / tensor_parallel. A layout a device count cannot make has None."""
+    sequence parallelism splits every activation across its group, context parallelism every
+    sequence: estimated as the data-parallel rank's activations / (tp x cp). A layout a device
+    count cannot make has None."""
     model = meta_model(cfg)
     params = sum(p.numel() for p in model.parameters())
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
     layouts = {name: (name, {}) for name in COMPARED}
     if callable(getattr(model, "parallelize_plan", None)):
         layouts.update({name: (name, extra) for name, extra in TENSOR_PARALLEL.items()})
+    if hasattr(model, "context_parallel_buffers") and OmegaConf.select(cfg, "datamodule.seq_len", default=None):
+        layouts.update(CONTEXT_PARALLEL)
     if getattr(model, "pipeline_splittable", False):
         layouts["pp"] = ("pp", _pipeline_options(cfg))
     layouts.update(_deepspeed_layouts(cfg))
@@ -133,7 +138,8 @@ def layout_bytes(
     dp = topology.data_parallel_size
     if dp not in activations:
         activations[dp] = activation_bytes(cfg, batch // dp, model)
-    acts = activations[dp] if activations[dp] is None else activations[dp] / topology.tp
+    # tensor (sequence) and context parallelism split each activation across their groups
+    acts = activations[dp] if activations[dp] is None else activations[dp] / (topology.tp * topology.cp)
     figures = {"model_state_bytes_per_rank": state, "activation_bytes_per_rank": acts}
     if cls.name == "pp":
         figures.update(_pipeline_figures(options, topology, acts))

@@ -117,6 +117,8 @@ class GPT(nn.Module):
     """``forward(tokens [batch, seq]) -> logits [batch, seq, vocab_size]``."""
 
     block_classes = ("Block",)  # what trainer.compile=blocks compiles one by one
+    # indexed by position: context parallelism starts them at each rank's part of the sequence
+    context_parallel_buffers = ("rope_cos", "rope_sin")
 
     argument_ranges = {
         "vocab_size": Range(low=1),

@@ -43,6 +43,7 @@ def job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
     return {
         **job_record(container, strategy.name, strategy.world_size),
         "accelerator": strategy.accelerator,
+        "degrees": strategy.topology.degrees,
         "placement": placement,
     }
 

@@ -47,6 +47,13 @@ def strategy_label(name, overrides: dict):
     return chosen if name and chosen.startswith(f"{name}/") else name
 
 
+def degrees_label(degrees) -> str | None:
+    """The layout's degrees above 1, outermost first: 'dp_shard 2 x cp 2' (None: not recorded)."""
+    if not degrees:
+        return None
+    return " x ".join(f"{name} {degree}" for name, degree in degrees.items() if degree > 1) or "1"
+
+
 def collect(sweep_dir: Path) -> list[dict]:
     """One row per job directory of ``sweep_dir``, compared with each other."""
     rows = []
@@ -101,6 +108,7 @@ def _row(name: str, r: dict) -> dict:
         "strategy": strategy_label(r.get("strategy"), overrides),
         "devices": r.get("devices"),
         "world_size": r.get("world_size"),
+        "degrees": degrees_label(r.get("degrees")),
         "status": r.get("status"),
         "accelerator": r.get("accelerator"),
         **_throughput(r.get("throughput") or {}),
@@ -116,6 +124,7 @@ def _row(name: str, r: dict) -> dict:
         "reason": r.get("error") or r.get("reason") or "",
         # not columns: what the comparison groups and the timing section use
         "overrides": overrides,
+        "degrees_by_name": r.get("degrees"),
         "job_time_s": hydra_job.get("time_s"),
         "started_at": hydra_job.get("started_at"),
         "fit_time_s": r.get("fit_time_s"),

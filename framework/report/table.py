@@ -100,6 +100,8 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
 def _columns(rows: list[dict], params: list[str]) -> tuple[list[str], int]:
     """The report's columns for these rows, and where the CSV-only columns go (after throughput)."""
     columns = COLUMNS[:1] + params + COLUMNS[1:] + metric_columns(rows) + LAST_COLUMNS
+    if any(beyond_data_parallel(row.get("degrees_by_name")) for row in rows):
+        columns.insert(columns.index("world_size") + 1, "degrees")
     at = columns.index("samples_per_s") + 1
     if any(row.get("tokens_per_s") for row in rows):  # language models: tokens/s beside samples/s
         columns.insert(at, "tokens_per_s")
@@ -108,6 +110,11 @@ def _columns(rows: list[dict], params: list[str]) -> tuple[list[str], int]:
         after = columns.index("predicted_model_state_bytes") + 1
         columns[after:after] = ["bubble_predicted", "bubble_measured"]
     return columns, at
+
+
+def beyond_data_parallel(degrees) -> bool:
+    """A layout with a degree above 1 other than dp_shard (hsdp, tp, cp, pp ...)."""
+    return any(degree > 1 and name != "dp_shard" for name, degree in (degrees or {}).items())
 
 
 def footnotes(rows: list[dict]) -> list[str]:

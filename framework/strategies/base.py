@@ -209,6 +209,12 @@ class Strategy:
             drop_last_multiple,
         )
 
+    @contextlib.contextmanager
+    def step_context(self, model: nn.Module, batch):
+        """Context for one micro-batch's forward and backward (an evaluation's forward): yields the
+        batch this rank runs (context parallelism: its part of each sequence); by default ``batch``."""
+        yield batch
+
     def no_sync(self, model: nn.Module):
         """Context for micro-batches that must not all-reduce gradients (accumulation)."""
         return contextlib.nullcontext()

@@ -20,6 +20,7 @@ from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
 from framework.strategies.horovod.strategy import HorovodStrategy
 from framework.strategies.hsdp import HSDPStrategy
+from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.pipeline.strategy import PipelineStrategy
 from framework.strategies.single import SingleDeviceStrategy
 from framework.strategies.tensor_parallel import FSDPTensorParallelStrategy, TensorParallelStrategy
@@ -42,6 +43,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
         BaguaStrategy,
         TensorParallelStrategy,
         FSDPTensorParallelStrategy,
+        ParallelStrategy,
         PipelineStrategy,
         DeepSpeedStrategy,
     )

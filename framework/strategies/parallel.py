@@ -1,0 +1,141 @@
+"""``strategy=parallel``: any product of degrees on the job's one mesh, ``dp_replicate x dp_shard x
+cp x tp`` = the world size (torchtitan's ``ParallelDims``).
+
+One parallelize order, torchtitan's: tensor/sequence parallel within each ``tp`` group (the model's
+plan), context parallel (nothing to wrap: each step runs on the rank's part of the sequences,
+``strategies/context_parallel.py``), then FSDP2 over the data-parallel ranks with the context-
+parallel ones folded in (``dp_shard x cp`` flattened, HSDP across ``dp_replicate``): parameters are
+replicated across a context-parallel group, so its gradients are averaged there as across data-
+parallel ranks. Activation checkpointing and compile come before, in the engine (prepare_model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from torch import nn
+
+from framework.config.ranges import ranged
+from framework.config.topology import Topology
+from framework.strategies.base import Strategy
+from framework.strategies.context_parallel import context_parallel
+from framework.strategies.fsdp import FSDPConfig, FSDPSharding, apply_fsdp
+from framework.strategies.tensor_parallel import TensorParallelStrategy, apply_tp, plan_problems
+
+
+@dataclass
+class ParallelConfig(FSDPConfig):
+    name: str = "parallel"
+    dp_replicate: int = ranged(1, low=1)  # HSDP: replicas of the sharded model
+    dp_shard: int = ranged(-1, low=-1)  # ranks that shard one replica; -1: what the other degrees leave
+    cp: int = ranged(1, low=1)  # context parallel: ranks that split each sequence
+    tp: int = ranged(1, low=1)  # tensor parallel: ranks that split each layer (the innermost dimension)
+    sequence_parallel: bool = True  # as strategy=tp's
+    plan: Optional[dict] = None  # as strategy=tp's
+
+
+def degrees_of(options: ParallelConfig, world: int) -> dict[str, int]:
+    """The degrees of ``options`` on ``world`` ranks, dp_shard inferred where it is -1; ValueError
+    naming every factor when they do not multiply to the world size."""
+    fixed = options.dp_replicate * options.cp * options.tp
+    shard = options.dp_shard
+    if shard == -1 and fixed > 0 and world % fixed == 0:
+        shard = world // fixed
+    if shard < 1 or fixed < 1 or fixed * shard != world:
+        factors = " x ".join(f"strategy.{k}({getattr(options, k)})" for k in ("dp_replicate", "dp_shard", "cp", "tp"))
+        raise ValueError(
+            f"{factors} cannot make world size {world}; choose degrees whose product is {world} "
+            "(dp_shard=-1 takes what the others leave)"
+        )
+    return {"dp_replicate": options.dp_replicate, "dp_shard": shard, "cp": options.cp, "tp": options.tp}
+
+
+def context_parallel_problems(model: nn.Module, topology: Topology, container: dict) -> list[str]:
+    """Before start: the sequence splits evenly, the model declares its position tables, and nothing
+    the run asks for needs the whole sequence in one rank."""
+    cp = topology.cp
+    datamodule, trainer = container.get("datamodule") or {}, container.get("trainer") or {}
+    seq_len = datamodule.get("seq_len")
+    problems = []
+    if not isinstance(seq_len, int):
+        problems.append(f"strategy.cp: context parallelism ({cp}) splits each sequence; this datamodule has no seq_len")
+    elif seq_len % cp:
+        problems.append(
+            f"datamodule.seq_len: {seq_len} is not divisible by the context-parallel degree strategy.cp={cp}"
+        )
+    if not hasattr(model, "context_parallel_buffers"):
+        problems.append(
+            f"strategy.cp: {type(model).__name__} declares no context_parallel_buffers: name the buffers indexed by "
+            "position (a tuple of names, () for none) so each rank's part of the sequence gets its positions"
+        )
+    if datamodule.get("document_boundaries"):
+        problems.append(
+            "datamodule.document_boundaries: attention within documents needs a mask over the whole sequence, which "
+            "context parallelism does not gather; set document_boundaries=false, or strategy.cp=1"
+        )
+    if trainer.get("compile"):
+        problems.append(
+            f"trainer.compile: {trainer['compile']!r} with context parallelism is not supported (its attention is "
+            "swapped in at run time); set trainer.compile=false, or strategy.cp=1"
+        )
+    return problems
+
+
+class ParallelStrategy(FSDPSharding, Strategy):
+    """Tensor parallel, then context parallel, then FSDP2/HSDP over ``dp_shard x cp``."""
+
+    name = "parallel"
+    schema = ParallelConfig
+    builds_on_meta = True
+
+    @classmethod
+    def make_topology(cls, devices: int, num_nodes: int, options: ParallelConfig) -> Topology:
+        d = degrees_of(options, devices * num_nodes)
+        return Topology(
+            num_nodes=num_nodes, processes_per_node=devices, dp_replicate=d["dp_replicate"], cp=d["cp"], tp=d["tp"]
+        )
+
+    @classmethod
+    def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+        problems = []
+        if topology.tp > 1:
+            # sequence parallelism splits each rank's part of the sequence again
+            seq_len = (container.get("datamodule") or {}).get("seq_len")
+            local = {
+                **container,
+                "datamodule": {"seq_len": seq_len // topology.cp if isinstance(seq_len, int) else None},
+            }
+            problems += plan_problems(model, options, topology, local)
+        if topology.cp > 1:
+            problems += context_parallel_problems(model, topology, container)
+        return problems
+
+    @classmethod
+    def predict_model_state_bytes(
+        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
+        per_tp = (8 + optimizer_bytes) * params
+        if topology.tp > 1:
+            per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
+        return per_tp / (topology.dp_shard * topology.cp)
+
+    def parallelize(self, model: nn.Module) -> nn.Module:
+        mesh = self.mesh("dp_shard")
+        if self.topology.tp > 1:
+            apply_tp(model, mesh["tp"], self.options)
+        self._cp_group = mesh["cp"].get_group() if self.topology.cp > 1 else None
+        return apply_fsdp(model, self._data_parallel_mesh(mesh), self.options)
+
+    def _data_parallel_mesh(self, mesh):
+        """FSDP's mesh: dp_shard, or dp_shard x cp flattened (the gradients of a context-parallel
+        group's replicas are averaged too); with dp_replicate > 1 HSDP's two dimensions."""
+        if self.topology.cp == 1:
+            return mesh[self.topology.dp_dims]
+        flat = mesh[("dp_shard", "cp")]._flatten("dp_shard_cp")
+        return mesh[("dp_replicate", "dp_shard_cp")] if self.topology.dp_replicate > 1 else flat
+
+    def step_context(self, model: nn.Module, batch):
+        if self.topology.cp == 1:
+            return super().step_context(model, batch)
+        return context_parallel(self.unwrap(model), batch, self._cp_group)
