@@ -15,18 +15,20 @@ from framework.config.environment import RankEnv
 # The mesh's dimensions, outermost first (torchtitan's names and order): the stages of one pipeline
 # are farthest apart, a tensor-parallel group's ranks are neighbours (r, r + 1, ...), a context-parallel
 # group's next to them (they exchange keys and values in every attention layer).
-MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+# An expert-parallel group's ranks are data-parallel ones (each routes its own tokens): inside dp_shard.
+MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "ep", "cp", "tp")
 
 
 @dataclass(frozen=True)
 class Topology:
     """``num_nodes`` x ``processes_per_node`` processes, each driving ``devices_per_process``
     devices (DataParallel and ddp2 drive several from one process). The processes form one mesh
-    of parallel degrees, ``pp x dp_replicate x dp_shard x cp x tp`` = the world size: ranks of one
+    of parallel degrees, ``pp x dp_replicate x dp_shard x ep x cp x tp`` = the world size: ranks of one
     ``tp`` group hold parts of one model and see the same batch, as do the stages of one
     pipeline, and the ranks of one ``cp`` group see the same samples, each a part of their
     sequence, so the data-parallel size excludes all three; hsdp arranges the data-parallel ranks
-    as ``dp_replicate`` groups of ``dp_shard`` ranks. ``dp_shard`` is what the others leave."""
+    as ``dp_replicate`` groups of ``dp_shard x ep`` ranks (an ``ep`` group's ranks train on different
+    samples and hold different experts). ``dp_shard`` is what the others leave."""
 
     num_nodes: int = 1
     processes_per_node: int = 1
@@ -35,6 +37,7 @@ class Topology:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    ep: int = 1
 
     @property
     def world_size(self) -> int:
@@ -47,8 +50,9 @@ class Topology:
 
     @property
     def dp_shard(self) -> int:
-        """Data-parallel ranks that shard one replica (hsdp; all of them otherwise)."""
-        return self.data_parallel_size // self.dp_replicate
+        """Data-parallel ranks that shard one replica (hsdp; all of them otherwise), beside the
+        expert-parallel ones."""
+        return self.data_parallel_size // (self.dp_replicate * self.ep)
 
     @property
     def degrees(self) -> dict[str, int]:
@@ -65,7 +69,7 @@ class Topology:
         return rank // self.tp % self.cp
 
     def describe(self) -> str:
-        """Every degree, for messages: 'pp(1) x dp_replicate(1) x dp_shard(2) x cp(1) x tp(2) = 4 rank(s)'."""
+        """Every degree, for messages: 'pp(1) x dp_replicate(1) x dp_shard(2) x ep(1) x cp(1) x tp(2) = 4 rank(s)'."""
         factors = " x ".join(f"{name}({degree})" for name, degree in self.degrees.items())
         return f"{factors} = {self.world_size} rank(s)"
 

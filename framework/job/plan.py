@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
 from framework.engine.memory import optimizer_state_bytes
+from framework.models.moe import GroupedExperts
 from framework.strategies import STRATEGIES
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
 
@@ -37,6 +38,8 @@ COMPARED = ("ddp", "zero", "fsdp")
 TENSOR_PARALLEL = {"tp": {}, "fsdp_tp": {"tensor_parallel": 2}}
 # With a model that declares its position tables and a sequence: each sequence split across 2 ranks.
 CONTEXT_PARALLEL = {"parallel/cp": ("parallel", {"cp": 2})}
+# With a mixture of experts: its experts split across 2 ranks.
+EXPERT_PARALLEL = {"parallel/ep": ("parallel", {"ep": 2})}
 
 
 def meta_model(cfg: DictConfig) -> torch.nn.Module:
@@ -101,6 +104,8 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
         layouts.update({name: (name, extra) for name, extra in TENSOR_PARALLEL.items()})
     if hasattr(model, "context_parallel_buffers") and OmegaConf.select(cfg, "datamodule.seq_len", default=None):
         layouts.update(CONTEXT_PARALLEL)
+    if any(isinstance(m, GroupedExperts) for m in model.modules()):
+        layouts.update(EXPERT_PARALLEL)
     if getattr(model, "pipeline_splittable", False):
         layouts["pp"] = ("pp", _pipeline_options(cfg))
     layouts.update(_deepspeed_layouts(cfg))

@@ -23,6 +23,8 @@ from torch import nn
 
 from framework.config.ranges import Range
 from framework.models.documents import document_mask
+from framework.models.moe import MoE
+from framework.models.swiglu import FeedForward
 
 
 class RMSNorm(nn.Module):
@@ -88,22 +90,22 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
-class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.w1, self.w3 = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
 class Block(nn.Module):
-    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, ffn_hidden: int, dropout: float, eps: float):
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        n_kv_heads: int,
+        ffn_hidden: int,
+        dropout: float,
+        eps: float,
+        experts: Optional[dict] = None,
+    ):
         super().__init__()
         self.attention_norm, self.ffn_norm = RMSNorm(dim, eps), RMSNorm(dim, eps)
         self.attention = Attention(dim, n_heads, n_kv_heads, dropout)
-        self.feed_forward = FeedForward(dim, ffn_hidden)
+        # experts: MoE's arguments (n_experts, top_k, ...): routed experts in place of the feed-forward
+        self.feed_forward = MoE(dim, ffn_hidden, **experts) if experts else FeedForward(dim, ffn_hidden)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -129,6 +131,10 @@ class GPT(nn.Module):
         "ffn_hidden": Range(low=1),
         "max_seq_len": Range(low=1),
         "dropout": Range(low=0, high=1, high_strict=True),
+        "n_experts": Range(low=0),
+        "top_k": Range(low=1),
+        "capacity_factor": Range(low=0, strict=True),
+        "aux_loss_weight": Range(low=0),
     }
 
     def __init__(
@@ -144,27 +150,32 @@ class GPT(nn.Module):
         tie_embeddings: bool = False,
         rope_theta: float = 10000.0,
         norm_eps: float = 1e-5,
+        n_experts: int = 0,
+        top_k: int = 2,
+        shared_expert: bool = False,
+        capacity_factor: Optional[float] = None,
+        aux_loss_weight: float = 0.01,
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
         ffn_hidden = ffn_hidden or 4 * dim
-        self.config = dict(
-            vocab_size=vocab_size,
-            dim=dim,
-            n_layers=n_layers,
-            n_heads=n_heads,
-            n_kv_heads=n_kv_heads,
-            ffn_hidden=ffn_hidden,
-            max_seq_len=max_seq_len,
-            tie_embeddings=tie_embeddings,
-        )
+        # n_experts > 0: a mixture of experts (framework/models/moe.py) in every block
+        experts = dict(n_experts=n_experts, top_k=top_k, shared_expert=shared_expert, capacity_factor=capacity_factor)
+        experts = experts if n_experts else None
+        self.aux_loss_weight = aux_loss_weight
+        self.aux_loss: Optional[torch.Tensor] = None  # the last training forward's, weighted
+        if experts:
+            self.pipeline_splittable = False  # its balancing loss counts every rank's tokens together
+        self.config = dict(vocab_size=vocab_size, dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads)
+        self.config.update(ffn_hidden=ffn_hidden, max_seq_len=max_seq_len, tie_embeddings=tie_embeddings)
+        self.config.update(n_experts=n_experts)
         self.rope_theta = rope_theta
         # (_weight: no init here, init_weights draws every weight; and a random op on the meta device
         # would import torch's compiler, seconds in a fresh rank)
         self.tok_embeddings = nn.Embedding(vocab_size, dim, _weight=torch.empty(vocab_size, dim))
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleDict(
-            {str(i): Block(dim, n_heads, n_kv_heads, ffn_hidden, dropout, norm_eps) for i in range(n_layers)}
+            {str(i): Block(dim, n_heads, n_kv_heads, ffn_hidden, dropout, norm_eps, experts) for i in range(n_layers)}
         )
         self.norm = RMSNorm(dim, norm_eps)
         self.output = nn.Linear(dim, vocab_size, bias=False)
@@ -176,10 +187,13 @@ class GPT(nn.Module):
             self.init_weights(torch.initial_seed())
 
     @classmethod
-    def check_config(cls, dim: int = 256, n_heads: int = 8, n_kv_heads: Optional[int] = None, **_) -> list[str]:
+    def check_config(cls, dim: int = 256, n_heads: int = 8, n_kv_heads: Optional[int] = None, **rest) -> list[str]:
         if not all(isinstance(v, int) and v > 0 for v in (dim, n_heads)):
             return []
         problems = [] if dim % n_heads == 0 else [f"dim: {dim} is not divisible by n_heads={n_heads}"]
+        n_experts, top_k = rest.get("n_experts", 0), rest.get("top_k", 2)
+        if isinstance(n_experts, int) and isinstance(top_k, int) and 0 < n_experts < top_k:
+            problems.append(f"top_k: {top_k} experts per token, but n_experts={n_experts}")
         kv = n_kv_heads or n_heads
         if isinstance(kv, int) and kv > 0 and n_heads % kv:
             problems.append(f"n_kv_heads: n_heads={n_heads} is not divisible by n_kv_heads={kv}")
@@ -190,6 +204,11 @@ class GPT(nn.Module):
         sequence length, when sequence parallelism splits it too)."""
         where = f"the tensor-parallel degree {tp} (strategy=tp on {tp} ranks, or fsdp_tp's strategy.tensor_parallel)"
         c = self.config
+        if c["n_experts"] and tp > 1:
+            return [
+                f"model.n_experts: a mixture of experts has no tensor-parallel plan here (tensor-parallel degree "
+                f"{tp}); split its experts with strategy.ep instead"
+            ]
         problems = [
             f"model.{key}: {c[key]} is not divisible by {where}"
             for key in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size")
@@ -229,7 +248,7 @@ class GPT(nn.Module):
             shape = param.shape
             if name.endswith("norm.weight"):
                 full = torch.ones(shape)
-            elif name.endswith(("wo.weight", "w2.weight")):  # residual projections, scaled by depth (GPT-2)
+            elif name.endswith(("wo.weight", "w2.weight", "experts.w2")):  # residual projections, scaled by depth
                 full = torch.randn(shape, generator=generator) * (std / math.sqrt(2 * self.config["n_layers"]))
             else:
                 full = torch.randn(shape, generator=generator) * std
@@ -248,6 +267,10 @@ class GPT(nn.Module):
             cos, sin, mask = cos[positions], sin[positions], document_mask(positions)
         for block in self.layers.values():
             h = block(h, cos, sin, mask=mask)
+        if self.config["n_experts"]:
+            self.aux_loss = self.aux_loss_weight * sum(
+                block.feed_forward.aux_loss for block in self.layers.values() if isinstance(block.feed_forward, MoE)
+            )
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
 
@@ -263,6 +286,8 @@ class GPT(nn.Module):
             SequenceParallel,
         )
 
+        if self.config["n_experts"]:
+            raise ValueError("model.n_experts: a mixture of experts has no tensor-parallel plan here")
         between = Shard(1) if sequence_parallel else Replicate()
         plan = {
             "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),

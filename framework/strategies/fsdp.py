@@ -33,8 +33,9 @@ class FSDPConfig(StrategyConfig):
     cpu_offload: bool = False  # parameters, gradients and optimizer state kept on the CPU
 
 
-def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig) -> nn.Module:
-    """Shard ``model`` in place over ``mesh`` (1-D: FSDP; 2-D (replicate, shard): HSDP).
+def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig, ignored: set | None = None) -> nn.Module:
+    """Shard ``model`` in place over ``mesh`` (1-D: FSDP; 2-D (replicate, shard): HSDP), but for the
+    ``ignored`` parameters (another parallelism's, already split).
 
     Order: the listed submodules first (innermost units), then the root, so each unit's
     parameters are gathered only while that unit runs.
@@ -47,6 +48,7 @@ def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig) -> nn.Module:
         "mesh": mesh,
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
         "offload_policy": CPUOffloadPolicy() if options.cpu_offload else OffloadPolicy(),
+        "ignored_params": ignored or None,
     }
     if param_dtype not in (None, torch.float32):
         # BatchNorm stays fp32 (as FSDP1 kept it): batch_norm will not mix low-precision

@@ -1,12 +1,15 @@
 """``strategy=parallel``: any product of degrees on the job's one mesh, ``dp_replicate x dp_shard x
-cp x tp`` = the world size (torchtitan's ``ParallelDims``).
+ep x cp x tp`` = the world size (torchtitan's ``ParallelDims``).
 
 One parallelize order, torchtitan's: tensor/sequence parallel within each ``tp`` group (the model's
 plan), context parallel (nothing to wrap: each step runs on the rank's part of the sequences,
 ``strategies/context_parallel.py``), then FSDP2 over the data-parallel ranks with the context-
 parallel ones folded in (``dp_shard x cp`` flattened, HSDP across ``dp_replicate``): parameters are
 replicated across a context-parallel group, so its gradients are averaged there as across data-
-parallel ranks. Activation checkpointing and compile come before, in the engine (prepare_model).
+parallel ranks. Expert parallel (``ep`` > 1, a mixture of experts): the experts split across each
+ep group (``strategies/expert_parallel.py``), FSDP then shards the rest across it and replicates
+it across the other data-parallel ranks. Activation checkpointing and compile come before, in the
+engine (prepare_model).
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ from framework.config.ranges import ranged
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
 from framework.strategies.context_parallel import context_parallel
+from framework.strategies.expert_parallel import (
+    apply_expert_parallel,
+    expert_parameters,
+    grouped_experts,
+    reduce_expert_gradients,
+)
 from framework.strategies.fsdp import FSDPConfig, FSDPSharding, apply_fsdp
 from framework.strategies.tensor_parallel import TensorParallelStrategy, apply_tp, plan_problems
 
@@ -29,6 +38,7 @@ class ParallelConfig(FSDPConfig):
     name: str = "parallel"
     dp_replicate: int = ranged(1, low=1)  # HSDP: replicas of the sharded model
     dp_shard: int = ranged(-1, low=-1)  # ranks that shard one replica; -1: what the other degrees leave
+    ep: int = ranged(1, low=1)  # expert parallel: data-parallel ranks that split each MoE layer's experts
     cp: int = ranged(1, low=1)  # context parallel: ranks that split each sequence
     tp: int = ranged(1, low=1)  # tensor parallel: ranks that split each layer (the innermost dimension)
     sequence_parallel: bool = True  # as strategy=tp's
@@ -38,17 +48,24 @@ class ParallelConfig(FSDPConfig):
 def degrees_of(options: ParallelConfig, world: int) -> dict[str, int]:
     """The degrees of ``options`` on ``world`` ranks, dp_shard inferred where it is -1; ValueError
     naming every factor when they do not multiply to the world size."""
-    fixed = options.dp_replicate * options.cp * options.tp
+    fixed = options.dp_replicate * options.ep * options.cp * options.tp
     shard = options.dp_shard
     if shard == -1 and fixed > 0 and world % fixed == 0:
         shard = world // fixed
     if shard < 1 or fixed < 1 or fixed * shard != world:
-        factors = " x ".join(f"strategy.{k}({getattr(options, k)})" for k in ("dp_replicate", "dp_shard", "cp", "tp"))
+        names = ("dp_replicate", "dp_shard", "ep", "cp", "tp")
+        factors = " x ".join(f"strategy.{k}({getattr(options, k)})" for k in names)
         raise ValueError(
             f"{factors} cannot make world size {world}; choose degrees whose product is {world} "
             "(dp_shard=-1 takes what the others leave)"
         )
-    return {"dp_replicate": options.dp_replicate, "dp_shard": shard, "cp": options.cp, "tp": options.tp}
+    return {
+        "dp_replicate": options.dp_replicate,
+        "dp_shard": shard,
+        "ep": options.ep,
+        "cp": options.cp,
+        "tp": options.tp,
+    }
 
 
 def context_parallel_problems(model: nn.Module, topology: Topology, container: dict) -> list[str]:
@@ -82,6 +99,21 @@ def context_parallel_problems(model: nn.Module, topology: Topology, container: d
     return problems
 
 
+def expert_parallel_problems(model: nn.Module, topology: Topology) -> list[str]:
+    """Before start: the model has experts, as many on each rank of an ep group."""
+    counts = {len(m.w1) for m in grouped_experts(model)}
+    if not counts:
+        return [
+            f"strategy.ep: expert parallelism ({topology.ep}) splits a mixture of experts' experts; "
+            f"{type(model).__name__} has none (model=gpt/moe has, or a model with n_experts > 0)"
+        ]
+    return [
+        f"model.n_experts: {n} experts do not divide across the expert-parallel degree strategy.ep={topology.ep}"
+        for n in sorted(counts)
+        if n % topology.ep
+    ]
+
+
 class ParallelStrategy(FSDPSharding, Strategy):
     """Tensor parallel, then context parallel, then FSDP2/HSDP over ``dp_shard x cp``."""
 
@@ -93,7 +125,12 @@ class ParallelStrategy(FSDPSharding, Strategy):
     def make_topology(cls, devices: int, num_nodes: int, options: ParallelConfig) -> Topology:
         d = degrees_of(options, devices * num_nodes)
         return Topology(
-            num_nodes=num_nodes, processes_per_node=devices, dp_replicate=d["dp_replicate"], cp=d["cp"], tp=d["tp"]
+            num_nodes=num_nodes,
+            processes_per_node=devices,
+            dp_replicate=d["dp_replicate"],
+            ep=d["ep"],
+            cp=d["cp"],
+            tp=d["tp"],
         )
 
     @classmethod
@@ -109,6 +146,8 @@ class ParallelStrategy(FSDPSharding, Strategy):
             problems += plan_problems(model, options, topology, local)
         if topology.cp > 1:
             problems += context_parallel_problems(model, topology, container)
+        if topology.ep > 1:
+            problems += expert_parallel_problems(model, topology)
         return problems
 
     @classmethod
@@ -116,16 +155,32 @@ class ParallelStrategy(FSDPSharding, Strategy):
         cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
     ) -> float:
         per_tp = (8 + optimizer_bytes) * params
+        if topology.ep > 1:  # everything sharded across an ep group, replicated across the rest
+            return per_tp / topology.ep
         if topology.tp > 1:
             per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
         return per_tp / (topology.dp_shard * topology.cp)
 
     def parallelize(self, model: nn.Module) -> nn.Module:
-        mesh = self.mesh("dp_shard")
-        if self.topology.tp > 1:
+        t = self.topology
+        mesh = self.mesh("dp_shard", *(("dp_replicate", "cp") if t.ep > 1 else ()))
+        if t.tp > 1:
             apply_tp(model, mesh["tp"], self.options)
-        self._cp_group = mesh["cp"].get_group() if self.topology.cp > 1 else None
-        return apply_fsdp(model, self._data_parallel_mesh(mesh), self.options)
+        self._cp_group = mesh["cp"].get_group() if t.cp > 1 else None
+        if t.ep == 1:
+            return apply_fsdp(model, self._data_parallel_mesh(mesh), self.options)
+        # expert parallel: one mesh (dp_outer, ep) for the experts and for FSDP (HSDP: sharded across
+        # ep, replicated across the rest), so every parameter is a DTensor of the same mesh
+        mesh[("dp_replicate", "dp_shard", "cp")]._flatten("dp_outer")
+        data_mesh = mesh[("dp_outer", "ep")]
+        apply_expert_parallel(model, data_mesh, mesh["ep"].get_group())
+        self._outer_group = data_mesh["dp_outer"].get_group() if data_mesh["dp_outer"].size() > 1 else None
+        return apply_fsdp(model, data_mesh, self.options, ignored=set(expert_parameters(model)))
+
+    def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val, clip_algorithm) -> None:
+        if self.topology.ep > 1:  # before clipping: the experts' gradients as FSDP reduces the others
+            reduce_expert_gradients(model, self._outer_group, self.topology.data_parallel_size * self.topology.cp)
+        super().optimizer_step(model, optimizer, precision, clip_val, clip_algorithm)
 
     def _data_parallel_mesh(self, mesh):
         """FSDP's mesh: dp_shard, or dp_shard x cp flattened (the gradients of a context-parallel

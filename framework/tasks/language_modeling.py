@@ -44,6 +44,14 @@ class Perplexity:
         return torch.exp(total[0] / total[1].clamp(min=1))
 
 
+def _aux_loss(model: torch.nn.Module) -> Optional[torch.Tensor]:
+    """The auxiliary loss the model's last forward left (``aux_loss``: a mixture of experts'), if any."""
+    while hasattr(model, "module"):  # DDP's, DataParallel's
+        model = model.module
+    aux = getattr(model, "aux_loss", None)
+    return aux if isinstance(aux, torch.Tensor) else None
+
+
 class LanguageModelingTask:
     """``step(model, (tokens, targets[, positions]), stage)``: the mean cross-entropy of every target token
     (``ignore_index`` ones left out) and ``acc``, the share of tokens predicted exactly. Perplexity
@@ -76,11 +84,14 @@ class LanguageModelingTask:
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=self.ignore_index)
         if self.epoch_metrics.tracks(stage):
             self.epoch_metrics.update(stage, logits.detach().float(), targets)
+        aux = _aux_loss(model) if stage == "train" else None
+        if aux is not None:  # a mixture of experts' load-balancing loss: trained on, logged apart
+            loss = loss + aux
         if stage == "train" and not self.train_metrics:
-            return loss, {}
+            return loss, {} if aux is None else {"aux_loss": aux.detach()}
         counted = targets != self.ignore_index
         acc = ((logits.argmax(dim=-1) == targets) & counted).sum() / counted.sum().clamp(min=1)
-        return loss, {"acc": acc.float()}
+        return loss, {"acc": acc.float(), **({} if aux is None else {"aux_loss": aux.detach()})}
 
     @torch.no_grad()
     def predict_step(self, model: torch.nn.Module, batch) -> dict[str, torch.Tensor]:

@@ -63,7 +63,7 @@ def test_a_context_parallel_checkpoint_resumes_under_another_layout(saved, tmp_p
         (["strategy.cp=2", "trainer.compile=blocks"], "trainer.compile: 'blocks' with context parallelism"),
         (
             ["strategy.cp=3"],
-            "strategy.dp_replicate(1) x strategy.dp_shard(-1) x strategy.cp(3) x strategy.tp(1) cannot make world",
+            "strategy.dp_replicate(1) x strategy.dp_shard(-1) x strategy.ep(1) x strategy.cp(3) x strategy.tp(1)",
         ),
         (
             ["strategy.cp=2", "model=mlp", "datamodule=digits", "task=classification"],
