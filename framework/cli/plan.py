@@ -42,6 +42,7 @@ def main() -> None:
         )
     _print_activations(cfg, rows, width)
     _print_pipeline(rows, width)
+    _print_comm(rows, width)
 
 
 # Layouts whose ranks hold a part of each activation: (row label, strategy row, how)
@@ -130,6 +131,19 @@ def _print_pipeline(rows: list[dict], width: int) -> None:
         + " ".join(f"{r['bubble_fraction']:>15.1%} " if "bubble_fraction" in r else f"{'-':>16}" for r in pp)
         + "   idle share of each stage: (p - 1) / (m + p - 1)"
     )
+
+
+def _print_comm(rows: list[dict], width: int) -> None:
+    """Each layout's bytes sent per rank per step, and by degree on its most devices."""
+    if not any("comm_bytes_per_rank" in r for r in rows):
+        return
+    print("sent per rank per optimizer step, estimated (ring counts, fp32; framework/job/comm_plan.py):")
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        figures = [r.get("comm_bytes_per_rank") for r in rows if r["strategy"] == strategy]
+        cells = " ".join(f"{sum(f.values()) / 2**20:>12.2f} MiB" if f is not None else f"{'-':>16}" for f in figures)
+        widest = next((f for f in reversed(figures) if f), None)
+        split = " + ".join(f"{k} {v / 2**20:.2f}" for k, v in widest.items()) if widest else ""
+        print(f"{strategy:<{width}} {cells}   {split}")
 
 
 if __name__ == "__main__":

@@ -183,12 +183,18 @@ class Task(Protocol):
         training) and metrics that are batch means (0-d tensors); the engine weights them by
         batch size across batches and ranks."""
 
+    def loss(self, output, targets) -> torch.Tensor:
+        """Optional (needed with strategy=pp): the training loss of the model's ``output`` for
+        ``targets``, as ``step`` computes it; a pipeline's last stage calls it on each
+        micro-batch's output, inside the schedule that runs the model."""
+
 
 CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, "task": Task}
 _OPTIONAL = {
     Callback: {*EVENTS, "evaluation_weights", "sharded_state_dict"},
     Logger: {"resume"},
     DataModule: {"predict_dataloader"},
+    Task: {"loss"},
 }
 
 

@@ -45,14 +45,14 @@ class TrainingStep:
 
     def _run_by_strategy(self, model, optimizer, batches: Iterator, size: int, micro_batch_done: Callable):
         """The same step where the strategy runs forward and backward (a pipeline's schedule): it
-        gets the window's micro-batches and the task's loss of an output, and returns each
+        gets the window's micro-batches and the task's ``loss(output, targets)``, and returns each
         micro-batch's loss (the same on every rank)."""
         accum = self.config.accumulate_grad_batches
         window = [self.on_device(next(batches)) for _ in range(size)]
         self.current_batch = window[-1]
 
         def loss_of(output, targets):
-            loss, _ = self.task.step(_Returning(output), (None, targets), "train")
+            loss = self.task.loss(output, targets)
             return loss / accum if accum > 1 else loss
 
         with self.precision.autocast():
@@ -76,14 +76,3 @@ class TrainingStep:
     @staticmethod
     def mean_loss(step_loss: torch.Tensor, size: int) -> torch.Tensor:
         return step_loss / size if size > 1 else step_loss
-
-
-class _Returning:
-    """Stands in for the model in the task's step, where the strategy ran the model itself: "calling"
-    it returns that output (the task computes its loss from it as from the model's)."""
-
-    def __init__(self, output):
-        self.output = output
-
-    def __call__(self, *_):
-        return self.output

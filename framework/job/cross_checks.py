@@ -130,11 +130,14 @@ def check_compile_blocks(container: dict) -> list[str]:
     strategy = container.get("strategy") or {}
     if (container.get("trainer") or {}).get("compile") != "blocks":
         return []
-    if strategy.get("name") in ("tp", "fsdp_tp") or (strategy.get("tensor_parallel") or 1) > 1:
+    if (
+        strategy.get("name") in ("tp", "fsdp_tp")
+        or max(strategy.get("tensor_parallel") or 1, strategy.get("tp") or 1) > 1
+    ):
         return [
-            "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, or "
-            "strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients in backward; use "
-            "trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
+            "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, "
+            "strategy.tensor_parallel > 1 or strategy.tp > 1): torch's compiled blocks lose DTensor gradients "
+            "in backward; use trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
         ]
     model = meta_model(container) if isinstance(container.get("model"), dict) else None
     problem = blocks_problem(model) if model is not None else None

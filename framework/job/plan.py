@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
 from framework.engine.memory import optimizer_state_bytes
+from framework.job.comm_plan import comm_bytes, traffic
 from framework.models.moe import GroupedExperts
 from framework.strategies import STRATEGIES
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
@@ -48,22 +49,27 @@ def meta_model(cfg: DictConfig) -> torch.nn.Module:
         return instantiate(cfg.model, _convert_="all")
 
 
-def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Module] = None) -> Optional[int]:
-    """Bytes one forward of the configured model (``model``: its meta model, when built already)
-    saves for backward at ``batch`` samples (the parameters themselves not counted), or None when
-    ``datamodule.input_shape`` is unknown."""
+def meta_inputs(cfg: DictConfig, batch: int) -> Optional[torch.Tensor]:
+    """A batch of ``batch`` meta inputs: token ids for a language model (datamodule.seq_len), else
+    floats of datamodule.input_shape; None when neither is known."""
     shape = OmegaConf.select(cfg, "datamodule.input_shape", default=None)
     seq_len = OmegaConf.select(cfg, "datamodule.seq_len", default=None)
     if not (shape or seq_len) or batch < 1:
         return None
+    if seq_len:
+        return torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
+    return torch.randn(batch, *shape, device="meta")
+
+
+def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Module] = None) -> Optional[int]:
+    """Bytes one forward of the configured model (``model``: its meta model, when built already)
+    saves for backward at ``batch`` samples (the parameters themselves not counted), or None when
+    ``datamodule.input_shape`` is unknown."""
+    inputs = meta_inputs(cfg, batch)
+    if inputs is None:
+        return None
     model = meta_model(cfg) if model is None else model
     model.to("meta")  # buffers a model keeps on the CPU while on meta (the GPT's rotary tables) too
-    # token ids for a language model (datamodule.seq_len), else float inputs of datamodule.input_shape
-    inputs = (
-        torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
-        if seq_len
-        else torch.randn(batch, *shape, device="meta")
-    )
     apply_activation_checkpointing(model, list(cfg.trainer.get("activation_checkpointing") or []))
     params = {id(p) for p in model.parameters()}
     saved = [0]
@@ -146,9 +152,21 @@ def layout_bytes(
     # tensor (sequence) and context parallelism split each activation across their groups
     acts = activations[dp] if activations[dp] is None else activations[dp] / (topology.tp * topology.cp)
     figures = {"model_state_bytes_per_rank": state, "activation_bytes_per_rank": acts}
+    sizes = _traffic(cfg, model, batch // dp, activations)
+    if sizes is not None:
+        figures["comm_bytes_per_rank"] = comm_bytes(options, topology, params, sizes)
     if cls.name == "pp":
         figures.update(_pipeline_figures(options, topology, acts))
     return figures
+
+
+def _traffic(cfg: DictConfig, model: torch.nn.Module, batch: int, cache: dict) -> Optional[dict]:
+    """What a data-parallel rank's forward of ``batch`` samples passes between ranks (comm_plan.py),
+    once per batch size (kept in ``cache`` beside the activations)."""
+    if ("traffic", batch) not in cache:
+        inputs = meta_inputs(cfg, batch)
+        cache[("traffic", batch)] = None if inputs is None else traffic(model.to("meta"), inputs)
+    return cache[("traffic", batch)]
 
 
 def _deepspeed_layouts(cfg: DictConfig) -> dict:

@@ -77,8 +77,8 @@ class Attention(nn.Module):
         q = apply_rotary(self.wq(x).view(batch, seq, -1, self.head_dim), cos, sin)
         k = apply_rotary(self.wk(x).view(batch, seq, -1, self.head_dim), cos, sin)
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
-        if self.group > 1:  # grouped-query attention: each key/value head serves `group` query heads
-            k, v = k.repeat_interleave(self.group, dim=2), v.repeat_interleave(self.group, dim=2)
+        # grouped-query attention: each key/value head serves `group` query heads (enable_gqa: the keys
+        # and values are not repeated in memory, nor in context parallelism's all-gather)
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2),
             k.transpose(1, 2),
@@ -86,6 +86,7 @@ class Attention(nn.Module):
             attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=mask is None,
+            enable_gqa=self.group > 1,
         )
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 

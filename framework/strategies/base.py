@@ -70,6 +70,9 @@ class Strategy:
         accumulate_grad_batches: int = 1,
     ):
         self.options = options
+        # the name the run selected: a class that runs a family's variant (strategy=parallel with
+        # pp > 1 runs the pipeline's class) reports it as selected
+        self.name = getattr(options, "name", None) or self.name
         self.accelerator = accelerator
         self.topology = topology
         self.env = env
@@ -79,6 +82,12 @@ class Strategy:
         self.device = device_for(accelerator, env.local_rank)
 
     # ---- class level: known before any process starts ----
+    @classmethod
+    def variant(cls, options: StrategyConfig) -> type["Strategy"]:
+        """The class that runs ``options``: this one, or one of its family that an option selects
+        (strategy=horovod's backend: the native hooks or the real library)."""
+        return cls
+
     @classmethod
     def make_topology(cls, devices: int, num_nodes: int, options: StrategyConfig) -> Topology:
         """The layout for ``trainer.devices`` per node on ``trainer.num_nodes`` nodes; raises

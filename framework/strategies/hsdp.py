@@ -1,12 +1,12 @@
-"""HSDP: FSDP2 on a 2-D mesh, replicated across ``replicate`` groups and sharded within each."""
+"""HSDP (``strategy=hsdp``): ``strategy=parallel`` with two data-parallel degrees, FSDP2 replicated
+across ``replicate`` groups and sharded within each; its own option names, the one parallelize path."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from framework.config.topology import Topology
-from framework.strategies.base import Strategy
-from framework.strategies.fsdp import FSDPConfig, FSDPSharding
+from framework.strategies.fsdp import FSDPConfig
+from framework.strategies.parallel import ParallelStrategy
 
 
 @dataclass
@@ -17,12 +17,12 @@ class HSDPConfig(FSDPConfig):
     shard: int = -1  # ranks per shard group (-1: see replicate)
 
 
-class HSDPStrategy(FSDPSharding, Strategy):
+class HSDPStrategy(ParallelStrategy):
     name = "hsdp"
     schema = HSDPConfig
 
     @classmethod
-    def make_topology(cls, devices: int, num_nodes: int, options: HSDPConfig) -> Topology:
+    def degrees(cls, devices: int, num_nodes: int, options: HSDPConfig) -> dict[str, int]:
         world = devices * num_nodes
         replicate, shard = options.replicate, options.shard
         if replicate == -1 and shard == -1:
@@ -37,4 +37,4 @@ class HSDPStrategy(FSDPSharding, Strategy):
                 f"{world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose factors "
                 f"whose product is {world}, or -1 to infer one"
             )
-        return Topology(num_nodes=num_nodes, processes_per_node=devices, dp_replicate=replicate)
+        return {"dp_replicate": replicate, "dp_shard": shard}

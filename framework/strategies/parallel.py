@@ -1,7 +1,9 @@
-"""``strategy=parallel``: any product of degrees on the job's one mesh, ``dp_replicate x dp_shard x
-ep x cp x tp`` = the world size (torchtitan's ``ParallelDims``).
+"""``strategy=parallel``: any product of degrees on the job's one mesh, ``pp x dp_replicate x dp_shard
+x ep x cp x tp`` = the world size (torchtitan's ``ParallelDims``).
 
-One parallelize order, torchtitan's: tensor/sequence parallel within each ``tp`` group (the model's
+One parallelize order, torchtitan's: a pipeline's cut first (``pp`` > 1 runs PipelineStrategy, this
+path with the cut and the schedule's runner around it; hsdp and fsdp_tp are this class under their
+own option names), then tensor/sequence parallel within each ``tp`` group (the model's
 plan), context parallel (nothing to wrap: each step runs on the rank's part of the sequences,
 ``strategies/context_parallel.py``), then FSDP2 over the data-parallel ranks with the context-
 parallel ones folded in (``dp_shard x cp`` flattened, HSDP across ``dp_replicate``): parameters are
@@ -29,13 +31,15 @@ from framework.strategies.expert_parallel import (
     grouped_experts,
     reduce_expert_gradients,
 )
-from framework.strategies.fsdp import FSDPConfig, FSDPSharding, apply_fsdp
+from framework.strategies.fsdp import FSDPSharding, apply_fsdp
+from framework.strategies.pipeline.options import ScheduleConfig
 from framework.strategies.tensor_parallel import TensorParallelStrategy, apply_tp, plan_problems
 
 
 @dataclass
-class ParallelConfig(FSDPConfig):
+class ParallelConfig(ScheduleConfig):
     name: str = "parallel"
+    pp: int = ranged(1, low=1)  # pipeline parallel: stages of one pipeline (the schedule's options above)
     dp_replicate: int = ranged(1, low=1)  # HSDP: replicas of the sharded model
     dp_shard: int = ranged(-1, low=-1)  # ranks that shard one replica; -1: what the other degrees leave
     ep: int = ranged(1, low=1)  # expert parallel: data-parallel ranks that split each MoE layer's experts
@@ -48,18 +52,19 @@ class ParallelConfig(FSDPConfig):
 def degrees_of(options: ParallelConfig, world: int) -> dict[str, int]:
     """The degrees of ``options`` on ``world`` ranks, dp_shard inferred where it is -1; ValueError
     naming every factor when they do not multiply to the world size."""
-    fixed = options.dp_replicate * options.ep * options.cp * options.tp
+    fixed = options.pp * options.dp_replicate * options.ep * options.cp * options.tp
     shard = options.dp_shard
     if shard == -1 and fixed > 0 and world % fixed == 0:
         shard = world // fixed
     if shard < 1 or fixed < 1 or fixed * shard != world:
-        names = ("dp_replicate", "dp_shard", "ep", "cp", "tp")
+        names = ("pp", "dp_replicate", "dp_shard", "ep", "cp", "tp")
         factors = " x ".join(f"strategy.{k}({getattr(options, k)})" for k in names)
         raise ValueError(
             f"{factors} cannot make world size {world}; choose degrees whose product is {world} "
             "(dp_shard=-1 takes what the others leave)"
         )
     return {
+        "pp": options.pp,
         "dp_replicate": options.dp_replicate,
         "dp_shard": shard,
         "ep": options.ep,
@@ -115,22 +120,27 @@ def expert_parallel_problems(model: nn.Module, topology: Topology) -> list[str]:
 
 
 class ParallelStrategy(FSDPSharding, Strategy):
-    """Tensor parallel, then context parallel, then FSDP2/HSDP over ``dp_shard x cp``."""
+    """Tensor parallel, then context parallel, then expert parallel, then FSDP2/HSDP over ``dp_shard x
+    cp``; subclasses add a pipeline's cut before (``split_stages``) and its runner after (``wrap``)."""
 
     name = "parallel"
     schema = ParallelConfig
     builds_on_meta = True
+    needed_dims: tuple[str, ...] = ()  # mesh dimensions named even at degree 1 (a pipeline's pp)
+
+    @classmethod
+    def degrees(cls, devices: int, num_nodes: int, options: ParallelConfig) -> dict[str, int]:
+        """The degrees of ``options`` (a subclass's own option names read here); a degree left out is 1
+        and dp_shard what the others leave."""
+        return degrees_of(options, devices * num_nodes)
 
     @classmethod
     def make_topology(cls, devices: int, num_nodes: int, options: ParallelConfig) -> Topology:
-        d = degrees_of(options, devices * num_nodes)
+        d = cls.degrees(devices, num_nodes, options)
         return Topology(
             num_nodes=num_nodes,
             processes_per_node=devices,
-            dp_replicate=d["dp_replicate"],
-            ep=d["ep"],
-            cp=d["cp"],
-            tp=d["tp"],
+            **{k: d[k] for k in ("pp", "dp_replicate", "ep", "cp", "tp") if k in d},
         )
 
     @classmethod
@@ -163,11 +173,20 @@ class ParallelStrategy(FSDPSharding, Strategy):
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         t = self.topology
-        mesh = self.mesh("dp_shard", *(("dp_replicate", "cp") if t.ep > 1 else ()))
+        mesh = self.mesh("dp_shard", *self.needed_dims, *(("dp_replicate", "cp") if t.ep > 1 else ()))
+        model = self.split_stages(model, mesh)
         if t.tp > 1:
             apply_tp(model, mesh["tp"], self.options)
         self._cp_group = mesh["cp"].get_group() if t.cp > 1 else None
-        if t.ep == 1:
+        return self.wrap(self.shard_data_parallel(model, mesh), mesh)
+
+    def split_stages(self, model: nn.Module, mesh) -> nn.Module:
+        """A pipeline's cut, before every other parallelism (none here: PipelineStrategy's)."""
+        return model
+
+    def shard_data_parallel(self, model: nn.Module, mesh) -> nn.Module:
+        """FSDP2 over the data-parallel ranks (the context-parallel ones folded in)."""
+        if self.topology.ep == 1:
             return apply_fsdp(model, self._data_parallel_mesh(mesh), self.options)
         # expert parallel: one mesh (dp_outer, ep) for the experts and for FSDP (HSDP: sharded across
         # ep, replicated across the rest), so every parameter is a DTensor of the same mesh
@@ -176,6 +195,10 @@ class ParallelStrategy(FSDPSharding, Strategy):
         apply_expert_parallel(model, data_mesh, mesh["ep"].get_group())
         self._outer_group = data_mesh["dp_outer"].get_group() if data_mesh["dp_outer"].size() > 1 else None
         return apply_fsdp(model, data_mesh, self.options, ignored=set(expert_parameters(model)))
+
+    def wrap(self, model: nn.Module, mesh) -> nn.Module:
+        """What the engine gets (a pipeline's schedule runner; here the sharded model itself)."""
+        return model
 
     def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val, clip_algorithm) -> None:
         if self.topology.ep > 1:  # before clipping: the experts' gradients as FSDP reduces the others

@@ -18,12 +18,13 @@ from framework.strategies.ddp_spawn import DDPSpawnStrategy
 from framework.strategies.deepspeed.zero import DeepSpeedStrategy
 from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
+from framework.strategies.fsdp_tp import FSDPTensorParallelStrategy
 from framework.strategies.horovod.strategy import HorovodStrategy
 from framework.strategies.hsdp import HSDPStrategy
 from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.pipeline.strategy import PipelineStrategy
 from framework.strategies.single import SingleDeviceStrategy
-from framework.strategies.tensor_parallel import FSDPTensorParallelStrategy, TensorParallelStrategy
+from framework.strategies.tensor_parallel import TensorParallelStrategy
 from framework.strategies.zero import ZeroStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
@@ -81,6 +82,14 @@ def _options(options: dict, cls: type[Strategy]) -> dict:
     return {**{k: v for k, v in options.items() if k != "_target_"}, "name": cls.name or cls.__name__}
 
 
+def _variant(cls: type[Strategy], typed: StrategyConfig) -> type[Strategy]:
+    """The class that runs ``typed``: strategy=parallel with a pipeline degree runs the pipeline's
+    (which sits above parallel), another family's member as its class says."""
+    if cls is ParallelStrategy and typed.pp > 1:
+        return PipelineStrategy
+    return cls.variant(typed)
+
+
 def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
     """The strategy class, its typed options and the job's topology, from a resolved, valid config."""
     trainer = container["trainer"]
@@ -90,6 +99,7 @@ def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
     options = dict(concrete(container.get("strategy") or {}))
     cls = selected_class(options, trainer["devices"], trainer["num_nodes"])
     typed = cls.schema(**_options(options, cls))
+    cls = _variant(cls, typed)
     return cls, typed, cls.make_topology(trainer["devices"], trainer["num_nodes"], typed)
 
 
@@ -167,7 +177,7 @@ def _layout_problems(container: dict, cls: type[Strategy], options: dict, device
     if missing:
         return missing
     try:
-        _, typed, topology = resolve(
+        cls, typed, topology = resolve(
             {**container, "strategy": options, "trainer": {**trainer, "devices": devices, "num_nodes": nodes}}
         )
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)

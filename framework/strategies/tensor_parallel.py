@@ -1,4 +1,4 @@
-"""Tensor parallelism (``strategy=tp``) and 2-D/3-D FSDP x TP (``strategy=fsdp_tp``), through DTensor's
+"""Tensor parallelism (``strategy=tp``; with FSDP: ``strategy=fsdp_tp`` or ``parallel``), through DTensor's
 ``parallelize_module``: each linear layer's weight is split across the ranks of a tensor-parallel
 group (column-wise or row-wise), with sequence parallelism between them.
 
@@ -18,11 +18,9 @@ from typing import Optional
 
 from torch import nn
 
-from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
-from framework.strategies.fsdp import FSDPConfig, FSDPSharding, apply_fsdp
 
 STYLES = ("colwise", "rowwise", "sequence")
 
@@ -34,17 +32,6 @@ class TPConfig(StrategyConfig):
     sequence_parallel: bool = True
     # null: the model's own parallelize_plan(); else {module-name pattern: colwise|rowwise|sequence}.
     plan: Optional[dict] = None
-
-
-@dataclass
-class FSDPTPConfig(FSDPConfig):
-    name: str = "fsdp_tp"
-    # Ranks per tensor-parallel group (the innermost mesh dimension).
-    tensor_parallel: int = ranged(2, low=1)
-    # HSDP x TP: replicate across this many groups of FSDP shards (1: FSDP x TP).
-    replicate: int = ranged(1, low=1)
-    sequence_parallel: bool = True  # as strategy=tp's
-    plan: Optional[dict] = None  # as strategy=tp's
 
 
 def plan_of(model: nn.Module, options) -> dict:
@@ -138,40 +125,3 @@ class TensorParallelStrategy(Strategy):
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         return apply_tp(model, self.mesh("tp")["tp"], self.options)
-
-
-class FSDPTensorParallelStrategy(FSDPSharding, Strategy):
-    """A mesh (data-parallel [replicate x] shard, tensor-parallel): TP within each group of
-    ``tensor_parallel`` ranks, FSDP2 across the groups (HSDP with ``replicate`` > 1)."""
-
-    name = "fsdp_tp"
-    schema = FSDPTPConfig
-    builds_on_meta = True
-
-    @classmethod
-    def make_topology(cls, devices: int, num_nodes: int, options: FSDPTPConfig) -> Topology:
-        world, tp, replicate = devices * num_nodes, options.tensor_parallel, options.replicate
-        if tp < 1 or replicate < 1 or world % (tp * replicate):
-            raise ValueError(
-                f"strategy.replicate({replicate}) x shard(?) x strategy.tensor_parallel({tp}) cannot make "
-                f"world size {world} (trainer.devices={devices} x trainer.num_nodes={num_nodes}); choose "
-                f"factors whose product divides {world}"
-            )
-        return Topology(num_nodes=num_nodes, processes_per_node=devices, dp_replicate=replicate, tp=tp)
-
-    @classmethod
-    def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
-        return plan_problems(model, options, topology, container)
-
-    @classmethod
-    def predict_model_state_bytes(
-        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
-    ) -> float:
-        per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
-        return per_tp / topology.dp_shard
-
-    def parallelize(self, model: nn.Module) -> nn.Module:
-        mesh = self.mesh("dp_shard", "tp")
-        apply_tp(model, mesh["tp"], self.options)
-        # FSDP over the data-parallel dimensions: (dp_replicate, dp_shard) is HSDP, dp_shard alone FSDP
-        return apply_fsdp(model, mesh[self.topology.dp_dims], self.options)

@@ -35,13 +35,16 @@ class ClassificationTask:
     def step(self, model: torch.nn.Module, batch, stage: str):
         inputs, target = batch
         logits = model(inputs)
-        loss = F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
+        loss = self.loss(logits, target)
         if self.epoch_metrics:
             self.epoch_metrics.update(stage, logits.detach(), target)
         if stage == "train" and not self.train_metrics:
             return loss, {}
         acc = (logits.argmax(dim=-1) == target).float().mean()
         return loss, {"acc": acc}
+
+    def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
 
     def predict_step(self, model: torch.nn.Module, batch) -> dict[str, torch.Tensor]:
         """``prediction``: the most probable class, (batch,); ``prob``: the class probabilities,

@@ -81,7 +81,7 @@ class LanguageModelingTask:
     def step(self, model: torch.nn.Module, batch, stage: str):
         tokens, targets, *positions = batch  # positions: datamodule.document_boundaries
         logits = model(tokens, positions=positions[0]) if positions else model(tokens)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=self.ignore_index)
+        loss = self.loss(logits, targets)
         if self.epoch_metrics.tracks(stage):
             self.epoch_metrics.update(stage, logits.detach().float(), targets)
         aux = _aux_loss(model) if stage == "train" else None
@@ -92,6 +92,10 @@ class LanguageModelingTask:
         counted = targets != self.ignore_index
         acc = ((logits.argmax(dim=-1) == targets) & counted).sum() / counted.sum().clamp(min=1)
         return loss, {"acc": acc.float(), **({} if aux is None else {"aux_loss": aux.detach()})}
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean next-token cross-entropy (the mixture of experts' auxiliary loss is ``step``'s)."""
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=self.ignore_index)
 
     @torch.no_grad()
     def predict_step(self, model: torch.nn.Module, batch) -> dict[str, torch.Tensor]:

@@ -44,6 +44,7 @@ def test_degrees_multiply_to_the_world_and_are_described_by_name():
         ("tp", {}, {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "ep": 1, "cp": 1, "tp": 4}),
         ("fsdp_tp", {"tensor_parallel": 2}, {"pp": 1, "dp_replicate": 1, "dp_shard": 2, "ep": 1, "cp": 1, "tp": 2}),
         ("pp", {"stages": 2}, {"pp": 2, "dp_replicate": 1, "dp_shard": 2, "ep": 1, "cp": 1, "tp": 1}),
+        ("parallel", {"pp": 2}, {"pp": 2, "dp_replicate": 1, "dp_shard": 2, "ep": 1, "cp": 1, "tp": 1}),
         (
             "pp",
             {"stages": 2, "data_parallel": "ddp"},

@@ -78,7 +78,11 @@ def test_compiled_blocks_under_a_strategy_train_as_one_eager_device(layout, eage
     assert train_losses(tmp_path) == pytest.approx(eager, abs=1e-5)
 
 
-@pytest.mark.parametrize("layout", [["strategy=tp"], ["strategy=fsdp_tp", "trainer.devices=4"]], ids=["tp", "fsdp_tp"])
+@pytest.mark.parametrize(
+    "layout",
+    [["strategy=tp"], ["strategy=fsdp_tp", "trainer.devices=4"], ["strategy=parallel", "strategy.tp=2"]],
+    ids=["tp", "fsdp_tp", "parallel_tp"],
+)
 def test_tensor_parallelism_with_compiled_blocks_is_refused_before_start(layout):
     with pytest.raises(ConfigError) as err:
         preflight(compose([*RUN, "trainer.devices=2", *layout, "trainer.compile=blocks", "trainer.oversubscribe=true"]))

@@ -58,3 +58,26 @@ def test_the_plan_of_a_pipeline_takes_the_configs_schedule_micro_batches_and_spl
         if r["strategy"] == "pp"
     ]
     assert uneven["model_state_bytes_per_rank"] > even  # 3 of the 4 blocks and the head in the last stage
+
+
+def test_the_plan_counts_what_each_degree_sends_per_rank_from_the_models_sizes():
+    cfg = compose([*GPT_TINY, "model.n_layers=2"])
+    rows = {(r["strategy"], r["devices"]): r for r in plan(cfg, devices=(1, 2))}
+    c = cfg.model
+    b, s, d, layers, vocab = 8, 32, c.dim, c.n_layers, c.vocab_size
+    params = rows["ddp", 1]["parameters"]
+    kv_dim = d // c.n_heads * (c.get("n_kv_heads") or c.n_heads)
+    assert rows["ddp", 1]["comm_bytes_per_rank"] == {}  # one rank sends nothing
+    # a ring all-reduce of the fp32 gradients: 2 (N-1)/N of them; FSDP's two all-gathers and a reduce-scatter
+    assert rows["ddp", 2]["comm_bytes_per_rank"] == {"dp": pytest.approx(4 * params)}
+    assert rows["fsdp", 2]["comm_bytes_per_rank"] == {"dp": pytest.approx(6 * params)}
+    # tp 2: the embedding's, each wo's and w2's outputs twice (reduce-scatter, all-gather), the logits
+    # once, forward and backward, half of each leaving a rank
+    crossing = 2 * b * s * d + layers * 4 * b * s * d + b * s * vocab
+    assert rows["tp", 2]["comm_bytes_per_rank"] == {"tp": pytest.approx(4 * crossing)}
+    # cp 2: each rank's half of the keys and values out, then the gathered gradient all-reduced
+    kv = 4 * layers * 2 * b * s * kv_dim
+    figures = rows["parallel/cp", 2]["comm_bytes_per_rank"]
+    assert figures["cp"] == pytest.approx(kv / 2 + kv) and figures["dp"] == pytest.approx(6 * params)
+    # pp 2: one block's output forward, its gradient backward
+    assert rows["pp", 2]["comm_bytes_per_rank"] == {"pp": pytest.approx(2 * 4 * b * s * d)}

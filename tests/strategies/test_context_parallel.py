@@ -69,6 +69,7 @@ def test_a_context_parallel_checkpoint_resumes_under_another_layout(saved, tmp_p
             ["strategy.cp=2", "model=mlp", "datamodule=digits", "task=classification"],
             "strategy.cp: MLP declares no context_parallel_buffers",
         ),
+        (["strategy.cp=2", "strategy.pp=2", *FOUR], "strategy.pp: a pipeline (2 ranks) with context or expert"),
     ],
 )
 def test_a_layout_context_parallelism_cannot_split_is_refused_before_start(overrides, message):

@@ -27,6 +27,14 @@ LAYOUTS = {
     "pp_fsdp": ["strategy=pp/fsdp", "trainer.devices=4", "trainer.oversubscribe=true"],
     "pp_ddp": ["strategy=pp/ddp", "trainer.devices=4", "trainer.oversubscribe=true"],
     "pp_tp": ["strategy=pp", "trainer.devices=4", "strategy.tensor_parallel=2", "trainer.oversubscribe=true"],
+    # the pipeline as a degree of strategy=parallel, its replicas HSDP's (sharded 1, replicated 2)
+    "parallel_pp_hsdp": [
+        "strategy=parallel",
+        "strategy.pp=2",
+        "strategy.dp_replicate=2",
+        "trainer.devices=4",
+        "trainer.oversubscribe=true",
+    ],
 }
 
 
@@ -35,7 +43,7 @@ def single(tmp_path_factory):
     return runs_once(tmp_path_factory, EQUIVALENCE, LAYOUTS)("single")
 
 
-@pytest.mark.parametrize("layout", ["pp_gpipe", "pp_1f1b", "pp_fsdp", "pp_ddp", "pp_tp"])
+@pytest.mark.parametrize("layout", ["pp_gpipe", "pp_1f1b", "pp_fsdp", "pp_ddp", "pp_tp", "parallel_pp_hsdp"])
 def test_pipeline_layouts_match_single_device(layout, single, tmp_path):
     results = fit(compose([*EQUIVALENCE, *LAYOUTS[layout]]), output_dir=str(tmp_path))
     assert_same_as_single(tmp_path, results, *single)
@@ -45,6 +53,8 @@ def test_pipeline_layouts_match_single_device(layout, single, tmp_path):
         and pipeline["bubble_predicted"] == pytest.approx(1 / (pipeline["microbatches"] + 1))
         and 0 < pipeline["bubble_measured"] < 1
     )
+    if layout.startswith("parallel"):  # recorded as selected, with its degrees
+        assert results["strategy"] == "parallel" and results["degrees"]["pp"] == 2
 
 
 def test_interleaved_1f1b_runs_two_stages_per_rank_with_single_devices_losses(tmp_path):
@@ -191,6 +201,10 @@ def test_a_signal_to_one_stage_stops_both_at_one_step_and_last_resumes_exactly(s
             "model.tie_embeddings: a tied embedding and output head sit in the first and last stage",
         ),
         (["strategy=pp", "trainer.devices=2", "strategy.schedule=zb"], "strategy.schedule"),
+        (
+            ["strategy=pp", "trainer.devices=2", "task._target_=tests.helpers.fakes.TinyTask"],
+            "task._target_: tests.helpers.fakes.TinyTask has no loss(output, targets): a pipeline runs the model",
+        ),
     ],
 )
 def test_a_pipeline_that_does_not_fit_is_refused_before_start(overrides, message):

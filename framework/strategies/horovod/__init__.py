@@ -1,2 +1,2 @@
-"""Horovod (strategy=horovod): its data parallelism on torch.distributed, the real horovod.torch
-(strategy.backend=horovod), and Adasum."""
+"""Horovod (strategy=horovod): its data parallelism on torch.distributed (``strategy.py``), the real
+horovod.torch (``library_strategy.py``, strategy.backend=horovod), and Adasum."""

@@ -10,55 +10,26 @@ locally and the last one reduces the sum. ``op``: average, sum, or adasum (Adasu
 combination, power-of-two world sizes); ``compression: fp16`` sends half the bytes. The model
 is not wrapped: its parameter names and checkpoints are those of single device.
 
-``backend: horovod`` uses the real horovod.torch instead (``horovod/library.py``), launched with
-``horovodrun``; ``native`` (the default) needs nothing but torch.
+``backend: horovod`` selects the real horovod.torch instead (``HorovodLibraryStrategy``, launched
+with ``horovodrun``); ``native`` (the default, this class) needs nothing but torch.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from framework.config.environment import detect_environment
-from framework.config.ranges import ranged
-from framework.config.schemas import StrategyConfig
-from framework.config.topology import Topology
 from framework.strategies.base import Strategy
-from framework.strategies.comm.bytes import (
-    allgather_bytes,
-    allreduce_bytes,
-    broadcast_model,
-    flat,
-    gradient_allreduce_bytes,
-    unflatten_into,
-)
-from framework.strategies.horovod import library as horovod_backend
-from framework.strategies.horovod.adasum import adasum_tree, is_power_of_two
+from framework.strategies.comm.bytes import allgather_bytes, allreduce_bytes, broadcast_model, flat, unflatten_into
+from framework.strategies.horovod.adasum import adasum_tree
+from framework.strategies.horovod.config import HorovodConfig, HorovodFamily
+from framework.strategies.horovod.library_strategy import HorovodLibraryStrategy
 
 
-@dataclass
-class HorovodConfig(StrategyConfig):
-    name: str = "horovod"
-    op: Literal["average", "sum", "adasum"] = "average"  # how gradients are combined across ranks
-    compression: Literal["none", "fp16"] = "none"  # gradients sent as fp16
-    # native: these hooks on torch.distributed; horovod: horovod.torch under horovodrun.
-    backend: Literal["native", "horovod"] = "native"
-    # Tensor fusion (Horovod's HOROVOD_FUSION_THRESHOLD): gradients are all-reduced together, one
-    # flat buffer per this many MiB as they become ready; 0: each gradient on its own.
-    fusion_threshold_mb: float = ranged(64.0, low=0, note=" (0: one all-reduce per gradient)")
-
-
-class HorovodStrategy(Strategy):
-    name = "horovod"
-    schema = HorovodConfig
-    needs_process_group = True
-    process_per_device = True
-
+class HorovodStrategy(HorovodFamily):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._pending: list[tuple[list, torch.Tensor, object]] = []  # (params, fused gradients, handle)
@@ -66,40 +37,12 @@ class HorovodStrategy(Strategy):
         self._bucket_bytes = 0
         self._local = False  # inside no_sync: gradients accumulate without communication
         self.bytes_sent = 0  # by this rank, since the job started
-        self.steps = 0
-        self._model: nn.Module | None = None
 
     @classmethod
-    def check(cls, topology: Topology, options: HorovodConfig, accelerator: str) -> list[str]:
-        problems = []
-        if options.op == "adasum" and not is_power_of_two(topology.world_size):
-            problems.append(
-                f"strategy.op=adasum: combines gradients pairwise and needs a power-of-two number of "
-                f"ranks; this job has {topology.world_size} (trainer.devices x trainer.num_nodes)"
-            )
-        if options.backend == "horovod":
-            problems += horovod_backend.horovod_problems(detect_environment(), topology.world_size, options.op)
-        return problems
-
-    @property
-    def _real(self) -> bool:
-        return self.options.backend == "horovod"
-
-    def setup_environment(self) -> None:
-        if self._real:
-            horovod_backend.init_horovod(self.env)  # then the torch.distributed group, from its rendezvous
-        super().setup_environment()
-
-    def teardown(self) -> None:
-        super().teardown()
-        if self._real:
-            horovod_backend.shutdown()
+    def variant(cls, options: HorovodConfig) -> type[Strategy]:
+        return HorovodLibraryStrategy if options.backend == "horovod" else cls
 
     def parallelize(self, model: nn.Module) -> nn.Module:
-        self._model = model
-        if self._real:
-            horovod_backend.broadcast_parameters(model)
-            return model
         broadcast_model(model)
         for param in model.parameters():
             if param.requires_grad:
@@ -108,22 +51,14 @@ class HorovodStrategy(Strategy):
 
     def build_optimizer(self, model: nn.Module, optimizer_factory) -> torch.optim.Optimizer:
         optimizer = super().build_optimizer(model, optimizer_factory)
-        if self._real:
-            return horovod_backend.distributed_optimizer(
-                optimizer, model, self.options.op, self.options.compression, self.accumulate_grad_batches
-            )
         for state in optimizer.state.values():  # hvd.broadcast_optimizer_state (empty until a step)
             for value in state.values():
                 if torch.is_tensor(value):
                     dist.broadcast(value, src=0)
         return optimizer
 
-    def no_sync(self, model: nn.Module):
-        # horovod.torch counts the backward passes itself (backward_passes_per_step).
-        return contextlib.nullcontext() if self._real else self._locally()
-
     @contextlib.contextmanager
-    def _locally(self):
+    def no_sync(self, model: nn.Module):
         self._local = True
         try:
             yield
@@ -175,21 +110,10 @@ class HorovodStrategy(Strategy):
             param.grad.copy_(adasum_tree(gathered))
 
     def optimizer_step(self, model: nn.Module, optimizer, precision, clip_val, clip_algorithm) -> None:
-        if self._real:  # as Horovod documents for clipping: synchronize, clip, then step without syncing again
-            optimizer.synchronize()
-            self.steps += 1
-            with optimizer.skip_synchronize():
-                return super().optimizer_step(model, optimizer, precision, clip_val, clip_algorithm)
         self.synchronize(model)
         super().optimizer_step(model, optimizer, precision, clip_val, clip_algorithm)
 
     def comm_stats(self) -> dict:
-        if self._real and self._model is not None:
-            element = 2 if self.options.compression == "fp16" else None
-            return {
-                "bytes_per_step": gradient_allreduce_bytes(self._model, self.world_size, element),
-                "algorithm": f"horovod.torch/{self.options.op}",
-            }
         return {
             "bytes_per_step": self.bytes_sent / max(self.steps, 1),
             "algorithm": f"horovod/{self.options.op}" + ("/fp16" if self.options.compression == "fp16" else ""),

@@ -67,12 +67,29 @@ def _engine_problems(container: dict) -> list[str]:
             "trainer.precision: 16-mixed needs a gradient scaler around backward, which the pipeline's "
             "schedule runs itself; use 32-true or bf16-mixed with strategy=pp"
         )
+    cls = _task_class(task) if task.get("_target_") else None
+    if cls is not None and not callable(getattr(cls, "loss", None)):
+        problems.append(
+            f"task._target_: {task['_target_']} has no loss(output, targets): a pipeline runs the model inside "
+            "its schedule and computes the training loss of each micro-batch's output on the last stage; give "
+            "the task that method (its step's loss of an output), or train with another strategy"
+        )
     if task.get("train_metrics"):
         problems.append(
             "task.train_metrics: training metrics are not taken inside a pipeline's schedule yet (its "
             "loss is); set task.train_metrics=false (validation and test metrics are kept)"
         )
     return problems
+
+
+def _task_class(task: dict):
+    """The task's class (None when it does not import: the contract check names that)."""
+    from framework.config.validate import import_target
+
+    try:
+        return import_target(str(task["_target_"]))
+    except Exception:  # noqa: BLE001 - reported by the task's own check
+        return None
 
 
 def _stage_forward_problems(model: nn.Module, units: list[list[str]], container: dict) -> list[str]:

@@ -3,6 +3,8 @@ into ``strategy.stages`` stages, one per rank of a pipeline; a training step is 
 (GPipe or 1F1B over ``strategy.microbatches`` micro-batches, times the accumulation window); with
 more ranks than stages, the pipelines are replicas, their stages sharded by FSDP2 over the mesh's
 data-parallel dimension (pp x fsdp: the mesh (pp, dp_shard); pp x ddp: (pp, dp_replicate)).
+This is ``strategy=parallel``'s path (``ParallelStrategy.parallelize``) with the cut before it and
+the schedule's runner after; ``strategy=parallel strategy.pp=N`` runs this class.
 
 The strategy owns a training step's forward and backward (``owns_training_step``): the engine
 hands it the micro-batches and the task's loss, and gets back each micro-batch's loss, taken on
@@ -14,7 +16,7 @@ the model's own, and loads under any other strategy.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Literal, Optional
 
 import torch
@@ -23,32 +25,24 @@ from torch import nn
 
 from framework.config.ranges import ranged
 from framework.config.topology import Topology
-from framework.strategies.base import Strategy
-from framework.strategies.fsdp import FSDPConfig, apply_fsdp
+from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.pipeline.forward import PipelinedModel
+from framework.strategies.pipeline.options import ScheduleConfig
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_per_batch
 from framework.strategies.pipeline.split import keep_stage, stage_units, stage_view
 from framework.strategies.pipeline.state import load_stage_checkpoint_state, stage_checkpoint_state
-from framework.strategies.tensor_parallel import apply_tp
 
 SCHEDULES = ("gpipe", "1f1b")  # one stage per rank; interleaved_1f1b runs stages_per_rank
 
 
 @dataclass
-class PPConfig(FSDPConfig):
+class PPConfig(ScheduleConfig):
     name: str = "pp"
     # Stages of one pipeline (null: stages_per_rank on every rank). With fewer pipeline ranks than
     # ranks, the pipelines are data-parallel replicas: FSDP2 shards each stage over them (the
     # FSDP options above apply), or DDP replicates it (data_parallel: ddp).
     stages: Optional[int] = ranged(None, low=1)
     data_parallel: Literal["fsdp", "ddp"] = "fsdp"  # how pipeline replicas share a stage (see stages)
-    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"  # torch.distributed.pipelining's schedule
-    # Micro-batches per batch (null: as many as stages); each rank's batch must divide by it.
-    microbatches: Optional[int] = ranged(None, low=1)
-    # Module names that begin a new stage, e.g. [layers.2] ([]: equal numbers of blocks per stage).
-    split_points: list = field(default_factory=list)
-    # Stages each rank runs (interleaved_1f1b: 2 or more, rank r the stages r, r + p, ...).
-    stages_per_rank: int = ranged(1, low=1)
     # Ranks of a tensor-parallel group inside each stage (pp x tp; the plan and sequence
     # parallelism as strategy=tp's: the model's own parallelize_plan, or strategy.plan).
     tensor_parallel: int = ranged(1, low=1)
@@ -61,64 +55,90 @@ def _stages(options: PPConfig, world: int) -> int:
     return options.stages or max(world // options.tensor_parallel, 1) * options.stages_per_rank
 
 
-class PipelineStrategy(Strategy):
-    """Pipelines of ``stages / stages_per_rank`` ranks each (``topology.pp``), as many
-    as the world holds: FSDP2 or DDP across them, tensor parallelism within each stage."""
+def _pp_degrees(options: PPConfig, devices: int, num_nodes: int) -> dict[str, int]:
+    """strategy=pp's degrees from its options: pipelines of stages / stages_per_rank ranks, each
+    stage on ``tensor_parallel`` ranks, and the pipelines sharded (fsdp) or replicated (ddp)."""
+    world, tp, per_rank = devices * num_nodes, options.tensor_parallel, options.stages_per_rank
+    stages = _stages(options, world)
+    if stages % per_rank:
+        raise ValueError(
+            f"strategy.stages: {stages} stages do not make strategy.stages_per_rank({per_rank}) stages "
+            "on each rank of a pipeline; choose a multiple of it"
+        )
+    if world % (stages // per_rank * tp):
+        ranks = f" on {stages // per_rank} ranks (strategy.stages_per_rank={per_rank})" if per_rank > 1 else ""
+        split = f" x strategy.tensor_parallel({tp})" if tp > 1 else ""
+        raise ValueError(
+            f"strategy.stages: {stages} stages{ranks}{split} do not divide the world size {world} "
+            f"(trainer.devices={devices} x trainer.num_nodes={num_nodes}); the ranks form pipelines of "
+            "that many ranks, each stage on one rank or one tensor-parallel group"
+        )
+    pp = stages // per_rank
+    replicas = world // (pp * tp)
+    ddp = options.data_parallel == "ddp"  # DDP replicates, FSDP shards
+    return {"pp": pp, "tp": tp, "dp_replicate": replicas if ddp else 1, "dp_shard": 1 if ddp else replicas}
+
+
+def _replicated(options, topology: Topology) -> bool:
+    """Pipelines replicated by DDP (strategy=pp/ddp), not sharded by FSDP2."""
+    return topology.data_parallel_size > 1 and getattr(options, "data_parallel", "fsdp") == "ddp"
+
+
+def _schedule_problems(topology: Topology, options) -> list[str]:
+    """The schedule against the stages per rank and the pipelines' data parallelism."""
+    interleaved, per_rank = options.schedule == "interleaved_1f1b", options.stages_per_rank
+    if interleaved and per_rank < 2:
+        return [
+            "strategy.stages_per_rank: interleaved_1f1b runs several stages on each rank; set "
+            f"strategy.stages_per_rank=2 or more (or strategy.schedule to one of {', '.join(SCHEDULES)})"
+        ]
+    if not interleaved and per_rank > 1:
+        return [
+            f"strategy.stages_per_rank: {per_rank} stages per rank need strategy.schedule=interleaved_1f1b "
+            f"({options.schedule} runs one stage per rank)"
+        ]
+    if interleaved and topology.data_parallel_size > 1:
+        across = getattr(options, "data_parallel", "fsdp")
+        return [
+            f"strategy.schedule: interleaved_1f1b with {across} across pipelines (pp x "
+            f"{across}) is not built yet; use 1f1b or gpipe there, or as many pipeline ranks as "
+            f"ranks ({topology.data_parallel_size} pipelines)"
+        ]
+    return []
+
+
+class PipelineStrategy(ParallelStrategy):
+    """Pipelines of ``stages / stages_per_rank`` ranks each (``topology.pp``), as many as the world
+    holds, on ``strategy=parallel``'s path: the stage cut first, then tensor parallelism within each
+    stage, then FSDP2 (or DDP) across the pipelines. ``strategy=parallel strategy.pp=N`` runs here
+    too, its degrees named as parallel's."""
 
     name = "pp"
     schema = PPConfig
-    needs_process_group = True
-    process_per_device = True
-    lockstep_forward = True
     owns_training_step = True
+    builds_on_meta = False  # each rank builds the whole model and keeps its stages
+    needed_dims = ("pp",)
 
     @classmethod
-    def make_topology(cls, devices: int, num_nodes: int, options: PPConfig) -> Topology:
-        """``pipeline_parallel``: the ranks of one pipeline (its stages / stages_per_rank)."""
-        world, tp, per_rank = devices * num_nodes, options.tensor_parallel, options.stages_per_rank
-        stages = _stages(options, world)
-        if stages % per_rank:
-            raise ValueError(
-                f"strategy.stages: {stages} stages do not make strategy.stages_per_rank({per_rank}) stages "
-                "on each rank of a pipeline; choose a multiple of it"
-            )
-        if world % (stages // per_rank * tp):
-            ranks = f" on {stages // per_rank} ranks (strategy.stages_per_rank={per_rank})" if per_rank > 1 else ""
-            split = f" x strategy.tensor_parallel({tp})" if tp > 1 else ""
-            raise ValueError(
-                f"strategy.stages: {stages} stages{ranks}{split} do not divide the world size {world} "
-                f"(trainer.devices={devices} x trainer.num_nodes={num_nodes}); the ranks form pipelines of "
-                "that many ranks, each stage on one rank or one tensor-parallel group"
-            )
-        pp = stages // per_rank
-        replicate = world // (pp * tp) if options.data_parallel == "ddp" else 1  # DDP replicates, FSDP shards
-        return Topology(num_nodes=num_nodes, processes_per_node=devices, dp_replicate=replicate, tp=tp, pp=pp)
+    def degrees(cls, devices: int, num_nodes: int, options) -> dict[str, int]:
+        if isinstance(options, PPConfig):
+            return _pp_degrees(options, devices, num_nodes)
+        return super().degrees(devices, num_nodes, options)
 
     @classmethod
     def check(cls, topology: Topology, options: PPConfig, accelerator: str) -> list[str]:
-        interleaved, per_rank = options.schedule == "interleaved_1f1b", options.stages_per_rank
-        if interleaved and per_rank < 2:
-            return [
-                "strategy.stages_per_rank: interleaved_1f1b runs several stages on each rank; set "
-                f"strategy.stages_per_rank=2 or more (or strategy.schedule to one of {', '.join(SCHEDULES)})"
-            ]
-        if not interleaved and per_rank > 1:
-            return [
-                f"strategy.stages_per_rank: {per_rank} stages per rank need strategy.schedule=interleaved_1f1b "
-                f"({options.schedule} runs one stage per rank)"
-            ]
-        if interleaved and topology.data_parallel_size > 1:
-            return [
-                f"strategy.schedule: interleaved_1f1b with {options.data_parallel} across pipelines (pp x "
-                f"{options.data_parallel}) is not built yet; use 1f1b or gpipe there, or as many pipeline ranks as "
-                f"ranks ({topology.data_parallel_size} pipelines)"
-            ]
-        return []
+        return super().check(topology, options, accelerator) + _schedule_problems(topology, options)
 
     @classmethod
     def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
         from framework.strategies.pipeline.checks import pipeline_problems
 
+        if topology.cp > 1 or topology.ep > 1:
+            return [
+                f"strategy.pp: a pipeline ({topology.pp} ranks) with context or expert parallelism "
+                f"(strategy.cp={topology.cp}, strategy.ep={topology.ep}) is not built; use pp with dp_shard, "
+                "dp_replicate and tp, or cp and ep without pp"
+            ]
         return pipeline_problems(model, options, topology, container)
 
     @classmethod
@@ -136,27 +156,31 @@ class PipelineStrategy(Strategy):
             largest = max(_stage_parameters(model, [u for s in units[r::p] for u in s]) for r in range(p))
         return (8 + optimizer_bytes) * largest / topology.data_parallel_size
 
-    def parallelize(self, model: nn.Module) -> nn.Module:
-        """Keep this rank's stages (one, or r, r + p, ... interleaved), split them across its
-        tensor-parallel group, shard them across the pipelines (torchtitan's order: pp, tp, fsdp)."""
-        mesh, ranks, per_rank = self.mesh("pp", "dp_shard"), self.topology.pp, self.options.stages_per_rank
-        rank = mesh.get_local_rank("pp")
-        units = stage_units(model, ranks * per_rank, list(self.options.split_points))
-        mine = [rank + v * ranks for v in range(per_rank)]
-        keep_stage(model, [u for s in mine for u in units[s]])
-        if self.topology.tp > 1:
-            apply_tp(model, mesh["tp"], self.options)
-        replicated = self.topology.data_parallel_size > 1 and self.options.data_parallel == "ddp"
-        if self.topology.data_parallel_size > 1 and not replicated:
-            apply_fsdp(model, mesh["dp_shard"], self.options)
+    def split_stages(self, model: nn.Module, mesh) -> nn.Module:
+        """Keep this rank's stages (one, or r, r + p, ... interleaved): the cut before tensor
+        parallelism and FSDP (torchtitan's order: pp, tp, fsdp)."""
+        ranks, per_rank = self.topology.pp, self.options.stages_per_rank
+        self._rank = mesh.get_local_rank("pp")
+        self._units = stage_units(model, ranks * per_rank, list(self.options.split_points))
+        self._mine = [self._rank + v * ranks for v in range(per_rank)]
+        keep_stage(model, [u for s in self._mine for u in self._units[s]])
+        return model
+
+    def shard_data_parallel(self, model: nn.Module, mesh) -> nn.Module:
+        if self.topology.data_parallel_size == 1 or _replicated(self.options, self.topology):
+            return model  # one pipeline; or DDP, around the schedule's stage (wrap)
+        return super().shard_data_parallel(model, mesh)
+
+    def wrap(self, model: nn.Module, mesh) -> nn.Module:
         self._schedules: dict[int, object] = {}
         self._timing = {"busy": 0.0, "wall": 0.0, "steps": 0}
-        views = [stage_view(model, units[s]) for s in mine] if per_rank > 1 else [model]
-        if replicated:  # the schedule's stage syncs a DDP module's gradients on the last micro-batch only
-            from torch.nn.parallel import DistributedDataParallel
+        units, mine = self._units, self._mine
+        views = [stage_view(model, units[s]) for s in mine] if len(mine) > 1 else [model]
+        if _replicated(self.options, self.topology):  # the schedule's stage syncs a DDP module's gradients
+            from torch.nn.parallel import DistributedDataParallel  # on the last micro-batch only
 
             views = [DistributedDataParallel(model, process_group=mesh["dp_replicate"].get_group())]
-        return PipelinedModel(model, views, rank, ranks, mesh["pp"].get_group(), self.device)
+        return PipelinedModel(model, views, self._rank, self.topology.pp, mesh["pp"].get_group(), self.device)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, PipelinedModel) else model
