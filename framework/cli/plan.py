@@ -137,13 +137,19 @@ def _print_comm(rows: list[dict], width: int) -> None:
     """Each layout's bytes sent per rank per step, and by degree on its most devices."""
     if not any("comm_bytes_per_rank" in r for r in rows):
         return
-    print("sent per rank per optimizer step, estimated (ring counts, fp32; framework/job/comm_plan.py):")
+    print("sent per rank per optimizer step (estimated from ring collectives' counts, fp32), and by degree:")
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        figures = [r.get("comm_bytes_per_rank") for r in rows if r["strategy"] == strategy]
+        mine = [r for r in rows if r["strategy"] == strategy]
+        figures = [r.get("comm_bytes_per_rank") for r in mine]
         cells = " ".join(f"{sum(f.values()) / 2**20:>12.2f} MiB" if f is not None else f"{'-':>16}" for f in figures)
-        widest = next((f for f in reversed(figures) if f), None)
-        split = " + ".join(f"{k} {v / 2**20:.2f}" for k, v in widest.items()) if widest else ""
-        print(f"{strategy:<{width}} {cells}   {split}")
+        widest = next((r for r in reversed(mine) if r.get("comm_bytes_per_rank")), None)
+        split = (
+            f"   on {widest['devices']} dev: "
+            + " + ".join(f"{k} {v / 2**20:.2f}" for k, v in widest["comm_bytes_per_rank"].items())
+            if widest
+            else ""
+        )
+        print(f"{strategy:<{width}} {cells}{split}")
 
 
 if __name__ == "__main__":

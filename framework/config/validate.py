@@ -311,6 +311,25 @@ def import_target(path: str) -> Any:
     raise ImportError(str(last_error) if last_error else f"cannot import {path!r}")
 
 
+def _unknown_argument_problems(unknown: list[str], path: str, target: str, valid: list[str]) -> list[str]:
+    """Each key ``target`` does not take; with several, where they likely came from: a ``_target_``
+    given on the command line keeps the selected option's other keys."""
+    problems = [
+        unknown_key_message(f"{path}.{key}", key, valid)
+        .replace("unknown key", f"unknown argument of {target}")
+        .replace("(valid keys: )", "(it takes no arguments)")
+        for key in unknown
+    ]
+    if len(unknown) > 1:
+        problems.append(
+            f"{path}._target_: {target} takes none of {', '.join(unknown)}: a _target_ set on the command line "
+            f"keeps the selected option's other keys; put your class in a config option of your own "
+            f"(configs/{path.split('.')[0]}/mine.yaml with its _target_, selected by {path.split('.')[0]}=mine and "
+            f"hydra.searchpath) or drop each key with ~{path}.<key>"
+        )
+    return problems
+
+
 def check_target(node: dict, path: str, problems: list[str], group: str) -> None:
     """Check that ``node._target_`` imports and that ``node``'s keys bind to its signature."""
     target = node.get("_target_")
@@ -331,16 +350,11 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
     skip = FRAMEWORK_KEYS.get(group, set())
     supplied = RUNTIME_ARGS.get(group, set())
     names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    unknown = [k for k in node if k not in _HYDRA_KEYS and k not in skip and k not in params]
+    if not accepts_kwargs:
+        problems.extend(_unknown_argument_problems(unknown, path, target, [n for n in names if n not in supplied]))
     for key, value in node.items():
-        if key in _HYDRA_KEYS or key in skip:
-            continue
-        if key not in params:
-            if not accepts_kwargs:
-                problems.append(
-                    unknown_key_message(f"{path}.{key}", key, [n for n in names if n not in supplied]).replace(
-                        "unknown key", f"unknown argument of {target}"
-                    )
-                )
+        if key in _HYDRA_KEYS or key in skip or key not in params:
             continue
         annotation = _annotation(obj, key, params[key])
         if _checkable(value) and not type_ok(value, annotation):

@@ -118,7 +118,8 @@ def comm_bytes(options, topology: Topology, params: int, sizes: dict) -> dict[st
     tp, cp, ep, pp = topology.tp, topology.cp, topology.ep, topology.pp
     figures = {
         "dp": _data_parallel_bytes(options, topology, 4 * params / (tp * pp)),
-        "tp": 2 * alltoall_bytes(sizes["tp"] / cp, tp),  # forward and backward; a ring's (N-1)/N each
+        # a rank's stage holds 1/pp of the layers; forward and backward, a ring's (N-1)/N each
+        "tp": 2 * alltoall_bytes(sizes["tp"] / (cp * pp), tp),
         "cp": allgather_bytes(sizes["kv"] / (cp * tp), cp) + allreduce_bytes(sizes["kv"] / tp, cp),
         "ep": 4 * alltoall_bytes(sizes["experts"] / cp, ep),
         "pp": 2.0 * sizes["boundary"] if pp > 1 else 0.0,

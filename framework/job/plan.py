@@ -31,7 +31,7 @@ from framework.engine.activation_checkpointing import apply_activation_checkpoin
 from framework.engine.memory import optimizer_state_bytes
 from framework.job.comm_plan import comm_bytes, traffic
 from framework.models.moe import GroupedExperts
-from framework.strategies import STRATEGIES
+from framework.strategies import STRATEGIES, variant_of
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
 
 COMPARED = ("ddp", "zero", "fsdp")
@@ -115,11 +115,12 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     if getattr(model, "pipeline_splittable", False):
         layouts["pp"] = ("pp", _pipeline_options(cfg))
     layouts.update(_deepspeed_layouts(cfg))
+    layouts.update(_configured_layout(cfg, layouts))
     activations: dict[int, Optional[int]] = {}
     rows = []
     for label, (name, extra) in layouts.items():
-        cls = STRATEGIES[name]
-        options = cls.schema(name=name, **extra)
+        options = STRATEGIES[name].schema(name=name, **extra)
+        cls = variant_of(STRATEGIES[name], options)
         for n in devices:
             row = {
                 "strategy": label,
@@ -167,6 +168,20 @@ def _traffic(cfg: DictConfig, model: torch.nn.Module, batch: int, cache: dict) -
         inputs = meta_inputs(cfg, batch)
         cache[("traffic", batch)] = None if inputs is None else traffic(model.to("meta"), inputs)
     return cache[("traffic", batch)]
+
+
+def _configured_layout(cfg: DictConfig, layouts: dict) -> dict:
+    """The config's own strategy as a row of its own (``strategy=parallel``'s degrees, a preset, an
+    option changed) where no compared row is the same layout."""
+    strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if cfg.get("strategy") else {}
+    name = strategy.get("name")
+    if name not in STRATEGIES or strategy.get("_target_"):
+        return {}  # auto (its candidates are the compared rows), or a class of the user's own
+    extra = {k: v for k, v in strategy.items() if k not in ("name", "timeout_s")}  # (no layout option)
+    schema = STRATEGIES[name].schema
+    if any(n == name and schema(name=n, **e) == schema(name=name, **extra) for n, e in layouts.values()):
+        return {}
+    return {f"{name} (config)": (name, extra)}
 
 
 def _deepspeed_layouts(cfg: DictConfig) -> dict:

@@ -16,6 +16,7 @@ from framework.strategies.registry import (
     resolved_options,
     selected_class,
     strategy_class,
+    variant_of,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "resolved_options",
     "selected_class",
     "strategy_class",
+    "variant_of",
 ]

@@ -82,7 +82,7 @@ def _options(options: dict, cls: type[Strategy]) -> dict:
     return {**{k: v for k, v in options.items() if k != "_target_"}, "name": cls.name or cls.__name__}
 
 
-def _variant(cls: type[Strategy], typed: StrategyConfig) -> type[Strategy]:
+def variant_of(cls: type[Strategy], typed: StrategyConfig) -> type[Strategy]:
     """The class that runs ``typed``: strategy=parallel with a pipeline degree runs the pipeline's
     (which sits above parallel), another family's member as its class says."""
     if cls is ParallelStrategy and typed.pp > 1:
@@ -99,7 +99,7 @@ def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
     options = dict(concrete(container.get("strategy") or {}))
     cls = selected_class(options, trainer["devices"], trainer["num_nodes"])
     typed = cls.schema(**_options(options, cls))
-    cls = _variant(cls, typed)
+    cls = variant_of(cls, typed)
     return cls, typed, cls.make_topology(trainer["devices"], trainer["num_nodes"], typed)
 
 

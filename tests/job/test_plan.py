@@ -81,3 +81,12 @@ def test_the_plan_counts_what_each_degree_sends_per_rank_from_the_models_sizes()
     assert figures["cp"] == pytest.approx(kv / 2 + kv) and figures["dp"] == pytest.approx(6 * params)
     # pp 2: one block's output forward, its gradient backward
     assert rows["pp", 2]["comm_bytes_per_rank"] == {"pp": pytest.approx(2 * 4 * b * s * d)}
+
+
+def test_the_plan_adds_the_configs_own_layout_as_a_row_where_no_compared_one_is_it():
+    rows = plan(compose([*GPT_TINY, "strategy=parallel", "strategy.pp=2", "strategy.tp=2"]), devices=(2, 4))
+    mine = [r for r in rows if r["strategy"] == "parallel (config)"]
+    assert mine[0]["model_state_bytes_per_rank"] is None  # pp 2 x tp 2 needs 4 ranks
+    assert set(mine[1]["comm_bytes_per_rank"]) == {"tp", "pp"} and mine[1]["bubble_fraction"] > 0
+    for same in (["strategy=fsdp"], ["strategy=auto"]):
+        assert not any("(config)" in r["strategy"] for r in plan(compose([*GPT_TINY, *same]), devices=(2,)))

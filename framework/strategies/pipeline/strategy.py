@@ -133,11 +133,12 @@ class PipelineStrategy(ParallelStrategy):
     def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
         from framework.strategies.pipeline.checks import pipeline_problems
 
-        if topology.cp > 1 or topology.ep > 1:
+        beside = [f"strategy.{k}={getattr(topology, k)}" for k in ("cp", "ep") if getattr(topology, k) > 1]
+        if beside:
             return [
                 f"strategy.pp: a pipeline ({topology.pp} ranks) with context or expert parallelism "
-                f"(strategy.cp={topology.cp}, strategy.ep={topology.ep}) is not built; use pp with dp_shard, "
-                "dp_replicate and tp, or cp and ep without pp"
+                f"({', '.join(beside)}) is not built; use pp with dp_shard, dp_replicate and tp, or cp and ep "
+                "without pp"
             ]
         return pipeline_problems(model, options, topology, container)
 
