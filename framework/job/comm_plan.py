@@ -25,8 +25,6 @@ from framework.engine.compiling import model_blocks
 from framework.models.moe import GroupedExperts
 from framework.strategies.comm.bytes import allgather_bytes, allreduce_bytes, alltoall_bytes
 
-DEGREES = ("dp", "tp", "cp", "ep", "pp")
-
 
 def _nbytes(t) -> int:
     return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0

@@ -117,6 +117,7 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     layouts.update(_deepspeed_layouts(cfg))
     layouts.update(_configured_layout(cfg, layouts))
     activations: dict[int, Optional[int]] = {}
+    traffic_by_batch: dict[int, Optional[dict]] = {}
     rows = []
     for label, (name, extra) in layouts.items():
         options = STRATEGIES[name].schema(name=name, **extra)
@@ -131,18 +132,27 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
             }
             rows.append(row)
             try:
-                row.update(layout_bytes(cfg, cls, options, n, model, k, activations))
+                row.update(layout_bytes(cfg, cls, options, n, model, k, activations, traffic_by_batch))
             except ValueError:  # a layout this device count (or this model) cannot make
                 continue
     return rows
 
 
 def layout_bytes(
-    cfg: DictConfig, cls, options, devices: int, model: torch.nn.Module, k: int, activations: dict
+    cfg: DictConfig,
+    cls,
+    options,
+    devices: int,
+    model: torch.nn.Module,
+    k: int,
+    activations: dict,
+    traffic_by_batch: Optional[dict] = None,
 ) -> dict:
     """One layout's per-rank model-state and activation bytes (and a pipeline's figures) on
     ``devices`` devices of one node; ValueError when the layout cannot be made. ``activations``
-    caches the activations per data-parallel size across calls."""
+    caches the activations per data-parallel size across calls; given ``traffic_by_batch`` (the
+    plan's cache of comm_plan.traffic per batch), the bytes each degree sends too (strategy=auto's
+    choice needs only the memory)."""
     params = sum(p.numel() for p in model.parameters())
     topology = cls.make_topology(devices, 1, options)
     state = cls.predict_model_state_bytes(params, k, topology, model, options)
@@ -153,7 +163,7 @@ def layout_bytes(
     # tensor (sequence) and context parallelism split each activation across their groups
     acts = activations[dp] if activations[dp] is None else activations[dp] / (topology.tp * topology.cp)
     figures = {"model_state_bytes_per_rank": state, "activation_bytes_per_rank": acts}
-    sizes = _traffic(cfg, model, batch // dp, activations)
+    sizes = None if traffic_by_batch is None else _traffic(cfg, model, batch // dp, traffic_by_batch)
     if sizes is not None:
         figures["comm_bytes_per_rank"] = comm_bytes(options, topology, params, sizes)
     if cls.name == "pp":
@@ -163,17 +173,22 @@ def layout_bytes(
 
 def _traffic(cfg: DictConfig, model: torch.nn.Module, batch: int, cache: dict) -> Optional[dict]:
     """What a data-parallel rank's forward of ``batch`` samples passes between ranks (comm_plan.py),
-    once per batch size (kept in ``cache`` beside the activations)."""
-    if ("traffic", batch) not in cache:
+    once per batch size (kept in ``cache``)."""
+    if batch not in cache:
         inputs = meta_inputs(cfg, batch)
-        cache[("traffic", batch)] = None if inputs is None else traffic(model.to("meta"), inputs)
-    return cache[("traffic", batch)]
+        cache[batch] = None if inputs is None else traffic(model.to("meta"), inputs)
+    return cache[batch]
+
+
+def _strategy_node(cfg: DictConfig) -> dict:
+    """The config's strategy options as a plain dict ({} without one)."""
+    return OmegaConf.to_container(cfg.strategy, resolve=True) if cfg.get("strategy") else {}
 
 
 def _configured_layout(cfg: DictConfig, layouts: dict) -> dict:
     """The config's own strategy as a row of its own (``strategy=parallel``'s degrees, a preset, an
     option changed) where no compared row is the same layout."""
-    strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if cfg.get("strategy") else {}
+    strategy = _strategy_node(cfg)
     name = strategy.get("name")
     if name not in STRATEGIES or strategy.get("_target_"):
         return {}  # auto (its candidates are the compared rows), or a class of the user's own
@@ -186,7 +201,7 @@ def _configured_layout(cfg: DictConfig, layouts: dict) -> dict:
 
 def _deepspeed_layouts(cfg: DictConfig) -> dict:
     """With strategy=deepspeed: its ZeRO stages 1-3 (``deepspeed_<stage>``), with the config's offload."""
-    strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if cfg.get("strategy") else {}
+    strategy = _strategy_node(cfg)
     if strategy.get("name") != "deepspeed":
         return {}
     offload = {"offload_optimizer": strategy.get("offload_optimizer")}
@@ -197,7 +212,7 @@ def _pipeline_options(cfg: DictConfig) -> dict:
     """A pipeline of one stage per device (stages_per_rank per device, interleaved), with the
     config's schedule, micro-batches and split points when its strategy is pp (else 1F1B with as
     many micro-batches as stages)."""
-    strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if cfg.get("strategy") else {}
+    strategy = _strategy_node(cfg)
     if strategy.get("name") != "pp":
         return {}
     keys = ("schedule", "microbatches", "split_points", "stages_per_rank")
