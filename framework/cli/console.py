@@ -96,8 +96,7 @@ def console_entry(hydra_main: Callable[[], None]) -> None:
     hydra_fast_paths.install()
     cwd_importable()
     env = detect_environment()
-    if env is None and asks_for_several_devices(sys.argv[1:]) and not set(sys.argv[1:]) & _NO_RUN_FLAGS:
-        start_fork_server({})  # it imports torch while Hydra composes and the config is validated
+    _start_early(env, sys.argv[1:])
     scratch = None
     if env is not None and env.rank != 0:
         # Every rank runs the entry point. Only rank 0's Hydra run dir is the job's (ranks agree
@@ -109,6 +108,19 @@ def console_entry(hydra_main: Callable[[], None]) -> None:
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _start_early(env, args: list[str]) -> None:
+    """The server that forks the jobs or the ranks, started now: it imports torch while Hydra
+    composes and the config is validated here."""
+    if env is not None or set(args) & _NO_RUN_FLAGS:
+        return
+    from hydra_plugins.framework_packed.job_server import asks_for_packed, start_job_server
+
+    if asks_for_packed(args):  # the jobs start their own ranks' servers
+        start_job_server()
+    elif asks_for_several_devices(args):
+        start_fork_server({})
 
 
 def end_program() -> None:

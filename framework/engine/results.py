@@ -9,12 +9,13 @@ import os
 import resource
 import statistics
 from pathlib import Path
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from framework.config.environment import resolve_accelerator
 from framework.engine.attempts import attempt_dir, holds_the_top
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak bytes of this process: CUDA allocator peak on GPU, peak resident set size on CPU."""
     if device.type == "cuda":
+        import torch  # here: a sweep's launcher writes its report from this module without torch
+
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 

@@ -52,11 +52,12 @@ def _tensor_parallel_outputs(model: nn.Module) -> dict[str, int]:
 
     try:
         plan = model.parallelize_plan(sequence_parallel=True) if hasattr(model, "parallelize_plan") else {}
-    except ValueError:  # a model with no plan for this configuration (a mixture of experts)
+    except ValueError:  # a model with no plan for this configuration
         return {}
     counted = {}
     for name, style in plan.items():
-        if isinstance(style, RowwiseParallel):
+        # (a mixture of experts' style: its tokens gathered, its partial outputs reduce-scattered)
+        if isinstance(style, RowwiseParallel) or callable(getattr(style, "split_parameters", None)):
             counted[name] = 2  # reduce(-scatter) of its output, the all-gather into the next layer
         elif isinstance(style, ColwiseParallel) and isinstance(style.output_layouts[0], Replicate):
             counted[name] = 1  # its split output all-gathered

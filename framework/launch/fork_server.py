@@ -59,7 +59,9 @@ def use_fork_server() -> None:
     main_module)."""
     import multiprocessing
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "framework.rank.run"])
+    multiprocessing.get_context("forkserver").set_forkserver_preload(
+        ["framework.launch.quick_server_exit", "__main__", "framework.rank.run"]
+    )
 
 
 def start_fork_server(container: dict) -> None:

@@ -205,11 +205,6 @@ class GPT(nn.Module):
         sequence length, when sequence parallelism splits it too)."""
         where = f"the tensor-parallel degree {tp} (strategy=tp on {tp} ranks, or fsdp_tp's strategy.tensor_parallel)"
         c = self.config
-        if c["n_experts"] and tp > 1:
-            return [
-                f"model.n_experts: a mixture of experts has no tensor-parallel plan here (tensor-parallel degree "
-                f"{tp}); split its experts with strategy.ep instead"
-            ]
         problems = [
             f"model.{key}: {c[key]} is not divisible by {where}"
             for key in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size")
@@ -287,8 +282,6 @@ class GPT(nn.Module):
             SequenceParallel,
         )
 
-        if self.config["n_experts"]:
-            raise ValueError("model.n_experts: a mixture of experts has no tensor-parallel plan here")
         between = Shard(1) if sequence_parallel else Replicate()
         plan = {
             "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
@@ -304,9 +297,7 @@ class GPT(nn.Module):
                 "attention.wk": ColwiseParallel(),
                 "attention.wv": ColwiseParallel(),
                 "attention.wo": RowwiseParallel(output_layouts=between),
-                "feed_forward.w1": ColwiseParallel(),
-                "feed_forward.w3": ColwiseParallel(),
-                "feed_forward.w2": RowwiseParallel(output_layouts=between),
+                **self._feed_forward_plan(between),
             }
             if sequence_parallel:
                 block.update(
@@ -316,13 +307,28 @@ class GPT(nn.Module):
                         "attention": PrepareModuleInput(
                             input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)
                         ),
-                        "feed_forward": PrepareModuleInput(
-                            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
-                        ),
                     }
                 )
+                if not self.config["n_experts"]:  # (a MoE layer gathers its tokens itself)
+                    block["feed_forward"] = PrepareModuleInput(
+                        input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+                    )
             plan.update({f"layers.{i}.{name}": style for name, style in block.items()})
         return plan
+
+    def _feed_forward_plan(self, between) -> dict:
+        """A SwiGLU's w1/w3 column-wise and w2 row-wise; a mixture of experts' the same in every expert."""
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        from framework.models.moe_tensor_parallel import MoETensorParallel
+
+        if self.config["n_experts"]:
+            return {"feed_forward": MoETensorParallel(between)}
+        return {
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w3": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=between),
+        }
 
 
 def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:

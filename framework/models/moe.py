@@ -17,7 +17,7 @@ call expert parallelism replaces (it sends each expert's tokens to the rank that
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -50,6 +50,14 @@ def expert_outputs(tokens: torch.Tensor, counts: list[int], w1, w3, w2) -> torch
     return torch.cat([(F.silu(group @ w1[e]) * (group @ w3[e])) @ w2[e] for e, group in enumerate(groups)])
 
 
+class Routing(NamedTuple):
+    """A forward's assignments, sorted by expert: each one's weight and token, and how many per expert."""
+
+    weights: torch.Tensor
+    source: torch.Tensor
+    counts: list[int]
+
+
 class MoE(nn.Module):
     """``forward(x [batch, seq, dim]) -> [batch, seq, dim]``; ``aux_loss``: the last forward's
     load-balancing loss (with its graph), which the task adds to a training step's loss."""
@@ -72,23 +80,33 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])
-        probs = torch.softmax(self.router(tokens).float(), dim=-1)
+        routing = self.route(self.router(tokens), x.dtype)
+        out = self.combine(tokens, self.experts(tokens[routing.source], routing.counts), routing)
+        if self.shared is not None:
+            out = out + self.shared(tokens)
+        return out.view_as(x)
+
+    def route(self, logits: torch.Tensor, dtype: torch.dtype) -> Routing:
+        """Each token's ``top_k`` experts from the router's ``logits``, as sorted assignments (over
+        capacity dropped); sets ``aux_loss``."""
+        probs = torch.softmax(logits.float(), dim=-1)
         weights, chosen = probs.topk(self.top_k, dim=-1)
-        weights = (weights / weights.sum(dim=-1, keepdim=True)).type_as(x)
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(dtype)
         experts = chosen.flatten()
         order = experts.argsort(stable=True)  # assignments grouped by expert, in token order within each
         counts = self._counts(experts)
         self.aux_loss = self._balance_loss(probs, counts)
         source = order // self.top_k  # the token of each sorted assignment
-        kept = self._within_capacity(experts[order], counts, len(tokens))
+        kept = self._within_capacity(experts[order], counts, len(logits))
         if kept is not None:
             order, source = order[kept], source[kept]
             counts = self._counts(experts[order])
-        outputs = self.experts(tokens[source], _as_list(counts, len(order)))
-        out = torch.zeros_like(tokens).index_add_(0, source, outputs * weights.flatten()[order, None])
-        if self.shared is not None:
-            out = out + self.shared(tokens)
-        return out.view_as(x)
+        return Routing(weights.flatten()[order], source, _as_list(counts, len(order)))
+
+    @staticmethod
+    def combine(tokens: torch.Tensor, outputs: torch.Tensor, routing: Routing) -> torch.Tensor:
+        """Each token's experts' ``outputs`` weighted and summed, in the tokens' order."""
+        return torch.zeros_like(tokens).index_add_(0, routing.source, outputs * routing.weights[:, None])
 
     def _counts(self, experts: torch.Tensor) -> torch.Tensor:
         """Assignments per expert (a meta tensor on the meta device, where framework-plan measures

@@ -105,7 +105,12 @@ def context_parallel_problems(model: nn.Module, topology: Topology, container: d
 
 
 def expert_parallel_problems(model: nn.Module, topology: Topology) -> list[str]:
-    """Before start: the model has experts, as many on each rank of an ep group."""
+    """Before start: the model has experts, as many on each rank of an ep group, and no tensor parallelism."""
+    if topology.tp > 1:
+        return [
+            f"strategy.ep: expert parallelism ({topology.ep}) with tensor parallelism (strategy.tp={topology.tp}) "
+            "is not supported; choose one: ep splits the experts across ranks, tp every expert's hidden units"
+        ]
     counts = {len(m.w1) for m in grouped_experts(model)}
     if not counts:
         return [

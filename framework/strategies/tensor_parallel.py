@@ -16,6 +16,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Optional
 
+import torch
 from torch import nn
 
 from framework.config.schemas import StrategyConfig
@@ -51,10 +52,40 @@ def plan_of(model: nn.Module, options) -> dict:
 
 
 def apply_tp(model: nn.Module, tp_mesh, options) -> nn.Module:
-    """Split ``model``'s layers across ``tp_mesh`` by its plan (in place)."""
+    """Split ``model``'s layers across ``tp_mesh`` by its plan (in place); the parameters it leaves
+    whole replicated on the same mesh."""
     from torch.distributed.tensor.parallel import parallelize_module
 
-    return parallelize_module(model, tp_mesh, plan_of(model, options))
+    parallelize_module(model, tp_mesh, plan_of(model, options))
+    replicate_the_rest(model, tp_mesh)
+    return model
+
+
+def replicate_the_rest(model: nn.Module, tp_mesh) -> None:
+    """Each module whose own parameters the plan left plain tensors (the norms without sequence
+    parallelism): those parameters become replicated DTensors of ``tp_mesh``, its inputs and outputs
+    converted at its boundary. The optimizer's and the clipping's foreach ops then see one mesh (the
+    tensor-parallel weights', or with FSDP the 2-D one), never plain tensors beside DTensors."""
+    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+
+    for module in model.modules():
+        own = list(module.named_parameters(recurse=False))
+        if not own or any(isinstance(p, DTensor) for _, p in own):
+            continue
+        for name, param in own:
+            whole = distribute_tensor(param.data, tp_mesh, [Replicate()], src_data_rank=None)
+            module.register_parameter(name, nn.Parameter(whole, requires_grad=param.requires_grad))
+        module.register_forward_pre_hook(lambda _, args, mesh=tp_mesh: _replicated(args, mesh))
+        module.register_forward_hook(lambda _, args, out: out.to_local() if isinstance(out, DTensor) else out)
+
+
+def _replicated(args: tuple, mesh) -> tuple:
+    from torch.distributed.tensor import DTensor, Replicate
+
+    return tuple(
+        DTensor.from_local(a, mesh, [Replicate()]) if isinstance(a, torch.Tensor) and not isinstance(a, DTensor) else a
+        for a in args
+    )
 
 
 def plan_problems(model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
@@ -89,11 +120,17 @@ def split_parameters(model: nn.Module, options) -> int:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     plan = plan_of(model, options)
-    return sum(
+    whole_modules = sum(
         p.numel()
         for name, style in plan.items()
         if isinstance(style, (ColwiseParallel, RowwiseParallel))
         for p in model.get_submodule(name).parameters(recurse=False)
+    )
+    # a style of the model's own that splits some of a module's parameters says how many
+    return whole_modules + sum(
+        style.split_parameters(model.get_submodule(name))
+        for name, style in plan.items()
+        if callable(getattr(style, "split_parameters", None))
     )
 
 

@@ -28,8 +28,10 @@ from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_g
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
 
+from framework.launch.main_module import ranks_without_main
 from hydra_plugins.framework_packed.devices import max_skips_problem, pool
 from hydra_plugins.framework_packed.job_process import failed_return, run_packed_job
+from hydra_plugins.framework_packed.job_server import JOB_MODULES, run_served_job, start_job_server, task_name
 from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
 
 log = logging.getLogger(__name__)
@@ -58,10 +60,14 @@ class PackedLauncher(Launcher):
         except ValueError as err:  # before any job starts: the key, the valid choices; once (no log line beside it)
             print(err, file=sys.stderr)
             sys.exit(2)
+        task = task_name(self.task_function)
+        if task:  # the server imports while this process composes the jobs (started here unless it runs)
+            start_job_server()
         configs = [self._job_config(initial_job_idx + i, overrides) for i, overrides in enumerate(job_overrides)]
-        _preload()
+        if not task:
+            _preload()
         log.info("Launching %d jobs packed onto %d %s device(s) %s", len(configs), len(ids), kind, ids)
-        run = _PackedRun(self, kind, DevicePool(ids, max_skips=self.max_skips or 0), sweep_dir)
+        run = _PackedRun(self, kind, DevicePool(ids, max_skips=self.max_skips or 0), sweep_dir, task)
         returns = run.all(configs)
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns
@@ -75,15 +81,12 @@ class PackedLauncher(Launcher):
         return sweep_config
 
 
-# Imported once here, before the jobs fork, instead of in every job (seconds each: the first
-# job of a basic sweep pays for them, the others find them loaded). Importing starts no threads.
-PRELOAD = ("framework.job.run", "torch._dynamo", "torch.utils.tensorboard")
-
-
 def _preload() -> None:
+    """Jobs forked from this process: what they import, imported once here, before they fork
+    (importing starts no threads)."""
     import importlib
 
-    for name in PRELOAD:
+    for name in JOB_MODULES:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - an optional module: the job imports it itself, or does without
@@ -100,8 +103,9 @@ def _need(sweep_config, available: int) -> int:
 class _PackedRun:
     """One batch of jobs (a grid, or one of a sweeper's batches) from start to its last job's end."""
 
-    def __init__(self, launcher: PackedLauncher, kind: str, devices: DevicePool, sweep_dir: Path) -> None:
+    def __init__(self, launcher: PackedLauncher, kind: str, devices: DevicePool, sweep_dir: Path, task) -> None:
         self.launcher, self.kind, self.devices, self.sweep_dir = launcher, kind, devices, sweep_dir
+        self.task = task  # the task function's name: jobs start from the job server; None: forked from here
         self.running: dict[int, tuple] = {}  # job index -> (process, its pipe's end, Pending, config)
         self.returns: dict[int, JobReturn] = {}
         self.records: dict[int, dict] = {}
@@ -130,15 +134,17 @@ class _PackedRun:
         return [self.returns[i] for i in range(len(configs))]
 
     def _start(self, sweep_config, job: Pending, devices: list[int]) -> None:
-        context = multiprocessing.get_context("fork")
+        context = multiprocessing.get_context("forkserver" if self.task else "fork")
         parent_end, child_end = context.Pipe(duplex=False)
         launcher = self.launcher
-        process = context.Process(
-            target=run_packed_job,
-            name=f"packed-job-{job.num}",
-            args=(child_end, launcher.hydra_context, launcher.task_function, sweep_config, self.kind, devices),
-        )
-        process.start()
+        if self.task:
+            target, args = run_served_job, (child_end, self.task, sweep_config, self.kind, devices, dict(os.environ))
+        else:
+            args = (child_end, launcher.hydra_context, launcher.task_function, sweep_config, self.kind, devices)
+            target = run_packed_job
+        process = context.Process(target=target, name=f"packed-job-{job.num}", args=args)
+        with ranks_without_main({}):  # the job needs nothing of this process's __main__ (the console script)
+            process.start()
         child_end.close()
         self.running[job.index] = (process, parent_end, job, sweep_config)
         self.records[job.num] = {"devices": devices, "pid": process.pid, "started_at": time.time()}

@@ -18,6 +18,9 @@ LAYOUTS = {
     "single": ["strategy=single"],
     "ep": ["strategy=parallel", "trainer.devices=2", "strategy.ep=2"],
     "ep_dp_shard": ["strategy=parallel", "trainer.devices=4", "trainer.oversubscribe=true", "strategy.ep=2"],
+    # tensor parallel: every expert's hidden units split, the router replicated (models/moe_tensor_parallel.py)
+    "tp": ["strategy=parallel", "trainer.devices=2", "strategy.tp=2"],
+    "tp_dp_shard": ["strategy=parallel", "trainer.devices=4", "trainer.oversubscribe=true", "strategy.tp=2"],
 }
 
 
@@ -33,14 +36,28 @@ def aux_losses(run_dir) -> list[float]:
         return [float(r["train/aux_loss"]) for r in csv.DictReader(f) if r.get("train/aux_loss")]
 
 
-@pytest.mark.parametrize("layout", ["ep", "ep_dp_shard"])
+@pytest.mark.parametrize("layout", ["ep", "ep_dp_shard", "tp", "tp_dp_shard"])
 def test_expert_parallel_layouts_match_single_device(layout, single, tmp_path):
     results = fit(compose([*MOE, *LAYOUTS[layout]]), output_dir=str(tmp_path))
     assert_same_as_single(tmp_path, results, *single)
-    assert results["degrees"]["ep"] == 2 and results["degrees"]["dp_shard"] == (2 if layout == "ep_dp_shard" else 1)
+    split = "ep" if layout.startswith("ep") else "tp"
+    assert results["degrees"][split] == 2 and results["degrees"]["dp_shard"] == (
+        2 if layout.endswith("dp_shard") else 1
+    )
     # the load-balancing loss: logged, trained on, and the whole global batch's on every layout
     assert len(aux_losses(tmp_path)) == 24 and aux_losses(tmp_path)[0] > 0
     assert aux_losses(tmp_path) == pytest.approx(aux_losses(single[0]), rel=1e-5)
+
+
+def test_tensor_parallel_without_sequence_parallelism_with_a_shared_expert_and_capacity_matches_single_device(
+    tmp_path_factory,
+):
+    variant = [*MOE, "model.shared_expert=true", "model.capacity_factor=1.0"]  # (capacity 1.0 drops tokens)
+    tp = [*LAYOUTS["tp"], "strategy.sequence_parallel=false"]
+    get = runs_once(tmp_path_factory, variant, {"single": LAYOUTS["single"], "tp": tp})
+    (single_dir, single_results), (run_dir, results) = get("single"), get("tp")
+    assert_same_as_single(run_dir, results, single_dir, single_results)
+    assert aux_losses(run_dir) == pytest.approx(aux_losses(single_dir), rel=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +85,10 @@ def test_an_expert_parallel_checkpoint_resumes_under_another_layout(saved, tmp_p
             "strategy.ep: expert parallelism (2) splits a mixture of experts' experts",
         ),
         (["model=gpt/moe", "model.n_experts=3", "strategy.ep=2"], "model.n_experts: 3 experts do not divide across"),
-        (["model=gpt/moe", "strategy.tp=2"], "model.n_experts: a mixture of experts has no tensor-parallel plan"),
+        (
+            ["model=gpt/moe", "trainer.devices=4", "trainer.oversubscribe=true", "strategy.tp=2", "strategy.ep=2"],
+            "strategy.ep: expert parallelism (2) with tensor parallelism (strategy.tp=2) is not supported",
+        ),
         (["model=gpt/moe", "model.top_k=5"], "top_k: 5 experts per token, but n_experts=4"),
         (["model=gpt/moe", "strategy=pp"], "model.n_experts: a mixture of experts cannot be split into pipeline"),
     ],

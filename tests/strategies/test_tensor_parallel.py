@@ -17,6 +17,8 @@ LAYOUTS = {
     "single": ["strategy=single"],
     "fsdp": ["strategy=fsdp", "trainer.devices=2"],
     "tp": ["strategy=tp", "trainer.devices=2"],
+    # the norms whole on every rank (replicated DTensors beside the split weights), clipping over both
+    "tp_without_sequence_parallel": ["strategy=tp", "trainer.devices=2", "strategy.sequence_parallel=false"],
     "fsdp_tp": ["strategy=fsdp_tp", "trainer.devices=4", "strategy.tensor_parallel=2", "trainer.oversubscribe=true"],
     "hsdp_tp": [
         "strategy=fsdp_tp",
@@ -33,7 +35,7 @@ def single(tmp_path_factory):
     return runs_once(tmp_path_factory, EQUIVALENCE, LAYOUTS)("single")
 
 
-@pytest.mark.parametrize("layout", ["tp", "fsdp_tp", "hsdp_tp"])
+@pytest.mark.parametrize("layout", ["tp", "tp_without_sequence_parallel", "fsdp_tp", "hsdp_tp"])
 def test_tensor_parallel_layouts_match_single_device(layout, single, tmp_path):
     results = fit(compose([*EQUIVALENCE, *LAYOUTS[layout]]), output_dir=str(tmp_path))
     assert_same_as_single(tmp_path, results, *single)

@@ -19,15 +19,29 @@ def deepspeed_missing() -> str | None:
 
 def quiet_import():
     """``import deepspeed`` on this rank's accelerator, without the lines it would add to every
-    run's log: its accelerator guess, torch's CUDA_HOME note, the C compiler's commands of its
-    CPU all-reduce op and the deprecation warnings of the collectives it calls."""
+    run's log (its accelerator guess, torch's CUDA_HOME note, the deprecation warnings of the
+    collectives it calls) and without compiling its inference all-reduce."""
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated", category=FutureWarning)
     import deepspeed
 
     for name in ("DeepSpeed", "compilers", "distutils"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    _without_inference_all_reduce()
     return deepspeed
+
+
+def _without_inference_all_reduce() -> None:
+    """DeepSpeed's first process group on CPU compiles a shared-memory all-reduce (C++: about 40 s
+    on 2 cores, again in every virtual environment, since they share torch's extension cache).
+    Only DeepSpeed's inference path calls it; training's collectives go through torch.distributed.
+    Without it, ``inference_all_reduce`` uses torch.distributed's all-reduce instead."""
+    import importlib
+
+    # by its module's name: the attribute ``deepspeed.comm.torch`` is the torch package itself
+    backend = importlib.import_module("deepspeed.comm.torch")
+    if hasattr(backend, "build_shm_op"):
+        backend.build_shm_op = lambda: None
 
 
 def forget_process_groups() -> None:
