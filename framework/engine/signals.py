@@ -158,13 +158,14 @@ def _term_on_parent_death() -> None:
         pass
 
 
-def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0) -> None:
+def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0, launcher: Optional[int] = None) -> None:
     """End this process when the process that launched it dies: a SIGTERM to itself first (the
     ranks stop together and save ``last`` if they still can), then, ``grace_s`` seconds later, an
-    exit. Nothing of a job outlives its launcher. The launcher is FRAMEWORK_LAUNCHER_PID when set
-    (ranks forked from a fork server, which outlives the launcher while they run), else the parent."""
+    exit. Nothing of a job outlives its launcher. The launcher is ``launcher``, else
+    FRAMEWORK_LAUNCHER_PID when set (ranks forked from a fork server, which outlives the launcher
+    while they run: each child holds the server's lifeline open), else the parent."""
     global _WATCHED
-    parent = _WATCHED = int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))
+    parent = _WATCHED = launcher or int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))
     _term_on_parent_death()
 
     def watch() -> None:

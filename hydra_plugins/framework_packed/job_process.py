@@ -18,11 +18,15 @@ from framework.launch.fork_server import forget_parents_server
 from hydra_plugins.framework_packed.devices import hold_to
 
 
-def run_packed_job(conn, hydra_context, task_function, sweep_config, kind: str, devices: list[int]) -> None:
-    """The child's whole life: its devices, its signals, its job, its answer."""
+def run_packed_job(
+    conn, hydra_context, task_function, sweep_config, kind: str, devices: list[int], launcher: int | None = None
+) -> None:
+    """The child's whole life: its devices, its signals, its job, its answer (``launcher``: the
+    launcher's pid, where it is not this process's parent)."""
     for signum in (signal.SIGTERM, signal.SIGINT):  # the launcher's handlers are the launcher's
         signal.signal(signum, signal.SIG_DFL)
-    watch_parent()  # a launcher killed outright: the job stops (last saved) instead of running on alone
+    # a launcher killed outright: the job stops (last saved) instead of running on alone
+    watch_parent(launcher=launcher)
     hold_to(kind, devices)
     os.environ[PACKED_JOB] = "1"  # the job leaves the sweep's report to the launcher
     forget_parents_server()

@@ -22,6 +22,8 @@ from hydra.types import HydraContext
 from framework.launch.fork_server import standard_start_method
 from hydra_plugins.framework_packed.job_process import run_packed_job
 
+LAUNCHER_PID = "FRAMEWORK_LAUNCHER_PID"
+
 # What every job imports: seconds each, paid once by the server instead of by every job.
 JOB_MODULES = [
     "hydra_plugins.framework_packed.job_process",
@@ -70,7 +72,9 @@ def _resolve(module: str, qualname: str) -> Callable:
 
 def run_served_job(conn, task: tuple[str, str], sweep_config, kind: str, devices: list[int], environ: dict) -> None:
     """A job forked from the server: the launcher's environment and Hydra's job state, then the
-    job as a forked one runs it."""
+    job as a forked one runs it, watching the launcher (``environ``'s FRAMEWORK_LAUNCHER_PID): its
+    parent is the server, which a launcher killed outright leaves running while any job holds
+    the server's lifeline."""
     from hydra._internal.callbacks import Callbacks
 
     os.environ.clear()
@@ -79,4 +83,5 @@ def run_served_job(conn, task: tuple[str, str], sweep_config, kind: str, devices
     JobRuntime.instance().set("name", sweep_config.hydra.job.name)
     # run_job reads only the callbacks of a HydraContext (the config loader stays in the launcher).
     context = HydraContext(config_loader=None, callbacks=Callbacks(sweep_config))
-    run_packed_job(conn, context, _resolve(*task), sweep_config, kind, devices)
+    launcher = int(os.environ.pop(LAUNCHER_PID))  # not the job's ranks' (theirs is the job)
+    run_packed_job(conn, context, _resolve(*task), sweep_config, kind, devices, launcher)

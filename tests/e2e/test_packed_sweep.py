@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -127,3 +128,42 @@ def test_sigterm_interrupts_the_running_jobs_writes_the_report_and_leaves_nothin
         assert (out / j / "checkpoints" / "last").is_dir()
     assert "2 interrupted" in (out / "report.md").read_text()
     assert not alive({record["pid"] for record in jobs.values()})
+
+
+def test_a_launcher_killed_outright_takes_its_running_jobs_with_it(tmp_path):
+    # The jobs fork from the job server, which outlives a killed launcher while they run: each job
+    # watches the launcher itself, stops as on SIGTERM (checkpoints/last) and leaves nothing.
+    out, log = tmp_path / "sweep", tmp_path / "launcher.log"
+    with open(log, "w") as console:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "framework.train",
+                "-m",
+                "hydra/launcher=packed",
+                *JOB,
+                "seed=1,2",
+                "trainer.max_epochs=2000",
+                "callbacks=model_checkpoint",
+                "callbacks.model_checkpoint.monitor=null",
+                f"hydra.sweep.dir={out}",
+            ],
+            stdout=console,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 120
+        while time.time() < deadline and not all((out / j / "metrics.csv").exists() for j in ("0", "1")):
+            time.sleep(0.2)
+        assert all((out / j / "metrics.csv").exists() for j in ("0", "1")), log.read_text()[-3000:]
+        proc.kill()
+        proc.wait(timeout=30)
+    pids = {int(pid) for pid in re.findall(r"job #\d started on cpu \[\d\] \(pid (\d+)\)", log.read_text())}
+    assert len(pids) == 2, log.read_text()[-3000:]
+    deadline = time.time() + 60
+    while time.time() < deadline and alive(pids):
+        time.sleep(0.5)
+    assert not alive(pids)
+    for j in ("0", "1"):
+        assert json.loads((out / j / "results.json").read_text())["status"] == "interrupted"
+        assert (out / j / "checkpoints" / "last").is_dir()
