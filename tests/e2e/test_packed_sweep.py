@@ -95,8 +95,8 @@ def test_optuna_trials_run_side_by_side(tmp_path):
     assert "best_params" in (tmp_path / "optimization_results.yaml").read_text()
 
 
-def test_sigterm_interrupts_the_running_jobs_writes_the_report_and_leaves_nothing(tmp_path):
-    out = tmp_path / "sweep"
+def start_stoppable_sweep(out, seeds: str, epochs: int, console=subprocess.DEVNULL) -> subprocess.Popen:
+    """A packed sweep of long jobs that save checkpoints/last, returned once jobs 0 and 1 train."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -105,20 +105,26 @@ def test_sigterm_interrupts_the_running_jobs_writes_the_report_and_leaves_nothin
             "-m",
             "hydra/launcher=packed",
             *JOB,
-            "seed=1,2,3",
-            "trainer.max_epochs=300",
+            f"seed={seeds}",
+            f"trainer.max_epochs={epochs}",
             "trainer.limit_train_batches=1.0",
             "callbacks=model_checkpoint",
             "callbacks.model_checkpoint.monitor=null",
             f"hydra.sweep.dir={out}",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=console,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.time() + 120
     while time.time() < deadline and not all((out / j / "metrics.csv").exists() for j in ("0", "1")):
         time.sleep(0.2)
     assert all((out / j / "metrics.csv").exists() for j in ("0", "1")), "the two jobs did not start training"
+    return proc
+
+
+def test_sigterm_interrupts_the_running_jobs_writes_the_report_and_leaves_nothing(tmp_path):
+    out = tmp_path / "sweep"
+    proc = start_stoppable_sweep(out, "1,2,3", 300)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     jobs = json.loads((out / "packing.json").read_text())["jobs"]
@@ -135,27 +141,7 @@ def test_a_launcher_killed_outright_takes_its_running_jobs_with_it(tmp_path):
     # watches the launcher itself, stops as on SIGTERM (checkpoints/last) and leaves nothing.
     out, log = tmp_path / "sweep", tmp_path / "launcher.log"
     with open(log, "w") as console:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "framework.train",
-                "-m",
-                "hydra/launcher=packed",
-                *JOB,
-                "seed=1,2",
-                "trainer.max_epochs=2000",
-                "callbacks=model_checkpoint",
-                "callbacks.model_checkpoint.monitor=null",
-                f"hydra.sweep.dir={out}",
-            ],
-            stdout=console,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.time() + 120
-        while time.time() < deadline and not all((out / j / "metrics.csv").exists() for j in ("0", "1")):
-            time.sleep(0.2)
-        assert all((out / j / "metrics.csv").exists() for j in ("0", "1")), log.read_text()[-3000:]
+        proc = start_stoppable_sweep(out, "1,2", 2000, console)
         proc.kill()
         proc.wait(timeout=30)
     pids = {int(pid) for pid in re.findall(r"job #\d started on cpu \[\d\] \(pid (\d+)\)", log.read_text())}
