@@ -23,12 +23,12 @@ python3 -m venv "$VENV"
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --upgrade "pip<26.2" setuptools wheel
 "$PY" -m pip install -q "torch==$TORCH_VERSION" cmake psutil pyyaml cloudpickle packaging
-# The project without its torch/torchvision pins (torchvision from PyPI does not load beside this
-# torch; the framework imports it only for resnet18 and the torchvision datasets).
+# The project's dependencies without its torch/torchvision pins (torchvision from PyPI does not load
+# beside this torch; the framework imports it only for resnet18 and the torchvision datasets); the
+# project itself is installed last, with --no-deps.
 "$PY" -m pip install -q "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4" tensorboard tqdm matplotlib numpy \
   "torchmetrics>=1.0" \
   "pytest>=7" "pytest-timeout>=2"
-"$PY" -m pip install -q --no-deps -e "$ROOT"
 
 SRC="$(mktemp -d)"
 trap 'rm -rf "$SRC"' EXIT
@@ -42,4 +42,8 @@ grep -q 'CMAKE_CXX_STANDARD 17' "$HVD/horovod/torch/CMakeLists.txt"
 export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
   HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo MAKEFLAGS="-j$(nproc)"
 "$PY" -m pip install -q --no-build-isolation --no-deps "$HVD"
+# Last, and under the lock .ci/run's own editable install holds: two pip installs of one source tree
+# at once would write its egg-info together (CI builds this while it installs the project).
+mkdir -p "$ROOT/.cache"
+flock "$ROOT/.cache/install.lock" "$PY" -m pip install -q --no-deps -e "$ROOT"
 "$PY" -c "import horovod, horovod.torch as hvd; print('horovod', horovod.__version__, 'gloo built:', hvd.gloo_built())"

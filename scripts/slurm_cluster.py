@@ -97,6 +97,7 @@ def start(directory: Path = DEFAULT_DIR, timeout: float = 60.0) -> dict:
 
 def stop(directory: Path = DEFAULT_DIR) -> None:
     """Stop the daemons started from ``directory`` (their pid files), and every job they ran."""
+    _cancel_jobs(directory)
     for daemon in ("slurmd", "slurmctld"):
         pid_file = directory / f"{daemon}.pid"
         if not pid_file.exists():
@@ -110,6 +111,24 @@ def stop(directory: Path = DEFAULT_DIR) -> None:
         except (ValueError, ProcessLookupError):
             pass
         pid_file.unlink(missing_ok=True)
+
+
+def _cancel_jobs(directory: Path, timeout: float = 30.0) -> None:
+    """Cancel the jobs still queued or running (a failed test's), and wait until they are gone:
+    stopping slurmd first would leave their processes running."""
+    conf = directory / "slurm.conf"
+    if not (conf.exists() and (directory / "slurmctld.pid").exists()):
+        return
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    left = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True, timeout=30)
+    if left.returncode != 0 or not left.stdout.strip():
+        return
+    subprocess.run(["scancel", "--full", *left.stdout.split()], env=env, capture_output=True, timeout=30)
+    deadline = time.time() + timeout  # SIGTERM, then SIGKILL after KillWait (10 s)
+    while time.time() < deadline:
+        if not subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip():
+            return
+        time.sleep(0.5)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -21,11 +23,45 @@ def _starts_processes(path) -> bool:
 
 _SCANNED: dict = {}
 
+# Where a job's ranks rendezvous on a port derived from its job id (SLURM's, submitit's: 15000 + id)
+# or horovodrun picks random ports from 1024 up: outside the kernel's ephemeral range, so two of
+# these at once may take the same port. (Seen: two workers' SLURM clusters, each numbering its jobs
+# from 1, both jobs on port 15001.) They share one worker, and tests/slurm one cluster.
+_TAKE_FIXED_PORTS = (
+    "tests/slurm/",
+    "tests/strategies/test_horovod_backend.py",
+    "tests/e2e/test_sweep.py::test_slurm_launcher_layout_through_submitit_local",
+)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """-n auto: two workers on two cores (a test's ranks fill the cores one worker leaves idle),
+    one per two cores beyond, as a test's ranks take two."""
+    cores = len(os.sched_getaffinity(0))
+    return 1 if cores < 2 else max(2, cores // 2)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (pyproject.toml), with the tests that take ports of their own choosing as one
+    file: one after the other on one worker. (xdist_group marks would do it, but under pytest 9 the
+    group that xdist appends to a test's id never reaches its scheduler.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFileAndPorts(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "fixed_ports" if nodeid.startswith(_TAKE_FIXED_PORTS) else super()._split_scope(nodeid)
+
+    return ByFileAndPorts(config, log)
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _starts_processes(item.path):
             item.add_marker(pytest.mark.multiprocess)
+    # the long files first, the quick ones last: a worker left alone at the end finishes soon
+    items.sort(key=lambda item: "multiprocess" not in item.keywords)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (benchmarks/gpu_check.sh runs these on a GPU machine)")

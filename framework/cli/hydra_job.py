@@ -60,7 +60,7 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
         if sweeping:  # no further jobs; the report covers the jobs so far, this one interrupted
             record_job(runtime.output_dir, hydra_cfg, started)
             if not os.environ.get(PACKED_JOB):  # a packed sweep's launcher writes it once its jobs end
-                finish_sweep(Path(hydra_cfg.sweep.dir))
+                finish_sweep(Path(hydra_cfg.sweep.dir), stopped_by=err.signum)
         sys.exit(128 + err.signum)
     except JobFailed as err:
         if not sweeping:  # the rank logged its traceback and the launch its verdict: no launcher frames

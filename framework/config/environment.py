@@ -38,6 +38,9 @@ PARALLEL_JOBS = "FRAMEWORK_PARALLEL_JOBS"
 # Set in a job of hydra/launcher=packed (its own process): the launcher, not the job, writes the
 # sweep's report when a signal stops the sweep.
 PACKED_JOB = "FRAMEWORK_PACKED_JOB"
+# The pid of the process that launched a job or its ranks, for a process forked from a fork server
+# (which outlives the launcher while its children run): the process it watches and ends with.
+LAUNCHER_PID = "FRAMEWORK_LAUNCHER_PID"
 
 
 def cpu_cores() -> list[int]:

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Optional
 
+from framework.config.environment import LAUNCHER_PID
+
 log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_S = 2.0
@@ -165,7 +167,7 @@ def watch_parent(poll_s: float = 0.5, grace_s: float = 10.0, launcher: Optional[
     FRAMEWORK_LAUNCHER_PID when set (ranks forked from a fork server, which outlives the launcher
     while they run: each child holds the server's lifeline open), else the parent."""
     global _WATCHED
-    parent = _WATCHED = launcher or int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))
+    parent = _WATCHED = launcher or int(os.environ.get(LAUNCHER_PID, os.getppid()))
     _term_on_parent_death()
 
     def watch() -> None:

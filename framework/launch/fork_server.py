@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 
+from framework.config.environment import LAUNCHER_PID
 from framework.launch.main_module import ranks_without_main
 
 # Ranks fork from one server process that imported torch and the framework once (the first
@@ -42,7 +43,7 @@ def environment_changes() -> dict:
     changes.update({k: None for k in _SERVER_ENV if k not in os.environ})
     changes = {k: v for k, v in changes.items() if k not in _AGENT_KEYS and not k.startswith("TORCHELASTIC_")}
     # The ranks' parent is the fork server, kept alive by them: they watch this process instead.
-    return {**changes, "FRAMEWORK_LAUNCHER_PID": str(os.getpid())}
+    return {**changes, LAUNCHER_PID: str(os.getpid())}
 
 
 def standard_start_method() -> None:

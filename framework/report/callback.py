@@ -65,10 +65,12 @@ class SweepReport(Callback):
             sys.exit(1)
 
 
-def finish_sweep(sweep_dir: Path) -> list[dict]:
+def finish_sweep(sweep_dir: Path, stopped_by: int | None = None, never_started: list | None = None) -> list[dict]:
     """Record the sweep's end and write its report, from the jobs' results.json (so it holds
-    whichever launcher ran them, and a sweep stopped by a signal); returns the rows."""
-    update_json(sweep_dir / SWEEP_FILE, finished_at=time.time())
+    whichever launcher ran them, and a sweep stopped by a signal: ``stopped_by``, with the jobs that
+    ``never_started`` where the launcher knows them); returns the rows."""
+    stop = {} if stopped_by is None else {"stopped_by_signal": stopped_by, "never_started": never_started}
+    update_json(sweep_dir / SWEEP_FILE, finished_at=time.time(), **stop)
     rows = collect(sweep_dir)
     path = write_report(sweep_dir, rows)
     log.info("Sweep report: %s", Path(path).resolve())

@@ -73,6 +73,7 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         "",
         ", ".join(f"{sum(r.get('status') == s for r in rows)} {s}" for s in STATUSES) + ".",
         "",
+        *_stopped(sweep_dir),
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),
     ]
@@ -168,11 +169,29 @@ def metric_columns(rows: list[dict]) -> list[str]:
     return sorted(names, key=lambda k: (not k.startswith("val/"), k))
 
 
+def _sweep_record(sweep_dir: Path) -> dict:
+    path = sweep_dir / SWEEP_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def _objective(sweep_dir: Path) -> tuple[str, str]:
     """The sweep's optimized_metric and optimized_mode (recorded in sweep.json)."""
-    path = sweep_dir / SWEEP_FILE
-    sweep = json.loads(path.read_text()) if path.exists() else {}
+    sweep = _sweep_record(sweep_dir)
     return sweep.get("optimized_metric") or "val/loss", sweep.get("optimized_mode") or "min"
+
+
+def _stopped(sweep_dir: Path) -> list[str]:
+    """A sweep stopped by a signal: its report lists only the jobs that started, so say so."""
+    sweep = _sweep_record(sweep_dir)
+    if sweep.get("stopped_by_signal") is None:
+        return []
+    never = sweep.get("never_started")
+    rest = (
+        f"job(s) {', '.join(map(str, never))} never started"
+        if never
+        else ("every job had started" if never == [] else "the jobs after these never started")
+    )
+    return [f"Stopped by signal {sweep['stopped_by_signal']} before its end: {rest}.", ""]
 
 
 def _rank(rows: list[dict], metric: str, mode: str) -> None:

@@ -19,10 +19,9 @@ from typing import Callable, Optional
 from hydra.core.utils import JobRuntime, configure_log
 from hydra.types import HydraContext
 
+from framework.config.environment import LAUNCHER_PID
 from framework.launch.fork_server import standard_start_method
 from hydra_plugins.framework_packed.job_process import run_packed_job
-
-LAUNCHER_PID = "FRAMEWORK_LAUNCHER_PID"
 
 # What every job imports: seconds each, paid once by the server instead of by every job.
 JOB_MODULES = [

@@ -28,12 +28,12 @@ from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_g
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
 
+from framework.config.environment import LAUNCHER_PID
 from framework.launch.main_module import ranks_without_main
 from hydra_plugins.framework_packed.devices import max_skips_problem, pool
 from hydra_plugins.framework_packed.job_process import failed_return, run_packed_job
 from hydra_plugins.framework_packed.job_server import (
     JOB_MODULES,
-    LAUNCHER_PID,
     run_served_job,
     start_job_server,
     task_name,
@@ -136,7 +136,7 @@ class _PackedRun:
                 signal.signal(s, handler)
             self._write_packing()
         if self.signum is not None:
-            self._end_stopped_sweep()
+            self._end_stopped_sweep(sorted(job.num for job in waiting))
         return [self.returns[i] for i in range(len(configs))]
 
     def _start(self, sweep_config, job: Pending, devices: list[int]) -> None:
@@ -218,10 +218,10 @@ class _PackedRun:
         packing.update(kind=self.kind, devices=self.devices.devices)
         path.write_text(json.dumps(packing, indent=2) + "\n")
 
-    def _end_stopped_sweep(self) -> None:
+    def _end_stopped_sweep(self, never_started: list[int]) -> None:
         from framework.report import finish_sweep
 
-        finish_sweep(self.sweep_dir)
+        finish_sweep(self.sweep_dir, stopped_by=self.signum, never_started=never_started)
         log.error(
             "sweep stopped by signal %d: its running jobs were interrupted, the report covers the jobs so far",
             self.signum,

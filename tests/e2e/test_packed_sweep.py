@@ -132,7 +132,8 @@ def test_sigterm_interrupts_the_running_jobs_writes_the_report_and_leaves_nothin
     for j in ("0", "1"):
         assert json.loads((out / j / "results.json").read_text())["status"] == "interrupted"
         assert (out / j / "checkpoints" / "last").is_dir()
-    assert "2 interrupted" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "2 interrupted" in report and "Stopped by signal 15 before its end: job(s) 2 never started." in report
     assert not alive({record["pid"] for record in jobs.values()})
 
 

@@ -286,7 +286,9 @@ def test_a_signal_stops_the_sweep_records_the_job_and_still_reports(tmp_path):
         assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0"], case  # no further job
         results = json.loads((sweep / "0" / "results.json").read_text())
         assert results["status"] == "interrupted" and (sweep / "0" / "checkpoints" / "last").is_dir(), case
-        assert "0 missing, 1 interrupted" in (sweep / "report.md").read_text(), case
+        report = (sweep / "report.md").read_text()
+        assert "0 missing, 1 interrupted" in report, case
+        assert "Stopped by signal 15 before its end: the jobs after these never started." in report, case
 
 
 def test_one_command_sweeps_every_communication_algorithm_and_compares_their_bytes(tmp_path):

@@ -47,6 +47,7 @@ def test_max_time_ends_a_completed_run_after_the_same_step_on_every_rank(devices
             "trainer.max_epochs=50",
             f"trainer.devices={devices}",
             "strategy.timeout_s=60",
+            "+callbacks.outlast._target_=tests.helpers.probes.OutlastAtFirstStep",
         ]
     )
     results = fit(cfg, output_dir=str(tmp_path))

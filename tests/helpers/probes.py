@@ -135,6 +135,21 @@ class SignalAt:
             os.kill(os.getpid(), getattr(signals, self.signal))
 
 
+class OutlastAtFirstStep:
+    """A callback: optimizer step 1 lasts ``seconds`` at least (a sleep before the Timer's check,
+    which runs in on_train_step_end), so a shorter ``trainer.max_time`` has passed when the Timer
+    first looks, however fast the step: a warm process runs a tiny model's step in under 1 ms."""
+
+    def __init__(self, seconds: float = 0.01):
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer, loss, batch_idx) -> None:
+        import time
+
+        if trainer.global_step == 1:
+            time.sleep(self.seconds)
+
+
 class Slow:
     """A callback: sleeps ``seconds`` after every optimizer step, so that a test can signal a run
     from outside while it trains (it changes no number of the run)."""

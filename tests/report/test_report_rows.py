@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from framework.report import collect, write_report
+from framework.report import collect, finish_sweep, write_report
 
 
 def _job(sweep, num, strategy, devices, samples_per_s, losses, status="completed", **extra):
@@ -63,3 +63,16 @@ def test_tensorboard_names_each_jobs_run_after_its_swept_values(tmp_path):
     assert sorted(runs) == ["strategy=ddp,trainer.devices=2", "strategy=single,trainer.devices=1"]
     assert (tmp_path / "tensorboard" / "notes.txt").read_text() == "mine"
     assert "tensorboard --logdir" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "never_started, says",
+    [([2, 3], "job(s) 2, 3 never started"), ([], "every job had started"), (None, "the jobs after these never")],
+)
+def test_a_stopped_sweeps_report_says_which_jobs_never_started(tmp_path, never_started, says):
+    _job(tmp_path, 0, "single", 1, 1000.0, [2.0], status="interrupted")
+    (tmp_path / "sweep.json").write_text(json.dumps({"started_at": 0.0}))  # as the sweep's start writes it
+    finish_sweep(tmp_path, stopped_by=15, never_started=never_started)
+    report = (tmp_path / "report.md").read_text()
+    assert f"Stopped by signal 15 before its end: {says}" in report
+    assert json.loads((tmp_path / "sweep.json").read_text())["stopped_by_signal"] == 15

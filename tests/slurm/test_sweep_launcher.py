@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.helpers.configs import TINY
 
 
@@ -37,7 +39,9 @@ def test_a_sweep_over_device_counts_runs_as_slurm_jobs_and_reports(slurm, tmp_pa
     with open(tmp_path / "sweep" / "report.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["status"], r["world_size"]) for r in rows] == [("completed", "1"), ("completed", "2")]
-    assert rows[0]["val/loss"] == rows[1]["val/loss"]  # same seed, same global batch
+    # same seed, same global batch: the same loss to float tolerance (one process's CPU threads
+    # change its last digits: 2.2060999552 with 1 thread, 2.2061001248 with 2, on one device)
+    assert float(rows[0]["val/loss"]) == pytest.approx(float(rows[1]["val/loss"]), rel=1e-6)
     assert "accounting storage is disabled" not in proc.stdout + proc.stderr  # submitit's sacct noise
 
 
