@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from framework import compose
+from framework.config.environment import available_cores
 from tests.helpers.configs import TINY
 
 # What starts other processes: ranks, a CLI, a venv, a cluster (the quick subset leaves these out:
@@ -37,7 +36,7 @@ _TAKE_FIXED_PORTS = (
 def pytest_xdist_auto_num_workers(config) -> int:
     """-n auto: two workers on two cores (a test's ranks fill the cores one worker leaves idle),
     one per two cores beyond, as a test's ranks take two."""
-    cores = len(os.sched_getaffinity(0))
+    cores = available_cores()
     return 1 if cores < 2 else max(2, cores // 2)
 
 

@@ -15,6 +15,12 @@ PACKING_FILE = "packing.json"
 NOISY_SPREAD = 1.5
 
 
+def sweep_record(sweep_dir: Path) -> dict:
+    """The sweep's own record (sweep.json), {} where none was written."""
+    path = sweep_dir / SWEEP_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def job_dirs(sweep_dir: Path) -> list[Path]:
     """The job directories: those a job has started writing to (Hydra opens train.log first)."""
     return sorted(

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 from framework.report.compare import swept_keys
 from framework.report.plots import plots
-from framework.report.rows import NOISY_SPREAD, SWEEP_FILE, collect
+from framework.report.rows import NOISY_SPREAD, collect, sweep_record
 from framework.report.tensorboard_runs import link_tensorboard_runs
 from framework.report.timing import timing
 
@@ -61,7 +60,8 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         row.update({k: (row.get("overrides") or {}).get(k) for k in params})
         # one line per strategy and swept value in the plots: "ddp optimizer.lr=0.001"
         row["series"] = " ".join([str(row.get("strategy"))] + [f"{k}={row[k]}" for k in params])
-    objective = _objective(sweep_dir)
+    sweep = sweep_record(sweep_dir)
+    objective = _objective(sweep)
     _rank(rows, *objective)
     columns, at = _columns(rows, params)
     with open(sweep_dir / "report.csv", "w", newline="") as f:
@@ -73,7 +73,7 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         "",
         ", ".join(f"{sum(r.get('status') == s for r in rows)} {s}" for s in STATUSES) + ".",
         "",
-        *_stopped(sweep_dir),
+        *_stopped(sweep),
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),
     ]
@@ -89,7 +89,7 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
             f"Best by {metric} ({mode}): job {best['job']} ({fmt(best[metric])}), "
             + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params]),
         ]
-    lines += ["", *footnotes(rows), *timing(sweep_dir, rows), ""]
+    lines += ["", *footnotes(rows), *timing(sweep, rows), ""]
     runs = link_tensorboard_runs(sweep_dir, rows)
     if runs is not None:
         lines += [f"TensorBoard, one run per job named after its swept values: `tensorboard --logdir {runs}`", ""]
@@ -169,28 +169,22 @@ def metric_columns(rows: list[dict]) -> list[str]:
     return sorted(names, key=lambda k: (not k.startswith("val/"), k))
 
 
-def _sweep_record(sweep_dir: Path) -> dict:
-    path = sweep_dir / SWEEP_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _objective(sweep_dir: Path) -> tuple[str, str]:
+def _objective(sweep: dict) -> tuple[str, str]:
     """The sweep's optimized_metric and optimized_mode (recorded in sweep.json)."""
-    sweep = _sweep_record(sweep_dir)
     return sweep.get("optimized_metric") or "val/loss", sweep.get("optimized_mode") or "min"
 
 
-def _stopped(sweep_dir: Path) -> list[str]:
+def _stopped(sweep: dict) -> list[str]:
     """A sweep stopped by a signal: its report lists only the jobs that started, so say so."""
-    sweep = _sweep_record(sweep_dir)
     if sweep.get("stopped_by_signal") is None:
         return []
-    never = sweep.get("never_started")
-    rest = (
-        f"job(s) {', '.join(map(str, never))} never started"
-        if never
-        else ("every job had started" if never == [] else "the jobs after these never started")
-    )
+    never = sweep.get("never_started")  # None: the launcher did not know its jobs ahead
+    if never is None:
+        rest = "the jobs after these never started"
+    elif never:
+        rest = f"job(s) {', '.join(map(str, never))} never started"
+    else:
+        rest = "every job had started"
     return [f"Stopped by signal {sweep['stopped_by_signal']} before its end: {rest}.", ""]
 
 

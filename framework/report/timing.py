@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
-from framework.report.rows import SWEEP_FILE
-
-
-def timing(sweep_dir: Path, rows: list[dict]) -> list[str]:
-    """Where the sweep's wall time went; the overhead per job is what is left after training,
-    testing and rank start-up (the target is at most 2 s)."""
+def timing(sweep: dict, rows: list[dict]) -> list[str]:
+    """Where the sweep's wall time went (``sweep``: its sweep.json); the overhead per job is what is
+    left after training, testing and rank start-up (the target is at most 2 s)."""
     ran = [r for r in rows if r.get("status") != "missing"]
     ends = [r["started_at"] + r["job_time_s"] for r in ran if r.get("started_at") and r.get("job_time_s")]
-    sweep = json.loads((sweep_dir / SWEEP_FILE).read_text()) if (sweep_dir / SWEEP_FILE).exists() else {}
     start = sweep.get("started_at") or min((r["started_at"] for r in ran if r.get("started_at")), default=None)
     end = sweep.get("finished_at") or max(ends, default=None)
     if not ran or start is None or end is None:

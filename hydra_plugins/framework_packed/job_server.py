@@ -19,7 +19,6 @@ from typing import Callable, Optional
 from hydra.core.utils import JobRuntime, configure_log
 from hydra.types import HydraContext
 
-from framework.config.environment import LAUNCHER_PID
 from framework.launch.fork_server import standard_start_method
 from hydra_plugins.framework_packed.job_process import run_packed_job
 
@@ -69,9 +68,11 @@ def _resolve(module: str, qualname: str) -> Callable:
     return found
 
 
-def run_served_job(conn, task: tuple[str, str], sweep_config, kind: str, devices: list[int], environ: dict) -> None:
+def run_served_job(
+    conn, task: tuple[str, str], sweep_config, kind: str, devices: list[int], environ: dict, launcher: int
+) -> None:
     """A job forked from the server: the launcher's environment and Hydra's job state, then the
-    job as a forked one runs it, watching the launcher (``environ``'s FRAMEWORK_LAUNCHER_PID): its
+    job as a forked one runs it, watching the launcher (its pid ``launcher``): its
     parent is the server, which a launcher killed outright leaves running while any job holds
     the server's lifeline."""
     from hydra._internal.callbacks import Callbacks
@@ -82,5 +83,4 @@ def run_served_job(conn, task: tuple[str, str], sweep_config, kind: str, devices
     JobRuntime.instance().set("name", sweep_config.hydra.job.name)
     # run_job reads only the callbacks of a HydraContext (the config loader stays in the launcher).
     context = HydraContext(config_loader=None, callbacks=Callbacks(sweep_config))
-    launcher = int(os.environ.pop(LAUNCHER_PID))  # not the job's ranks' (theirs is the job)
     run_packed_job(conn, context, _resolve(*task), sweep_config, kind, devices, launcher)

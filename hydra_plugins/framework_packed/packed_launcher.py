@@ -28,16 +28,10 @@ from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_g
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
 
-from framework.config.environment import LAUNCHER_PID
 from framework.launch.main_module import ranks_without_main
 from hydra_plugins.framework_packed.devices import max_skips_problem, pool
 from hydra_plugins.framework_packed.job_process import failed_return, run_packed_job
-from hydra_plugins.framework_packed.job_server import (
-    JOB_MODULES,
-    run_served_job,
-    start_job_server,
-    task_name,
-)
+from hydra_plugins.framework_packed.job_server import JOB_MODULES, run_served_job, start_job_server, task_name
 from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
 
 log = logging.getLogger(__name__)
@@ -144,8 +138,8 @@ class _PackedRun:
         parent_end, child_end = context.Pipe(duplex=False)
         launcher = self.launcher
         if self.task:
-            environ = {**os.environ, LAUNCHER_PID: str(os.getpid())}
-            target, args = run_served_job, (child_end, self.task, sweep_config, self.kind, devices, environ)
+            target = run_served_job
+            args = (child_end, self.task, sweep_config, self.kind, devices, dict(os.environ), os.getpid())
         else:
             args = (child_end, launcher.hydra_context, launcher.task_function, sweep_config, self.kind, devices)
             target = run_packed_job

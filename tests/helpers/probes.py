@@ -7,6 +7,7 @@ import os
 
 import torch
 
+from framework.config.environment import LAUNCHER_PID
 from framework.data.digits import DigitsDataModule
 
 
@@ -239,7 +240,7 @@ class ListeningSockets:
         if trainer.rank != 0:
             return
         inodes = set()
-        for pid in tree(int(os.environ.get("FRAMEWORK_LAUNCHER_PID", os.getppid()))):
+        for pid in tree(int(os.environ.get(LAUNCHER_PID, os.getppid()))):
             try:
                 fds = os.listdir(f"/proc/{pid}/fd")
             except OSError:
