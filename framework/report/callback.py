@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from framework.engine.results import update_json, write_json
 from framework.engine.run_directory import DirectoryBusy, DirectoryLock, previous_run
 from framework.report.rows import SWEEP_FILE, collect, job_dirs
+from framework.report.signals_held import signals_held
 from framework.report.table import write_report
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,9 @@ def finish_sweep(sweep_dir: Path, stopped_by: int | None = None, never_started: 
     whichever launcher ran them, and a sweep stopped by a signal: ``stopped_by``, with the jobs that
     ``never_started`` where the launcher knows them); returns the rows."""
     stop = {} if stopped_by is None else {"stopped_by_signal": stopped_by, "never_started": never_started}
-    update_json(sweep_dir / SWEEP_FILE, finished_at=time.time(), **stop)
-    rows = collect(sweep_dir)
-    path = write_report(sweep_dir, rows)
+    with signals_held():  # a stop that comes now waits for the report, then ends the launcher
+        update_json(sweep_dir / SWEEP_FILE, finished_at=time.time(), **stop)
+        rows = collect(sweep_dir)
+        path = write_report(sweep_dir, rows)
     log.info("Sweep report: %s", Path(path).resolve())
     return rows

@@ -32,6 +32,10 @@ from framework.strategies.comm.process_group import join_process_group, leave_pr
 log = logging.getLogger(__name__)
 
 
+def _as_is(model: nn.Module) -> None:
+    """Nothing to make ready (evaluation, prediction)."""
+
+
 def device_for(accelerator: str, local_rank: int) -> torch.device:
     if accelerator == "cuda":
         return torch.device("cuda", local_rank)
@@ -152,16 +156,25 @@ class Strategy:
         """Join the job's process group (a strategy with a rendezvous of its own, Horovod's, overrides it)."""
         join_process_group(self.env, self.device, self.options.timeout_s, self.needs_process_group)
 
-    def setup(self, model: nn.Module, optimizer_factory: Callable | None) -> tuple[nn.Module, object]:
+    def setup(
+        self, model: nn.Module, optimizer_factory: Callable | None, ready: Callable[[nn.Module], None] | None = None
+    ) -> tuple[nn.Module, object]:
         """Move and wrap ``model``; build the optimizer over the parameters it will train (None: no
-        optimizer). A model on the meta device is wrapped there, then materialised: each rank
-        allocates its shards and the model's ``init_weights(seed)`` fills them."""
+        optimizer). ``ready`` (training: activation checkpointing, compile; in place) runs on the
+        plain model before it is wrapped. A model on the meta device is wrapped there, then
+        materialised: each rank allocates its shards and the model's ``init_weights(seed)`` fills them."""
         on_meta = any(p.is_meta for p in model.parameters())
-        model = self.parallelize(model if on_meta else model.to(self.device))
+        model = self.ready_and_parallelize(model if on_meta else model.to(self.device), ready or _as_is)
         if on_meta:
             model.to_empty(device=self.device)
             model.init_weights(torch.initial_seed())  # the seed it would have been built with
         return model, (self.build_optimizer(model, optimizer_factory) if optimizer_factory else None)
+
+    def ready_and_parallelize(self, model: nn.Module, ready: Callable[[nn.Module], None]) -> nn.Module:
+        """``ready(model)``, then ``parallelize``: a strategy that splits the model's layers first
+        (tensor, context, expert parallel: ParallelStrategy) makes it ready between the two."""
+        ready(model)
+        return self.parallelize(model)
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         """Wrap or shard ``model`` (already on this rank's device) for this strategy."""

@@ -10,14 +10,14 @@ parallel ones folded in (``dp_shard x cp`` flattened, HSDP across ``dp_replicate
 replicated across a context-parallel group, so its gradients are averaged there as across data-
 parallel ranks. Expert parallel (``ep`` > 1, a mixture of experts): the experts split across each
 ep group (``strategies/expert_parallel.py``), FSDP then shards the rest across it and replicates
-it across the other data-parallel ranks. Activation checkpointing and compile come before, in the
-engine (prepare_model).
+it across the other data-parallel ranks. Between the splits and FSDP the model is made ready
+(activation checkpointing, compile: ``engine/prepare_model.py``), on the layers as they will run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from torch import nn
 
@@ -125,8 +125,9 @@ def expert_parallel_problems(model: nn.Module, topology: Topology) -> list[str]:
 
 
 class ParallelStrategy(FSDPSharding, Strategy):
-    """Tensor parallel, then context parallel, then expert parallel, then FSDP2/HSDP over ``dp_shard x
-    cp``; subclasses add a pipeline's cut before (``split_stages``) and its runner after (``wrap``)."""
+    """Tensor parallel, then context parallel, then expert parallel, then activation checkpointing and
+    compile, then FSDP2/HSDP over ``dp_shard x cp``; subclasses add a pipeline's cut before
+    (``split_stages``) and its runner after (``wrap``)."""
 
     name = "parallel"
     schema = ParallelConfig
@@ -176,30 +177,39 @@ class ParallelStrategy(FSDPSharding, Strategy):
             per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
         return per_tp / (topology.dp_shard * topology.cp)
 
-    def parallelize(self, model: nn.Module) -> nn.Module:
+    def ready_and_parallelize(self, model: nn.Module, ready: Callable[[nn.Module], None]) -> nn.Module:
+        """The one order: the pipeline's cut, tensor parallel, context parallel, expert parallel,
+        ``ready`` (activation checkpointing, compile), FSDP2 (and the pipeline's runner)."""
         t = self.topology
         mesh = self.mesh("dp_shard", *self.needed_dims, *(("dp_replicate", "cp") if t.ep > 1 else ()))
         model = self.split_stages(model, mesh)
         if t.tp > 1:
             apply_tp(model, mesh["tp"], self.options)
-        self._cp_group = mesh["cp"].get_group() if t.cp > 1 else None
+        self._cp_group = mesh["cp"].get_group() if t.cp > 1 else None  # nothing to wrap: step_context
+        if t.ep > 1:
+            self._split_experts(model, mesh)
+        ready(model)
         return self.wrap(self.shard_data_parallel(model, mesh), mesh)
 
     def split_stages(self, model: nn.Module, mesh) -> nn.Module:
         """A pipeline's cut, before every other parallelism (none here: PipelineStrategy's)."""
         return model
 
-    def shard_data_parallel(self, model: nn.Module, mesh) -> nn.Module:
-        """FSDP2 over the data-parallel ranks (the context-parallel ones folded in)."""
-        if self.topology.ep == 1:
-            return apply_fsdp(model, self._data_parallel_mesh(mesh), self.options)
-        # expert parallel: one mesh (dp_outer, ep) for the experts and for FSDP (HSDP: sharded across
-        # ep, replicated across the rest), so every parameter is a DTensor of the same mesh
+    def _split_experts(self, model: nn.Module, mesh) -> None:
+        """Each MoE layer's experts split across its ep group, on the mesh (dp_outer, ep) that FSDP
+        shards the rest on (HSDP: sharded across ep, replicated across the rest), so every parameter
+        is a DTensor of one mesh."""
         mesh[("dp_replicate", "dp_shard", "cp")]._flatten("dp_outer")
         data_mesh = mesh[("dp_outer", "ep")]
         apply_expert_parallel(model, data_mesh, mesh["ep"].get_group())
         self._outer_group = data_mesh["dp_outer"].get_group() if data_mesh["dp_outer"].size() > 1 else None
-        return apply_fsdp(model, data_mesh, self.options, ignored=set(expert_parameters(model)))
+
+    def shard_data_parallel(self, model: nn.Module, mesh) -> nn.Module:
+        """FSDP2 over the data-parallel ranks (the context-parallel ones folded in; with experts
+        split, over the rest of the model on their mesh)."""
+        if self.topology.ep == 1:
+            return apply_fsdp(model, self._data_parallel_mesh(mesh), self.options)
+        return apply_fsdp(model, mesh[("dp_outer", "ep")], self.options, ignored=set(expert_parameters(model)))
 
     def wrap(self, model: nn.Module, mesh) -> nn.Module:
         """What the engine gets (a pipeline's schedule runner; here the sharded model itself)."""

@@ -1,5 +1,5 @@
 """trainer.compile=blocks: each of the model's blocks compiled in place, before the strategy wraps
-or splits the model; the same losses as eager, the same parameter names."""
+the model (after a pipeline's cut); the same losses as eager, the same parameter names."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import torch
 
 from framework.config.environment import LAUNCHER_PID
 from framework.data.digits import DigitsDataModule
+from framework.tasks.language_modeling import LanguageModelingTask
 
 
 class ForwardDtypes:
@@ -223,6 +224,12 @@ class NoPredictDigits:
 
     def test_dataloader(self):
         return self.inner.test_dataloader()
+
+
+class LogitsOnly(LanguageModelingTask):
+    """task=language_modeling without its predict_step: the model's logits are its predictions."""
+
+    predict_step = None
 
 
 class ListeningSockets:

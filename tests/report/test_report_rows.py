@@ -76,3 +76,26 @@ def test_a_stopped_sweeps_report_says_which_jobs_never_started(tmp_path, never_s
     report = (tmp_path / "report.md").read_text()
     assert f"Stopped by signal 15 before its end: {says}" in report
     assert json.loads((tmp_path / "sweep.json").read_text())["stopped_by_signal"] == 15
+
+
+def test_a_stop_that_comes_while_the_report_is_written_waits_for_it(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    import framework.report.callback as callback
+
+    def stopped_midway(sweep_dir, rows):
+        os.kill(os.getpid(), signal.SIGTERM)  # as a user's second Ctrl-C or a scheduler's stop
+        return write_report(sweep_dir, rows)
+
+    _job(tmp_path, 0, "single", 1, 1000.0, [2.0, 1.0])
+    (tmp_path / "sweep.json").write_text(json.dumps({"started_at": 0.0}))
+    monkeypatch.setattr(callback, "write_report", stopped_midway)
+    came, interrupt = [], signal.getsignal(signal.SIGINT)  # the launcher's handler: told once, after the report
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: came.append((tmp_path / "report.md").exists()))
+    try:
+        finish_sweep(tmp_path)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert came == [True] and (tmp_path / "throughput.png").exists()
+    assert signal.getsignal(signal.SIGINT) is interrupt  # the handlers as they were

@@ -96,10 +96,13 @@ class DeepSpeedStrategy(Strategy):
         os.environ.update({name: wanted[name] for name in self._added_environment})
         super().setup_environment()
 
-    def setup(self, model: nn.Module, optimizer_factory: Callable | None) -> tuple[nn.Module, object]:
+    def setup(self, model: nn.Module, optimizer_factory: Callable | None, ready=None) -> tuple[nn.Module, object]:
         """Without an optimizer (evaluate, predict) the model runs whole on each rank; with one,
-        model and optimizer become DeepSpeed's engine and ZeRO optimizer."""
+        it is made ready (``ready``: activation checkpointing, compile), then model and optimizer
+        become DeepSpeed's engine and ZeRO optimizer."""
         model = model.to(self.device)
+        if ready is not None:
+            ready(model)
         if optimizer_factory is None:
             return model, None
         optimizer = self.build_optimizer(model, optimizer_factory)
