@@ -39,7 +39,14 @@ class GroupedExperts(nn.Module):
     def forward(self, tokens: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """``tokens`` [n, dim] sorted by expert, ``counts[e]`` of them for expert e: each group
         through its expert, in the same order."""
-        return expert_outputs(tokens, counts, self.w1, self.w3, self.w2)
+        return expert_outputs(tokens, counts, *self.local_weights(tokens.dtype))
+
+    def local_weights(self, dtype: torch.dtype) -> tuple:
+        """w1, w3, w2 as this rank computes with them: whole, or a split weight's local part (tensor
+        parallel: every expert's slice of hidden units; expert parallel: the rank's experts) in the
+        tokens' ``dtype`` (FSDP's mixed precision casts the parameters it manages, not these)."""
+        weights = (self.w1, self.w3, self.w2)
+        return tuple(p.to_local().to(dtype) if hasattr(p, "to_local") else p for p in weights)
 
 
 def expert_outputs(tokens: torch.Tensor, counts: list[int], w1, w3, w2) -> torch.Tensor:

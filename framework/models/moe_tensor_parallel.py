@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from framework.models.moe import MoE, expert_outputs
+from framework.models.moe import MoE
 
 # How each weight splits across the group (dims of the stacked experts, [experts, in, out], and of
 # nn.Linear's [out, in]); the router's is replicated.
@@ -77,8 +77,9 @@ class TensorParallelMoE(MoE):
         router_input = _ScaleGrad.apply(tokens, 1.0 / mesh.size())
         routing = self.route(F.linear(router_input, self.router.weight.to_local()), local.dtype)
         routing = routing._replace(weights=_AllReduceGrad.apply(routing.weights, group))
-        w1, w3, w2 = (_local(p, tokens.dtype) for p in (self.experts.w1, self.experts.w3, self.experts.w2))
-        out = self.combine(tokens, expert_outputs(tokens[routing.source], routing.counts, w1, w3, w2), routing)
+        # each expert's slice of hidden units (with expert parallelism too: the rank's experts, its
+        # ep group's tokens sent to them): partial outputs, summed with the rest below
+        out = self.combine(tokens, self.experts(tokens[routing.source], routing.counts), routing)
         if self.shared is not None:
             s1, s3, s2 = (_local(m.weight, tokens.dtype) for m in (self.shared.w1, self.shared.w3, self.shared.w2))
             out = out + F.linear(F.silu(F.linear(tokens, s1)) * F.linear(tokens, s3), s2)

@@ -9,6 +9,12 @@ rank routes its own tokens, ``GroupedExperts.forward(tokens sorted by expert, co
 FSDP; their gradients hold the sum over one ep group's tokens, so before the optimizer step they
 are summed across ``dp_outer`` and divided by the data-parallel ranks: every rank's batch counted
 once, as for the parameters FSDP reduces.
+
+Under tensor parallelism too (``ep x tp``, torchtitan's expert tensor parallelism): the mesh is
+``(dp_outer, ep, tp)``, each expert's hidden units split across tp as well. The ranks of a tp group
+route the same tokens; each exchanges them within its own ep group (the ranks of its tp index) and
+computes its slice of its experts' hidden units: partial outputs, which the tensor-parallel MoE
+layer sums across tp as it does without experts split (``models/moe_tensor_parallel.py``).
 """
 
 from __future__ import annotations
@@ -61,10 +67,7 @@ def expert_parallel_forward(experts: ExpertParallelExperts, tokens: torch.Tensor
     arrived = _AllToAll.apply(tokens, receive, send, group)  # by source rank, then local expert
     segment = torch.repeat_interleave(torch.arange(ep * local, device=tokens.device), received.flatten())
     by_expert = ((segment % local) * ep + segment // local).argsort(stable=True)
-    # (in the tokens' dtype: FSDP's mixed precision casts the parameters it manages, not these)
-    weights = (experts.w1, experts.w3, experts.w2)
-    w1, w3, w2 = ((p.to_local() if hasattr(p, "to_local") else p).to(tokens.dtype) for p in weights)
-    out = expert_outputs(arrived[by_expert], received.sum(0).tolist(), w1, w3, w2)
+    out = expert_outputs(arrived[by_expert], received.sum(0).tolist(), *experts.local_weights(tokens.dtype))
     return _AllToAll.apply(out[by_expert.argsort()], send, receive, group)
 
 
@@ -78,18 +81,28 @@ def expert_parameters(model: nn.Module) -> list:
     return [p for m in grouped_experts(model) for p in m.parameters()]
 
 
-def apply_expert_parallel(model: nn.Module, mesh, ep_group) -> None:
-    """Split every GroupedExperts' weights by expert across the last dimension of ``mesh``
-    (replicated across the first) and route their forward through ``ep_group``."""
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-
+def apply_expert_parallel(model: nn.Module, mesh) -> None:
+    """Split every GroupedExperts' weights by expert across the ``ep`` dimension of ``mesh``
+    (``(dp_outer, ep)``, replicated across dp_outer; ``(dp_outer, ep, tp)`` after tensor parallelism,
+    which split every expert's hidden units across tp) and route their forward through the ep group."""
     for module in grouped_experts(model):
         for name, param in list(module.named_parameters(recurse=False)):
-            # src_data_rank=None: no communication (a meta model's, or one every rank built alike)
-            split = distribute_tensor(param.data, mesh, [Replicate(), Shard(0)], src_data_rank=None)
+            split = _split_by_expert(param.data, mesh)
             module.register_parameter(name, nn.Parameter(split, requires_grad=param.requires_grad))
         module.__class__ = ExpertParallelExperts
-        module.ep_group = ep_group
+        module.ep_group = mesh["ep"].get_group()
+
+
+def _split_by_expert(weight: torch.Tensor, mesh):
+    """``weight`` ([experts, ...], whole or a tensor-parallel DTensor) as a DTensor of ``mesh`` holding
+    this rank's experts; no communication (a meta model's, or one every rank built alike)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    if not isinstance(weight, DTensor):
+        return distribute_tensor(weight, mesh, [Replicate(), Shard(0)], src_data_rank=None)
+    ep = mesh["ep"]
+    mine = weight.to_local().chunk(ep.size(), dim=0)[ep.get_local_rank()]
+    return DTensor.from_local(mine, mesh, [Replicate(), Shard(0), *weight.placements], run_check=False)
 
 
 @torch.no_grad()

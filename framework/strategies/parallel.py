@@ -105,12 +105,7 @@ def context_parallel_problems(model: nn.Module, topology: Topology, container: d
 
 
 def expert_parallel_problems(model: nn.Module, topology: Topology) -> list[str]:
-    """Before start: the model has experts, as many on each rank of an ep group, and no tensor parallelism."""
-    if topology.tp > 1:
-        return [
-            f"strategy.ep: expert parallelism ({topology.ep}) with tensor parallelism (strategy.tp={topology.tp}) "
-            "is not supported; choose one: ep splits the experts across ranks, tp every expert's hidden units"
-        ]
+    """Before start: the model has experts, as many on each rank of an ep group."""
     counts = {len(m.w1) for m in grouped_experts(model)}
     if not counts:
         return [
@@ -171,10 +166,10 @@ class ParallelStrategy(FSDPSharding, Strategy):
         cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
     ) -> float:
         per_tp = (8 + optimizer_bytes) * params
-        if topology.ep > 1:  # everything sharded across an ep group, replicated across the rest
-            return per_tp / topology.ep
         if topology.tp > 1:
             per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
+        if topology.ep > 1:  # everything sharded across an ep group, replicated across the rest
+            return per_tp / topology.ep
         return per_tp / (topology.dp_shard * topology.cp)
 
     def ready_and_parallelize(self, model: nn.Module, ready: Callable[[nn.Module], None]) -> nn.Module:
@@ -197,12 +192,11 @@ class ParallelStrategy(FSDPSharding, Strategy):
 
     def _split_experts(self, model: nn.Module, mesh) -> None:
         """Each MoE layer's experts split across its ep group, on the mesh (dp_outer, ep) that FSDP
-        shards the rest on (HSDP: sharded across ep, replicated across the rest), so every parameter
-        is a DTensor of one mesh."""
-        mesh[("dp_replicate", "dp_shard", "cp")]._flatten("dp_outer")
-        data_mesh = mesh[("dp_outer", "ep")]
-        apply_expert_parallel(model, data_mesh, mesh["ep"].get_group())
-        self._outer_group = data_mesh["dp_outer"].get_group() if data_mesh["dp_outer"].size() > 1 else None
+        shards the rest on (HSDP: sharded across ep, replicated across the rest; x tp after tensor
+        parallelism), so every parameter is a DTensor of one mesh."""
+        outer = mesh[("dp_replicate", "dp_shard", "cp")]._flatten("dp_outer")
+        apply_expert_parallel(model, mesh[("dp_outer", "ep", *(("tp",) if self.topology.tp > 1 else ()))])
+        self._outer_group = outer.get_group() if outer.size() > 1 else None
 
     def shard_data_parallel(self, model: nn.Module, mesh) -> nn.Module:
         """FSDP2 over the data-parallel ranks (the context-parallel ones folded in; with experts

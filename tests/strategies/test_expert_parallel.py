@@ -21,6 +21,8 @@ LAYOUTS = {
     # tensor parallel: every expert's hidden units split, the router replicated (models/moe_tensor_parallel.py)
     "tp": ["strategy=parallel", "trainer.devices=2", "strategy.tp=2"],
     "tp_dp_shard": ["strategy=parallel", "trainer.devices=4", "trainer.oversubscribe=true", "strategy.tp=2"],
+    # both: each tp rank exchanges the group's tokens with its ep group, computing its experts' slices
+    "ep_tp": ["strategy=parallel", "trainer.devices=4", "trainer.oversubscribe=true", "strategy.ep=2", "strategy.tp=2"],
 }
 
 
@@ -36,14 +38,13 @@ def aux_losses(run_dir) -> list[float]:
         return [float(r["train/aux_loss"]) for r in csv.DictReader(f) if r.get("train/aux_loss")]
 
 
-@pytest.mark.parametrize("layout", ["ep", "ep_dp_shard", "tp", "tp_dp_shard"])
+@pytest.mark.parametrize("layout", ["ep", "ep_dp_shard", "tp", "tp_dp_shard", "ep_tp"])
 def test_expert_parallel_layouts_match_single_device(layout, single, tmp_path):
     results = fit(compose([*MOE, *LAYOUTS[layout]]), output_dir=str(tmp_path))
     assert_same_as_single(tmp_path, results, *single)
-    split = "ep" if layout.startswith("ep") else "tp"
-    assert results["degrees"][split] == 2 and results["degrees"]["dp_shard"] == (
-        2 if layout.endswith("dp_shard") else 1
-    )
+    for split in ("ep", "tp"):
+        assert results["degrees"][split] == (2 if split in layout else 1)
+    assert results["degrees"]["dp_shard"] == (2 if layout.endswith("dp_shard") else 1)
     # the load-balancing loss: logged, trained on, and the whole global batch's on every layout
     assert len(aux_losses(tmp_path)) == 24 and aux_losses(tmp_path)[0] > 0
     assert aux_losses(tmp_path) == pytest.approx(aux_losses(single[0]), rel=1e-5)
@@ -65,7 +66,7 @@ def saved(tmp_path_factory):
     return runs_once(tmp_path_factory, [*GPT_RESUME, "model=gpt/moe"], LAYOUTS)
 
 
-@pytest.mark.parametrize("source, target", [("ep", "single"), ("single", "ep")])
+@pytest.mark.parametrize("source, target", [("ep", "single"), ("single", "ep"), ("ep_tp", "ep")])
 def test_an_expert_parallel_checkpoint_resumes_under_another_layout(saved, tmp_path, source, target):
     reference, _ = saved("single")
     source_dir, _ = saved(source)
@@ -85,10 +86,6 @@ def test_an_expert_parallel_checkpoint_resumes_under_another_layout(saved, tmp_p
             "strategy.ep: expert parallelism (2) splits a mixture of experts' experts",
         ),
         (["model=gpt/moe", "model.n_experts=3", "strategy.ep=2"], "model.n_experts: 3 experts do not divide across"),
-        (
-            ["model=gpt/moe", "trainer.devices=4", "trainer.oversubscribe=true", "strategy.tp=2", "strategy.ep=2"],
-            "strategy.ep: expert parallelism (2) with tensor parallelism (strategy.tp=2) is not supported",
-        ),
         (["model=gpt/moe", "model.top_k=5"], "top_k: 5 experts per token, but n_experts=4"),
         (["model=gpt/moe", "strategy=pp"], "model.n_experts: a mixture of experts cannot be split into pipeline"),
     ],
