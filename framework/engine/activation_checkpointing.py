@@ -20,11 +20,16 @@ from torch.utils.checkpoint import checkpoint
 _CHECKPOINTED: dict[type, type] = {}
 
 
+def _norms(module: torch.nn.Module) -> list:
+    """The module's BatchNorms that track running statistics."""
+    return [m for m in module.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+
+
 @contextlib.contextmanager
 def _norm_statistics_kept(module: torch.nn.Module) -> Iterator[None]:
     """The recomputation in backward runs the forward again: BatchNorm would update its running
     statistics a second time with the same batch. Momentum 0 during it leaves them as they are."""
-    norms = [m for m in module.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+    norms = _norms(module)
     saved = [(m.momentum, m.num_batches_tracked.clone()) for m in norms]
     for m in norms:
         m.momentum = 0.0
@@ -42,14 +47,9 @@ def _checkpointed_class(cls: type) -> type:
         def forward(self, *args, **kwargs):
             if not torch.is_grad_enabled():  # evaluation: nothing is saved for backward anyway
                 return cls.forward(self, *args, **kwargs)
-            return checkpoint(
-                cls.forward,
-                self,
-                *args,
-                use_reentrant=False,
-                context_fn=lambda: (contextlib.nullcontext(), _norm_statistics_kept(self)),
-                **kwargs,
-            )
+            # (only where there are statistics to keep: torch.compile traces no context_fn of ours)
+            kept = {"context_fn": lambda: (contextlib.nullcontext(), _norm_statistics_kept(self))}
+            return checkpoint(cls.forward, self, *args, use_reentrant=False, **(kept if _norms(self) else {}), **kwargs)
 
         _CHECKPOINTED[cls] = type(
             cls.__name__,
@@ -69,6 +69,18 @@ def checkpoint_problems(
         f"{key}: no submodule of {type(model).__name__} is a '{name}'; its classes: {', '.join(sorted(present))}"
         for name in requested
         if name not in present
+    ]
+
+
+def compiled_norm_problems(model: torch.nn.Module, requested: Sequence[str]) -> list[str]:
+    """With ``trainer.compile``: no requested class may hold a BatchNorm (its statistics are kept
+    through the recomputation by a context torch.compile does not trace)."""
+    with_norms = sorted({type(m).__name__ for m in model.modules() if type(m).__name__ in requested and _norms(m)})
+    return [
+        f"trainer.activation_checkpointing: {name} holds a BatchNorm, whose running statistics checkpointing "
+        "keeps through the recomputation in a way torch.compile cannot trace; with trainer.compile, checkpoint "
+        "classes without BatchNorm, or set trainer.compile=false"
+        for name in with_norms
     ]
 
 

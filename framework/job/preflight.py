@@ -139,13 +139,15 @@ def check_model_names(container: dict) -> list[str]:
     wrapped = wrapped if isinstance(wrapped, list) and wrapped else None
     if not (specs or checkpointed or wrapped) or not isinstance(container.get("model"), dict):
         return []
-    from framework.engine.activation_checkpointing import checkpoint_problems
+    from framework.engine.activation_checkpointing import checkpoint_problems, compiled_norm_problems
 
     model = meta_model(container)  # only a run that names parameters or classes pays for it before its ranks start
     if model is None:
         return []
     problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
     problems += checkpoint_problems(model, [str(c) for c in checkpointed]) if checkpointed else []
+    if checkpointed and (container.get("trainer") or {}).get("compile"):
+        problems += compiled_norm_problems(model, [str(c) for c in checkpointed])
     return problems + (
         checkpoint_problems(model, [str(c) for c in wrapped], "strategy.wrap_classes") if wrapped else []
     )

@@ -33,6 +33,26 @@ def test_compiled_blocks_train_as_eager_with_the_same_names(eager, tmp_path):
     assert load_model_weights(tmp_path / "checkpoints" / "last", plain)["missing"] == []  # names unchanged
 
 
+def test_checkpointed_compiled_blocks_train_as_eager(eager, tmp_path):
+    # the block's checkpoint traced into its compiled forward (it failed in dynamo: a context of ours)
+    fit(compose([*RUN, "trainer.compile=blocks", "trainer.activation_checkpointing=[Block]"]), output_dir=str(tmp_path))
+    assert train_losses(tmp_path) == pytest.approx(eager, abs=1e-5)
+    log = (tmp_path / "train.log").read_text()
+    assert "Activation checkpointing: 2 submodules" in log and "Compiling 2 blocks" in log
+
+
+def test_checkpointing_a_batchnorm_under_compile_is_refused_before_start():
+    with pytest.raises(ConfigError) as err:
+        preflight(
+            compose(["experiment=digits_cnn", "trainer.activation_checkpointing=[Sequential]", "trainer.compile=true"])
+        )
+    assert any(
+        p.startswith("trainer.activation_checkpointing: Sequential holds a BatchNorm") and "trainer.compile=false" in p
+        for p in err.value.problems
+    ), err.value.problems
+    preflight(compose(["experiment=digits_cnn", "trainer.activation_checkpointing=[Sequential]"]))  # eager: fine
+
+
 def test_a_model_without_blocks_is_named_with_the_way_out():
     with pytest.raises(
         ValueError, match=r"trainer.compile=blocks: Sequential declares no blocks .* trainer.compile=true"
