@@ -73,6 +73,13 @@ def degrees_of(options: ParallelConfig, world: int) -> dict[str, int]:
     }
 
 
+def per_context_rank(container: dict, cp: int) -> dict:
+    """``container`` as one rank of a context-parallel group sees it: ``datamodule.seq_len`` its part."""
+    data = container.get("datamodule") or {}
+    seq_len = data.get("seq_len")
+    return {**container, "datamodule": {**data, "seq_len": seq_len // cp if isinstance(seq_len, int) else None}}
+
+
 def context_parallel_problems(model: nn.Module, topology: Topology, container: dict) -> list[str]:
     """Before start: the sequence splits evenly, the model declares its position tables, and nothing
     the run asks for needs the whole sequence in one rank."""
@@ -147,14 +154,8 @@ class ParallelStrategy(FSDPSharding, Strategy):
     @classmethod
     def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
         problems = []
-        if topology.tp > 1:
-            # sequence parallelism splits each rank's part of the sequence again
-            seq_len = (container.get("datamodule") or {}).get("seq_len")
-            local = {
-                **container,
-                "datamodule": {"seq_len": seq_len // topology.cp if isinstance(seq_len, int) else None},
-            }
-            problems += plan_problems(model, options, topology, local)
+        if topology.tp > 1:  # sequence parallelism splits each rank's part of the sequence again
+            problems += plan_problems(model, options, topology, per_context_rank(container, topology.cp))
         if topology.cp > 1:
             problems += context_parallel_problems(model, topology, container)
         if topology.ep > 1:

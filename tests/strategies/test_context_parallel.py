@@ -1,7 +1,7 @@
 """Context parallelism (``strategy=parallel strategy.cp=N``) on the built-in transformer: each rank of a
 context-parallel group trains on a part of every sequence, attention gathered across the group; the
-losses, metrics and predictions are single device's, alone and with dp_shard and tp; a checkpoint
-resumes under another layout; what cannot be split is refused before start, naming the key."""
+losses, metrics and predictions are single device's, alone and with dp_shard, tp and a pipeline; a
+checkpoint resumes under another layout; what cannot be split is refused before start, naming the key."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ LAYOUTS = {
     "cp": ["strategy=parallel", "trainer.devices=2", "strategy.cp=2"],
     "cp_dp_shard": ["strategy=parallel", *FOUR, "strategy.cp=2", "strategy.dp_shard=2"],
     "cp_tp": ["strategy=parallel", *FOUR, "strategy.cp=2", "strategy.tp=2"],
+    # a pipeline's stages on each rank's part of the sequences, FSDP across the cp group
+    "pp_cp": ["strategy=parallel", *FOUR, "strategy.pp=2", "strategy.cp=2"],
 }
 
 
@@ -27,7 +29,7 @@ def single(tmp_path_factory):
     return runs_once(tmp_path_factory, GPT_EQUIVALENCE, LAYOUTS)("single")
 
 
-@pytest.mark.parametrize("layout", ["cp", "cp_dp_shard", "cp_tp"])
+@pytest.mark.parametrize("layout", ["cp", "cp_dp_shard", "cp_tp", "pp_cp"])
 def test_context_parallel_layouts_match_single_device(layout, single, tmp_path):
     results = fit(compose([*GPT_EQUIVALENCE, *LAYOUTS[layout]]), output_dir=str(tmp_path))
     assert_same_as_single(tmp_path, results, *single)
@@ -39,7 +41,7 @@ def saved(tmp_path_factory):
     return runs_once(tmp_path_factory, GPT_RESUME, LAYOUTS)
 
 
-@pytest.mark.parametrize("source, target", [("cp", "single"), ("single", "cp")])
+@pytest.mark.parametrize("source, target", [("cp", "single"), ("single", "cp"), ("pp_cp", "cp")])
 def test_a_context_parallel_checkpoint_resumes_under_another_layout(saved, tmp_path, source, target):
     reference, _ = saved("single")
     source_dir, _ = saved(source)
@@ -69,7 +71,10 @@ def test_a_context_parallel_checkpoint_resumes_under_another_layout(saved, tmp_p
             ["strategy.cp=2", "model=mlp", "datamodule=digits", "task=classification"],
             "strategy.cp: MLP declares no context_parallel_buffers",
         ),
-        (["strategy.cp=2", "strategy.pp=2", *FOUR], "strategy.pp: a pipeline (2 ranks) with context or expert"),
+        (
+            ["strategy.cp=2", "strategy.pp=2", "datamodule.seq_len=35", *FOUR],
+            "datamodule.seq_len: 35 is not divisible by the context-parallel",
+        ),
     ],
 )
 def test_a_layout_context_parallelism_cannot_split_is_refused_before_start(overrides, message):

@@ -88,6 +88,10 @@ def test_an_expert_parallel_checkpoint_resumes_under_another_layout(saved, tmp_p
         (["model=gpt/moe", "model.n_experts=3", "strategy.ep=2"], "model.n_experts: 3 experts do not divide across"),
         (["model=gpt/moe", "model.top_k=5"], "top_k: 5 experts per token, but n_experts=4"),
         (["model=gpt/moe", "strategy=pp"], "model.n_experts: a mixture of experts cannot be split into pipeline"),
+        (
+            ["model=gpt/moe", "trainer.devices=4", "trainer.oversubscribe=true", "strategy.pp=2", "strategy.ep=2"],
+            "strategy.pp: a pipeline (2 ranks) with expert parallelism (strategy.ep=2) is not built",
+        ),
     ],
 )
 def test_a_layout_expert_parallelism_cannot_split_is_refused_before_start(overrides, message):

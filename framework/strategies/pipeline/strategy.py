@@ -25,7 +25,7 @@ from torch import nn
 
 from framework.config.ranges import ranged
 from framework.config.topology import Topology
-from framework.strategies.parallel import ParallelStrategy
+from framework.strategies.parallel import ParallelStrategy, context_parallel_problems, per_context_rank
 from framework.strategies.pipeline.forward import PipelinedModel
 from framework.strategies.pipeline.options import ScheduleConfig
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_per_batch
@@ -133,14 +133,16 @@ class PipelineStrategy(ParallelStrategy):
     def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
         from framework.strategies.pipeline.checks import pipeline_problems
 
-        beside = [f"strategy.{k}={getattr(topology, k)}" for k in ("cp", "ep") if getattr(topology, k) > 1]
-        if beside:
+        if topology.ep > 1:
             return [
-                f"strategy.pp: a pipeline ({topology.pp} ranks) with context or expert parallelism "
-                f"({', '.join(beside)}) is not built; use pp with dp_shard, dp_replicate and tp, or cp and ep "
-                "without pp"
+                f"strategy.pp: a pipeline ({topology.pp} ranks) with expert parallelism (strategy.ep={topology.ep}) "
+                "is not built; use pp with dp_shard, dp_replicate, cp and tp, or ep without pp"
             ]
-        return pipeline_problems(model, options, topology, container)
+        if topology.cp == 1:
+            return pipeline_problems(model, options, topology, container)
+        # each stage runs on its rank's part of every sequence
+        problems = pipeline_problems(model, options, topology, per_context_rank(container, topology.cp))
+        return problems + context_parallel_problems(model, topology, container)
 
     @classmethod
     def predict_model_state_bytes(
@@ -155,7 +157,7 @@ class PipelineStrategy(ParallelStrategy):
             p = topology.pp
             units = stage_units(model, p * options.stages_per_rank, list(options.split_points))
             largest = max(_stage_parameters(model, [u for s in units[r::p] for u in s]) for r in range(p))
-        return (8 + optimizer_bytes) * largest / topology.data_parallel_size
+        return (8 + optimizer_bytes) * largest / (topology.data_parallel_size * topology.cp)
 
     def split_stages(self, model: nn.Module, mesh) -> nn.Module:
         """Keep this rank's stages (one, or r, r + p, ... interleaved): the cut before tensor
@@ -168,7 +170,7 @@ class PipelineStrategy(ParallelStrategy):
         return model
 
     def shard_data_parallel(self, model: nn.Module, mesh) -> nn.Module:
-        if self.topology.data_parallel_size == 1 or _replicated(self.options, self.topology):
+        if self.topology.data_parallel_size * self.topology.cp == 1 or _replicated(self.options, self.topology):
             return model  # one pipeline; or DDP, around the schedule's stage (wrap)
         return super().shard_data_parallel(model, mesh)
 
@@ -190,12 +192,20 @@ class PipelineStrategy(ParallelStrategy):
         """Forward and backward of ``batches`` (the micro-batches of one accumulation window, each
         (inputs, targets)) through the schedule, as ``len(batches) x microbatches`` micro-batches;
         ``loss_of(output, targets)`` is the task's loss of one. Returns each batch's mean loss,
-        on every rank."""
+        on every rank of the pipeline (with context parallelism: of this rank's part of the sequences)."""
         per = microbatches_per_batch(self.options, self.topology)
-        chunks = len(batches) * per
-        schedule = self._schedule(model, chunks, loss_of)
-        inputs = torch.cat([b[0] for b in batches]) if model.is_first else None
-        targets = torch.cat([b[1] for b in batches]) if model.is_last else None
+        schedule = self._schedule(model, len(batches) * per, loss_of)
+        window = (torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches]))
+        with self.step_context(model, window) as (inputs, targets):  # cp: this rank's part of each sequence
+            losses = self._run_schedule(schedule, model, inputs, targets)
+        chunk_losses = torch.stack([loss.detach() for loss in losses]) if model.is_last else None
+        shared = model.share_from_last(chunk_losses.float() if chunk_losses is not None else None)
+        # each chunk's loss was divided by the chunks per batch (the schedule sums their gradients)
+        return shared.view(len(batches), per).sum(dim=1)
+
+    def _run_schedule(self, schedule, model: PipelinedModel, inputs, targets) -> list:
+        """One step of ``schedule``: the first stage feeds ``inputs``, the last computes the losses of
+        ``targets`` (returned, on the last stage); the stage's busy and wall time counted."""
         losses: list = []
         started, busy = time.perf_counter(), self._timing["busy"]
         if model.is_first and model.is_last:
@@ -203,16 +213,13 @@ class PipelineStrategy(ParallelStrategy):
         elif model.is_first:
             schedule.step(inputs)
         else:
-            schedule.step(target=targets, losses=losses)
+            schedule.step(target=targets if model.is_last else None, losses=losses)
         self._timing["steps"] += 1
         if self._timing["steps"] > 1:  # the first step infers shapes and allocates buffers:
             self._timing["wall"] += time.perf_counter() - started
         else:  # neither its time nor its busy time is counted
             self._timing["busy"] = busy
-        chunk_losses = torch.stack([loss.detach() for loss in losses]) if model.is_last else None
-        shared = model.share_from_last(chunk_losses.float() if chunk_losses is not None else None)
-        # each chunk's loss was divided by the chunks per batch (the schedule sums their gradients)
-        return shared.view(len(batches), per).sum(dim=1)
+        return losses
 
     def _schedule(self, model: PipelinedModel, chunks: int, loss_of: Callable):
         """The schedule for ``chunks`` micro-batches (one per window length; built on first use)."""
