@@ -171,7 +171,8 @@ def check_prepared_tokenizer(container: dict) -> list[str]:
 
 def check_validation_interval(container: dict) -> list[str]:
     """An int ``trainer.val_check_interval`` within an epoch, for a datamodule that knows its training
-    samples before start (``train_samples``, as datamodule=tokens does from its index)."""
+    samples before start (``train_samples``: datamodule=tokens from its index, text by reading its
+    corpus, only for an int interval)."""
     from framework.config.intervals import validation_interval_problem
     from framework.config.validate import import_target
     from framework.engine.data_loaders import limit_batches
@@ -180,6 +181,7 @@ def check_validation_interval(container: dict) -> list[str]:
     batch, limit = data.get("batch_size"), trainer.get("limit_train_batches", 1.0)
     if (
         trainer.get("fast_dev_run")
+        or not _ints(trainer.get("val_check_interval"))
         or trainer.get("limit_val_batches") == 0
         or not _ints(batch)
         or batch < 1

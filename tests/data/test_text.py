@@ -77,3 +77,22 @@ def test_the_tokenizers_vocabulary_against_the_data_and_the_model_is_checked_bef
             preflight(compose([*base, *overrides]))
         assert any(message in problem for problem in err.value.problems), err.value.problems
     preflight(compose([*base, f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}", "datamodule.vocab_size=9"]))
+
+
+def test_a_validation_interval_beyond_the_epoch_is_refused_before_start():
+    from framework import compose
+    from framework.config import ConfigError
+    from framework.job.preflight import preflight
+
+    dm = TextDataModule(seq_len=64, batch_size=32)
+    dm.setup("fit")
+    epoch = len(dm.train_set) // 32  # the trainer's batches per epoch, from the corpus as setup reads it
+    assert TextDataModule.train_samples(seq_len=64) == len(dm.train_set)
+    run = ["experiment=gpt_text", "datamodule.seq_len=64", "datamodule.batch_size=32"]
+    preflight(compose([*run, f"trainer.val_check_interval={epoch}"]))
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*run, f"trainer.val_check_interval={epoch + 1}"]))
+    assert any(
+        p.startswith(f"trainer.val_check_interval: every {epoch + 1} training batches, but an epoch has {epoch} (")
+        for p in err.value.problems
+    ), err.value.problems
