@@ -29,15 +29,18 @@ def _register_plugins() -> None:
     from hydra.core.plugins import Plugins
     from hydra.plugins.launcher import Launcher
 
+    plugins = Plugins.instance()  # first: its scan re-executes Hydra's core plugins, BasicSweeper among them
     from hydra_plugins.framework_packed.packed_launcher import PackedLauncher
+    from hydra_plugins.framework_sweeper.sweeper import FrameworkSweeper
 
-    Plugins.instance().register(PackedLauncher)
+    plugins.register(PackedLauncher)
+    plugins.register(FrameworkSweeper)
     try:
         from hydra_plugins.framework_slurm.slurm_sweep import SlurmSweepLauncher
     except ImportError:
         return
     if issubclass(SlurmSweepLauncher, Launcher):  # hydra-submitit-launcher is installed
-        Plugins.instance().register(SlurmSweepLauncher)
+        plugins.register(SlurmSweepLauncher)
 
 
 def cwd_importable() -> None:

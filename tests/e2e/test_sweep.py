@@ -404,3 +404,33 @@ def test_report_notes_an_algorithm_that_never_left_its_warm_up(tmp_path):
     rows = {r["job"]: r for r in collect(tmp_path)}
     assert "never left its warm-up (38 steps <= strategy.warmup_steps=100)" in rows["0"]["notes"]
     assert not rows["1"].get("notes")
+
+
+def test_a_key_given_on_the_command_line_replaces_the_experiments_sweep_of_it(tmp_path):
+    # an experiment that sweeps trainer.max_epochs; the command line asks for one value of it
+    (tmp_path / "configs" / "experiment").mkdir(parents=True)
+    (tmp_path / "configs" / "experiment" / "epochs_sweep.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - digits_mlp\n  - _self_\n"
+        "hydra:\n  sweeper:\n    params:\n      trainer.max_epochs: 1,2,3\n      seed: 1,2\n"
+    )
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, "-m", "framework.train", "-m", *TINY[1:], "experiment=epochs_sweep"]
+    proc = subprocess.run(
+        [
+            *command,
+            "trainer.max_epochs=1",  # (handed to Hydra as ++trainer.max_epochs=1: it made a second axis)
+            "trainer.limit_train_batches=2",
+            "test=false",
+            "callbacks=none",
+            "logger=csv",
+            f"hydra.searchpath=[file://{tmp_path / 'configs'}]",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = [json.loads((sweep / str(n) / "results.json").read_text()) for n in range(2)]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]  # the seeds' axis only
+    assert [r["epochs"] for r in jobs] == [1, 1] and [r["seed"] for r in jobs] == [1, 2]
