@@ -69,4 +69,10 @@ def _primary_searchpath(args: list[str]) -> list[str]:
 def _message(group: str, choice: str, options: set[str]) -> str:
     close = difflib.get_close_matches(choice, sorted(options), n=1, cutoff=0.6)
     hint = f"; did you mean '{group}={close[0]}'?" if close else ""
-    return f"{group}: no option '{choice}'{hint} (options: {', '.join(sorted(options))})"
+    own = (
+        ""
+        if close
+        else f"; an option of your own is <your configs>/{group}/{choice}.yaml, found with "
+        "hydra.searchpath=[file:///abs/path/to/your/configs]"
+    )
+    return f"{group}: no option '{choice}'{hint} (options: {', '.join(sorted(options))}){own}"

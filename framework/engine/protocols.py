@@ -157,7 +157,7 @@ class DataModule(Protocol):
         """The validation loader, or None for no validation."""
 
     def test_dataloader(self) -> Optional[torch.utils.data.DataLoader]:
-        """The test loader, or None for no test."""
+        """Optional (needed with ``test=true``, the default): the test loader, or None for no test."""
 
     def predict_dataloader(self) -> Optional[torch.utils.data.DataLoader]:
         """Optional (needed with ``predict=true``): the loader to predict on; batches are
@@ -193,7 +193,7 @@ CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, 
 _OPTIONAL = {
     Callback: {*EVENTS, "evaluation_weights", "sharded_state_dict"},
     Logger: {"resume"},
-    DataModule: {"predict_dataloader"},
+    DataModule: {"test_dataloader", "predict_dataloader"},
     Task: {"loss"},
 }
 

@@ -201,6 +201,7 @@ class Trainer:
         problem = validation_interval_problem(self.config.val_check_interval, self.num_training_batches)
         if problem and val_loader is not None and not self.config.fast_dev_run:
             raise ValueError(problem)  # the epoch's length is the data's: known only now
+        self._warn_if_nothing_logged()
         if scheduler is not None:
             self.scheduler = scheduler.build(self.optimizer, self._scheduler_intervals(scheduler.interval))
             self.scheduler_spec = scheduler
@@ -209,6 +210,21 @@ class Trainer:
         elif val_loader is not None and self.config.num_sanity_val_steps:
             self._run_guarded(lambda: self.evaluation.evaluate(self, val_loader, "val", sanity=True))
         self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))
+
+    def _warn_if_nothing_logged(self) -> None:
+        """A run shorter than ``log_every_n_steps`` logs no train/* metric (Lightning warns too)."""
+        c = self.config
+        per_epoch = self.num_training_batches // max(1, c.accumulate_grad_batches)
+        runs = [n for n in (c.max_steps, (c.max_epochs or 0) * per_epoch) if n and n > 0]
+        steps = min(runs) if runs else None
+        if steps is not None and steps < c.log_every_n_steps and not c.fast_dev_run and self.is_global_zero:
+            log.warning(
+                "trainer.log_every_n_steps=%d, but this run trains %d step(s): no train/* metric will be logged; "
+                "set trainer.log_every_n_steps=%d or less",
+                c.log_every_n_steps,
+                steps,
+                max(1, steps),
+            )
 
     def validate(self, datamodule, model: Optional[torch.nn.Module] = None, ckpt_path=None) -> dict[str, float]:
         """The validation loop on the trained model, or on ``model``; weights as for ``test``."""
@@ -223,6 +239,8 @@ class Trainer:
         datamodule.setup("test")
         self._model_for("test", model, ckpt_path)
         loader = self.loaders.make(datamodule.test_dataloader(), train=False)
+        if loader is None and self.is_global_zero:
+            log.warning("Testing: the datamodule's test_dataloader() returned None: nothing to test")
         return self._run_guarded(lambda: self.evaluation.evaluate(self, loader, "test"))
 
     def predict(self, datamodule, model: Optional[torch.nn.Module] = None, ckpt_path=None):

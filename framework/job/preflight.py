@@ -48,6 +48,7 @@ def preflight(cfg: DictConfig) -> dict:
             check_strategy_on_model,
             check_rank_start,
             check_contracts,
+            check_test,
             check_predict,
             check_tokens,
             check_task_fits_data,
@@ -86,14 +87,32 @@ def check_contracts(container: dict) -> list[str]:
     return problems
 
 
+def _datamodule_class(container: dict):
+    """The datamodule's class (None when it does not import: the config checks report it)."""
+    try:
+        return import_target(str((container.get("datamodule") or {}).get("_target_")))
+    except Exception:  # noqa: BLE001 - reported by the config checks
+        return None
+
+
+def check_test(container: dict) -> list[str]:
+    """``test=true`` (the default, and framework-evaluate's) needs a datamodule with ``test_dataloader()``."""
+    target = (container.get("datamodule") or {}).get("_target_")
+    cls = _datamodule_class(container) if container.get("test") else None
+    if cls is None or callable(getattr(cls, "test_dataloader", None)):
+        return []
+    other = " or set test=false" if container.get("train") else ""
+    return [
+        f"test: true, but datamodule._target_ {target} has no test_dataloader(); add one (it returns the "
+        f"DataLoader of the test samples, or None), choose a datamodule that has one{other}"
+    ]
+
+
 def check_predict(container: dict) -> list[str]:
     """``predict=true`` needs a datamodule with ``predict_dataloader()``."""
     target = (container.get("datamodule") or {}).get("_target_")
-    if not container.get("predict") or not isinstance(target, str):
-        return []
-    try:
-        cls = import_target(target)
-    except Exception:  # noqa: BLE001 - reported by the config checks
+    cls = _datamodule_class(container) if container.get("predict") else None
+    if cls is None:
         return []
     if callable(getattr(cls, "predict_dataloader", None)):
         return _records_problems(container, cls)

@@ -12,6 +12,12 @@ log = logging.getLogger(__name__)
 # (torch's message, why it does not matter here). Python warnings:
 WARNINGS = [
     (
+        re.compile(r"Slicing a flattened dim from root mesh will be deprecated"),
+        "device mesh: FSDP's and the experts' meshes are taken from the job's one mesh by a flattened dimension's "
+        "name (dp_shard x cp, or dp_outer for expert parallelism); torch means to deprecate that slicing in a "
+        "later release, not to change what it gives",
+    ),
+    (
         re.compile(r"FSDP2-wrapped module \(\w+\) returned a view tensor"),
         "fsdp: the model's output is a view (tensor parallel's local logits); the tasks read it out of place, "
         "so its gradients are right (a task of your own must not change the model's output in place: x += y)",

@@ -32,9 +32,25 @@ from framework.report.table import write_report
 __all__ = ["SWEEP_FILE", "SweepReport", "collect", "finish_sweep", "main", "write_report"]
 
 
+USAGE = (
+    "usage: framework-report <sweep dir>   (or python -m framework.report <sweep dir>)\n"
+    "Writes report.md, report.csv and the plots of a sweep directory (outputs/multirun/<date>/<time>) again, "
+    "from its jobs' results.json."
+)
+
+
 def main() -> None:
-    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
-        print("usage: python -m framework.report <sweep dir>", file=sys.stderr)
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(USAGE)
+        sys.exit(0)
+    if len(sys.argv) != 2:
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
+    if not Path(sys.argv[1]).is_dir():
+        print(
+            f"{sys.argv[1]}: no such directory; name a sweep directory (outputs/multirun/<date>/<time>)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     if (Path(sys.argv[1]) / "results.json").exists():
         print(

@@ -11,6 +11,11 @@ def test_every_selection_is_checked_lists_and_sweeps_too():
     assert "did you mean 'model=gpt/tiny'" in unknown_options(["model=gpt/tny"])[0]
     assert "no option 'cvs'" in unknown_options(["logger=[tensorboard,cvs]"])[0]
     assert "no option 'fsdpp'" in unknown_options(["-m", "strategy=ddp,fsdpp"])[0]
+    # nothing close: maybe an option of the user's own, not found without hydra.searchpath
+    assert unknown_options(["model=yours"])[0].endswith(
+        "an option of your own is <your configs>/model/yours.yaml, found with "
+        "hydra.searchpath=[file:///abs/path/to/your/configs]"
+    )
     valid = [
         "strategy=pp/fsdp",
         "model=gpt/tiny",

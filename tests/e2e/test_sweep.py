@@ -89,6 +89,12 @@ def test_report_rebuilds_an_interrupted_sweep(tmp_path):
         [sys.executable, "-m", "framework.report", str(tmp_path / "0")], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and "one run's directory" in proc.stderr
+    # --help answers on stdout; a directory that is not there is named
+    report = [sys.executable, "-m", "framework.report"]
+    proc = subprocess.run([*report, "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: framework-report <sweep dir>")
+    proc = subprocess.run([*report, str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"{tmp_path / 'nope'}: no such directory")
 
 
 def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_path):

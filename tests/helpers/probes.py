@@ -226,6 +226,12 @@ class NoPredictDigits:
         return self.inner.test_dataloader()
 
 
+class TrainOnlyDigits(NoPredictDigits):
+    """A datamodule without a test split: no test_dataloader either."""
+
+    test_dataloader = None
+
+
 class LogitsOnly(LanguageModelingTask):
     """task=language_modeling without its predict_step: the model's logits are its predictions."""
 

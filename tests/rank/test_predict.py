@@ -114,3 +114,26 @@ def test_continuations_need_a_task_that_generates_them():
     ), err.value.problems
     preflight(compose(run))  # task=language_modeling generates them
     preflight(compose([*run, "task._target_=tests.helpers.probes.LogitsOnly", "predict_format=pt"]))
+
+
+def test_a_datamodule_without_test_data_trains_and_a_test_asks_for_it(tmp_path):
+    run = [
+        "experiment=digits_mlp",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "logger=none",
+        "callbacks=none",
+        "datamodule._target_=tests.helpers.probes.TrainOnlyDigits",
+        *(f"~datamodule.{key}" for key in ("num_workers", "val_fraction", "test_fraction", "split_seed")),
+        "model.input_shape=[1,8,8]",
+        "model.num_classes=10",
+        "~datamodule.input_shape",
+        "~datamodule.num_classes",
+    ]
+    with pytest.raises(ConfigError) as err:
+        fit(compose(run), output_dir=str(tmp_path / "tested"))
+    assert err.value.problems == [
+        "test: true, but datamodule._target_ tests.helpers.probes.TrainOnlyDigits has no test_dataloader(); add one "
+        "(it returns the DataLoader of the test samples, or None), choose a datamodule that has one or set test=false"
+    ]
+    assert fit(compose([*run, "test=false"]), output_dir=str(tmp_path / "trained"))["status"] == "completed"

@@ -135,3 +135,13 @@ def test_max_steps_ends_the_run_mid_epoch_and_validates_its_final_weights():
     trainer = fit(unit_trainer(callbacks=[hooks], max_steps=2, max_epochs=3), TinyData(n=16, batch=4))
     assert trainer.global_step == 2 and trainer.state.batch_in_epoch == 2
     assert hooks.events.count("on_validation_end") == 1 and trainer.state.last_val_step == 2
+
+
+def test_a_run_shorter_than_the_logging_interval_says_it_logs_no_train_metric(caplog):
+    with caplog.at_level("WARNING", logger="framework.engine.trainer"):
+        fit(unit_trainer(max_steps=3, log_every_n_steps=10))
+    assert "trainer.log_every_n_steps=10, but this run trains 3 step(s)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="framework.engine.trainer"):
+        fit(unit_trainer(max_steps=3, log_every_n_steps=3))
+    assert "log_every_n_steps" not in caplog.text
