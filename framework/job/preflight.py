@@ -8,6 +8,7 @@ loggers, datamodule and task, the checkpoint to resume, and the run directory.
 
 from __future__ import annotations
 
+import inspect
 import zipfile
 from pathlib import Path
 
@@ -88,11 +89,13 @@ def check_contracts(container: dict) -> list[str]:
 
 
 def _datamodule_class(container: dict):
-    """The datamodule's class (None when it does not import: the config checks report it)."""
+    """The datamodule's class (None when it does not import, which the config checks report, or is a
+    function or other factory: what it returns is unknown before it runs)."""
     try:
-        return import_target(str((container.get("datamodule") or {}).get("_target_")))
+        target = import_target(str((container.get("datamodule") or {}).get("_target_")))
     except Exception:  # noqa: BLE001 - reported by the config checks
         return None
+    return target if inspect.isclass(target) else None
 
 
 def check_test(container: dict) -> list[str]:
