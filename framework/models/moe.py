@@ -42,11 +42,15 @@ class GroupedExperts(nn.Module):
         return expert_outputs(tokens, counts, *self.local_weights(tokens.dtype))
 
     def local_weights(self, dtype: torch.dtype) -> tuple:
-        """w1, w3, w2 as this rank computes with them: whole, or a split weight's local part (tensor
-        parallel: every expert's slice of hidden units; expert parallel: the rank's experts) in the
-        tokens' ``dtype`` (FSDP's mixed precision casts the parameters it manages, not these)."""
-        weights = (self.w1, self.w3, self.w2)
-        return tuple(p.to_local().to(dtype) if hasattr(p, "to_local") else p for p in weights)
+        """w1, w3, w2 as this rank computes with them (``local_part``: tensor parallel's slice of
+        every expert's hidden units, expert parallel's experts of this rank)."""
+        return tuple(local_part(p, dtype) for p in (self.w1, self.w3, self.w2))
+
+
+def local_part(weight, dtype: torch.dtype) -> torch.Tensor:
+    """``weight`` whole, or a split one's (DTensor's) local part in the tokens' ``dtype`` (FSDP's mixed
+    precision casts the parameters it manages, not the split ones a layer reads itself)."""
+    return weight.to_local().to(dtype) if hasattr(weight, "to_local") else weight
 
 
 def expert_outputs(tokens: torch.Tensor, counts: list[int], w1, w3, w2) -> torch.Tensor:

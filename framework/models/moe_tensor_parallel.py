@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from framework.models.moe import MoE
+from framework.models.moe import MoE, local_part
 
 # How each weight splits across the group (dims of the stacked experts, [experts, in, out], and of
 # nn.Linear's [out, in]); the router's is replicated.
@@ -81,15 +81,10 @@ class TensorParallelMoE(MoE):
         # ep group's tokens sent to them): partial outputs, summed with the rest below
         out = self.combine(tokens, self.experts(tokens[routing.source], routing.counts), routing)
         if self.shared is not None:
-            s1, s3, s2 = (_local(m.weight, tokens.dtype) for m in (self.shared.w1, self.shared.w3, self.shared.w2))
+            s1, s3, s2 = (local_part(m.weight, tokens.dtype) for m in (self.shared.w1, self.shared.w3, self.shared.w2))
             out = out + F.linear(F.silu(F.linear(tokens, s1)) * F.linear(tokens, s3), s2)
         partial = DTensor.from_local(out.view_as(local), mesh, [Partial()])
         return partial.redistribute(mesh, [self.between]).to_local()
-
-
-def _local(param, dtype: torch.dtype) -> torch.Tensor:
-    """This rank's slice of a weight, in the tokens' dtype (FSDP's mixed precision casts its own)."""
-    return param.to_local().to(dtype)
 
 
 class _ScaleGrad(torch.autograd.Function):
