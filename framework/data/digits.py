@@ -36,6 +36,8 @@ class DigitsDataModule(BaseDataModule):
     (so ``num_classes`` = len(classes)), else keep the digit as the label.
     """
 
+    inputs, targets = "features", "classes"  # what the checks before start match against model and task
+
     def __init__(
         self,
         batch_size: int = 64,

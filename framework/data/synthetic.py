@@ -17,6 +17,8 @@ class SyntheticDataModule(BaseDataModule):
     The same ``seed`` always gives the same data, whatever the training seed or rank.
     """
 
+    inputs, targets = "features", "classes"
+
     def __init__(
         self,
         batch_size: int = 64,

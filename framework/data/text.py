@@ -20,7 +20,8 @@ from torch.utils.data import DataLoader
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_dataset, split_indices, split_problems
 from framework.data.batched import GatheringTensorDataset
-from framework.data.tokenizer_files import load_tokenizer, tokenizer_problems
+from framework.data.prompts import Prompts
+from framework.data.tokenizer_files import load_tokenizer, special_tokens, tokenizer_problems
 
 
 def builtin_corpus() -> str:
@@ -39,10 +40,12 @@ def read_corpus(data_dir: Optional[str]) -> str:
 
 
 class Codec:
-    """Text <-> token ids: UTF-8 bytes, or a ``tokenizers`` tokenizer (a file, or a model's directory)."""
+    """Text <-> token ids: UTF-8 bytes, or a ``tokenizers`` tokenizer (a file, or a model's directory,
+    whose files also name its special tokens: ``special``, framework/data/tokenizer_files.py)."""
 
     def __init__(self, tokenizer: Optional[str] = None):
         self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
+        self.special = special_tokens(tokenizer, self.tokenizer)
 
     @property
     def vocab_size(self) -> int:
@@ -54,6 +57,16 @@ class Codec:
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(i) for i in ids]
         return self.tokenizer.decode(ids) if self.tokenizer else bytes(ids).decode("utf-8", errors="replace")
+
+    def continuation(self, ids: Sequence[int]) -> list[int]:
+        """Generated ``ids`` up to their first end-of-sequence token (left out)."""
+        ids, eos = [int(i) for i in ids], set(self.special["eos"])
+        return next((ids[:i] for i, t in enumerate(ids) if t in eos), ids)
+
+    @property
+    def pad(self) -> int:
+        """The id padding holds: the tokenizer's pad token, else its end of sequence, else 0."""
+        return next(iter([self.special["pad"]] if self.special["pad"] is not None else self.special["eos"]), 0)
 
 
 def unigram_entropy(tokens: Sequence[int]) -> float:
@@ -89,7 +102,9 @@ def _window_problems(data_dir: Optional[str], seq_len, val_fraction, test_fracti
 class TextDataModule(BaseDataModule):
     """Windows of ``seq_len + 1`` tokens (inputs, and the same shifted by one as targets), one after
     another through the corpus; ``batch_size`` windows per global batch. ``predict_prompts``: texts
-    whose continuations the predict loop generates (left-padded with spaces to one length)."""
+    whose continuations the predict loop generates (framework/tasks/generation.py)."""
+
+    inputs, targets = "token ids", "next tokens"  # what the checks before start match against model and task
 
     argument_ranges = {"seq_len": Range(low=2)}
 
@@ -190,25 +205,31 @@ class TextDataModule(BaseDataModule):
         self.val_set, self.test_set, self.train_set = split_dataset(
             GatheringTensorDataset(inputs, targets), [self.val_fraction, self.test_fraction], self.split_seed
         )
-        self.predict_set = GatheringTensorDataset(self._prompt_tokens())
+        prompts = [self._prompt(p) for p in self.predict_prompts] or [self._prompt("")]
+        self.predict_set = Prompts(prompts, self.codec.pad)
 
-    def _prompt_tokens(self) -> torch.Tensor:
-        encoded = [self.codec.encode(p) for p in self.predict_prompts] or [[0]]
-        space = (self.codec.encode(" ") or [0])[-1]  # (a tokenizer may have no token for a space alone)
-        length = max(len(e) for e in encoded)
-        return torch.tensor([[space] * (length - len(e)) + e for e in encoded], dtype=torch.long)
+    def _prompt(self, text: str) -> list[int]:
+        """``text``'s tokens; an empty prompt starts from the tokenizer's first token (its beginning of
+        sequence, else end of sequence, as lm-evaluation-harness does), for bytes a newline."""
+        special = self.codec.special
+        start = [special["bos"]] if special["bos"] is not None else special["eos"][:1]
+        return self.codec.encode(text) or start or [10]
+
+    @property
+    def special_tokens(self) -> dict:
+        """The tokenizer's end of sequence (``eos``, a list) and ``pad`` ids, for generation."""
+        return {"eos": list(self.codec.special["eos"]), "pad": self.codec.pad}
 
     def predict_dataloader(self) -> Optional[DataLoader]:
         return self._loader(self.predict_set, shuffle=False)
 
     def prediction_records(self, predictions) -> list[dict]:
-        """predictions.jsonl's rows: each prompt and the text generated after it."""
-        tokens = predictions["tokens"] if isinstance(predictions, dict) else predictions
-        prompt_len = self.predict_set.tensors[0].shape[1]
-        return [
-            {
-                "prompt": self.predict_prompts[i] if i < len(self.predict_prompts) else "",
-                "continuation": self.codec.decode(row[prompt_len:].tolist()),
-            }
-            for i, row in enumerate(tokens)
-        ]
+        """predictions.jsonl's rows: each prompt, the text generated after it (decoded by the
+        datamodule's tokenizer, up to its end of sequence) and those tokens."""
+        generated = predictions["generated"] if isinstance(predictions, dict) else predictions
+        rows = []
+        for i, row in enumerate(generated.tolist()):
+            tokens = self.codec.continuation(row)
+            prompt = self.predict_prompts[i] if i < len(self.predict_prompts) else ""
+            rows.append({"prompt": prompt, "continuation": self.codec.decode(tokens), "tokens": tokens})
+        return rows

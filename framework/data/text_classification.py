@@ -46,6 +46,8 @@ def read_documents(data_file: Optional[str]) -> list[tuple[str, str]]:
 class TextClassificationDataModule(BaseDataModule):
     """Batches of (token ids [batch, seq_len], class ids [batch]); ``class_names`` in id order."""
 
+    inputs, targets = "token ids", "classes"
+
     argument_ranges = {"seq_len": Range(low=2)}
 
     def __init__(

@@ -40,3 +40,47 @@ def tokenizer_problems(tokenizer: Optional[str]) -> list[str]:
             "directory holding tokenizer.json; null: bytes)"
         ]
     )
+
+
+def _json(path: Path) -> dict:
+    import json
+
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _ids(value) -> list[int]:
+    """A config's token id or list of ids, as a list (a bool or anything else: none)."""
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def special_tokens(tokenizer: Optional[str], loaded=None) -> dict:
+    """The ids a model's directory names as its end of sequence (``eos``, a list), padding (``pad``)
+    and beginning (``bos``), as ``transformers`` reads them: ``generation_config.json``, then
+    ``config.json``, then the tokens ``tokenizer_config.json`` names (looked up in ``loaded``, the
+    tokenizer). A tokenizer file alone names none."""
+    if not tokenizer:
+        return {"eos": [], "pad": None, "bos": None}
+    path = resolve_path(tokenizer)
+    directory = path if path.is_dir() else path.parent
+    generation, config = _json(directory / "generation_config.json"), _json(directory / "config.json")
+    named = _json(directory / "tokenizer_config.json") if path.is_dir() else {}
+
+    def by_name(key: str) -> list[int]:
+        value = named.get(key)
+        text = value.get("content") if isinstance(value, dict) else value
+        found = loaded.token_to_id(text) if loaded is not None and isinstance(text, str) else None
+        return [] if found is None else [found]
+
+    def first(key: str, name: str) -> list[int]:
+        for source in (generation, config):
+            if _ids(source.get(key)):
+                return _ids(source.get(key))
+        return by_name(name)
+
+    pad, bos = first("pad_token_id", "pad_token"), first("bos_token_id", "bos_token")
+    return {"eos": first("eos_token_id", "eos_token"), "pad": pad[0] if pad else None, "bos": bos[0] if bos else None}

@@ -53,6 +53,8 @@ class TokensDataModule(BaseDataModule):
     """Batches of (inputs, targets) windows [batch, seq_len], with positions [batch, seq_len] when
     ``document_boundaries``. ``vocab_size`` is the prepared corpus's (read from its index)."""
 
+    inputs, targets = "token ids", "next tokens"
+
     argument_ranges = {"seq_len": Range(low=1)}
 
     def __init__(

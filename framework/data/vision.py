@@ -8,6 +8,7 @@ from framework.data.base import BaseDataModule, split_dataset
 
 
 class _TorchvisionDataModule(BaseDataModule):
+    inputs, targets = "features", "classes"
     dataset_name = ""  # torchvision.datasets class, set by subclasses
     expected = ""  # what must exist under data_dir, for the error message
     mean: tuple = ()
@@ -72,6 +73,8 @@ class CIFAR10DataModule(_TorchvisionDataModule):
 
 class ImageFolderDataModule(BaseDataModule):
     """``data_dir/train/<class>/*``; ``data_dir/val`` and ``data_dir/test`` if present, else split from train."""
+
+    inputs, targets = "features", "classes"
 
     def __init__(
         self,

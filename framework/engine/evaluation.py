@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 
 from framework.engine.data_loaders import RankLoaders, batch_size_of, limit_batches
 from framework.strategies.comm.collectives import all_reduce, gather_object
+from framework.tasks.generation import DecodingLayout, decoding_layout
 
 
 class EvaluationPasses:
@@ -69,14 +70,19 @@ class EvaluationPasses:
         model = trainer.model
         was_training, outputs = model.training, []
         model.eval()
-        with trainer.callbacks.weights_for(trainer, "predict"):
+        # generation's forwards: together on every rank where forward gathers sharded weights; else on
+        # the plain model (a wrapper such as DDP would sync buffers in a forward other ranks may not run)
+        synced = self.strategy.lockstep_forward and self.strategy.world_size > 1
+        layout = DecodingLayout(synced=synced, multiple=self.strategy.sequence_multiple)
+        model = model if self.strategy.lockstep_forward else self.strategy.unwrap(model)
+        with trainer.callbacks.weights_for(trainer, "predict"), decoding_layout(layout):
             for i, batch in enumerate(loader):
                 if i >= limit:
                     break
                 outputs.append(self._predict_step(model, self.loaders.on_device(batch)))
             for _ in range(batches - limit):  # lockstep forwards on a stand-in sample, results discarded
                 self._predict_step(model, self.loaders.stand_in_batch(loader))
-        model.train(was_training)
+        trainer.model.train(was_training)
         # one copy of each data-parallel rank's outputs: the ranks of a tensor- or context-parallel group,
         # and the stages of a pipeline, predicted alike (the first stage's ranks come first, in the mesh)
         parts = gather_object(concat_outputs(outputs))

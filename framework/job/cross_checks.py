@@ -248,6 +248,68 @@ def check_task_fits_data(container: dict) -> list[str]:
     return problems
 
 
+# What each kind of batch and output is called in a message, and the option that gives (or scores) it.
+_KINDS = {
+    "features": ("features (float tensors)", "model=mlp or cnn"),
+    "token ids": ("token ids", "datamodule=text, tokens or text_classification"),
+    "classes": ("one class per sample", "task=classification"),
+    "next tokens": ("windows of tokens", "task=language_modeling"),
+    "logits per sample": ("logits per sample", "task=classification"),
+    "logits per token": ("logits per token", "task=language_modeling"),
+}
+# the models that give an output kind
+_MODELS = {
+    "logits per sample": "model=mlp, cnn or hf/sequence_classification",
+    "logits per token": "model=gpt or hf/causal_lm",
+}
+
+
+def _declared(container: dict, group: str, attribute: str):
+    """What ``group``'s class declares of itself (``inputs``, ``targets``, ``outputs``), or None."""
+    from framework.config.validate import import_target
+
+    try:
+        value = getattr(import_target(str((container.get(group) or {}).get("_target_"))), attribute, None)
+    except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
+        return None
+    return value if value in _KINDS else None
+
+
+def _name(container: dict, group: str) -> str:
+    return str((container.get(group) or {}).get("_target_", "?")).rsplit(".", 1)[-1]
+
+
+def check_data_kinds(container: dict) -> list[str]:
+    """The data's inputs are what the model takes, its targets what the task trains on, and the model's
+    outputs what the task scores, as each class declares (``inputs``, ``targets``, ``outputs``,
+    ``model_outputs``): a model of token ids on images, or a classification of windows of tokens,
+    fails inside the ranks. A language-modelling task's own check names its mismatches
+    (``check_task_fits_data``)."""
+    problems = []
+    takes, gives = _declared(container, "model", "inputs"), _declared(container, "datamodule", "inputs")
+    if takes and gives and takes != gives:
+        problems.append(
+            f"model._target_: {_name(container, 'model')} takes {_KINDS[takes][0]}, but datamodule "
+            f"{_name(container, 'datamodule')} gives {_KINDS[gives][0]}; choose a datamodule of {takes} "
+            f"({_KINDS[takes][1]}) or a model of {gives} ({_KINDS[gives][1]})"
+        )
+    if _declared(container, "task", "targets") == "next tokens":
+        return problems
+    trains, labels = _declared(container, "task", "targets"), _declared(container, "datamodule", "targets")
+    if trains and labels and trains != labels:
+        problems.append(
+            f"task._target_: {_name(container, 'task')} trains on {_KINDS[trains][0]}, but datamodule "
+            f"{_name(container, 'datamodule')} gives {_KINDS[labels][0]}; choose {_KINDS[labels][1]}"
+        )
+    needs, outputs = _declared(container, "task", "model_outputs"), _declared(container, "model", "outputs")
+    if needs and outputs and needs != outputs:
+        problems.append(
+            f"task._target_: {_name(container, 'task')} scores {needs}, but model {_name(container, 'model')} "
+            f"gives {outputs}; choose {_MODELS[needs]}, or {_KINDS[outputs][1]}"
+        )
+    return problems
+
+
 def check_init_names(container: dict) -> list[str]:
     """``init.reset`` / ``init.freeze`` name submodules of the model (built on the meta device)."""
     init = container.get("init") or {}

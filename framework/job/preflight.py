@@ -22,6 +22,7 @@ from framework.engine.protocols import contract_problems
 from framework.engine.safe_load import scan_checkpoint
 from framework.job.cross_checks import (
     check_compile_blocks,
+    check_data_kinds,
     check_document_boundaries,
     check_export_format,
     check_init_names,
@@ -53,6 +54,7 @@ def preflight(cfg: DictConfig) -> dict:
             check_predict,
             check_tokens,
             check_task_fits_data,
+            check_data_kinds,
             check_init_names,
             check_writable,
             check_document_boundaries,

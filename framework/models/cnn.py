@@ -10,6 +10,8 @@ from framework.config.ranges import Range
 class CNN(nn.Module):
     """Conv-BN-ReLU blocks (2x2 max-pool after each but the last), global average pool, MLP head."""
 
+    inputs, outputs = "features", "logits per sample"
+
     argument_ranges = {"channels": Range(low=1, each=True), "hidden_size": Range(low=1), "num_classes": Range(low=1)}
 
     def __init__(

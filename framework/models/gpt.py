@@ -13,9 +13,10 @@ plan (torchtitan's for Llama).
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from torch import nn
 
 from framework.config.ranges import Range
 from framework.models.documents import document_mask
+from framework.models.kv_cache import DecodingCache
 from framework.models.moe import MoE
 from framework.models.swiglu import FeedForward
 
@@ -66,8 +68,15 @@ class Attention(nn.Module):
         self.dropout = dropout
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Optional[torch.Tensor] = None
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: Optional[torch.Tensor] = None,
+        keep: Optional[Callable] = None,
     ) -> torch.Tensor:
+        """``keep(keys, values)``: generation's cache takes this forward's keys and values and returns
+        every position's so far."""
         batch, seq, _ = x.shape
         # the tables of the first ``seq`` positions: here the whole sequence, also where the blocks
         # between see a sequence-parallel shard of it (a later pipeline stage gets only that)
@@ -77,6 +86,8 @@ class Attention(nn.Module):
         q = apply_rotary(self.wq(x).view(batch, seq, -1, self.head_dim), cos, sin)
         k = apply_rotary(self.wk(x).view(batch, seq, -1, self.head_dim), cos, sin)
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
+        if keep is not None:
+            k, v = keep(k, v)
         # grouped-query attention: each key/value head serves `group` query heads (enable_gqa: the keys
         # and values are not repeated in memory, nor in context parallelism's all-gather)
         out = F.scaled_dot_product_attention(
@@ -85,7 +96,8 @@ class Attention(nn.Module):
             v.transpose(1, 2),
             attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
-            is_causal=mask is None,
+            # (causal by torch's rule, query i attends key j <= i: only where queries and keys are the same positions)
+            is_causal=mask is None and k.shape[1] == seq,
             enable_gqa=self.group > 1,
         )
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
@@ -110,14 +122,21 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Optional[torch.Tensor] = None
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: Optional[torch.Tensor] = None,
+        keep: Optional[Callable] = None,
     ) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin, mask=mask))
+        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin, mask=mask, keep=keep))
         return x + self.dropout(self.feed_forward(self.ffn_norm(x)))
 
 
 class GPT(nn.Module):
     """``forward(tokens [batch, seq]) -> logits [batch, seq, vocab_size]``."""
+
+    inputs, outputs = "token ids", "logits per token"  # what the checks before start match against data and task
 
     block_classes = ("Block",)  # what trainer.compile=blocks compiles one by one
     # indexed by position: context parallelism starts them at each rank's part of the sequence
@@ -254,15 +273,20 @@ class GPT(nn.Module):
     # blocks deleted from ``layers``): forward then runs what is left, from tokens or hidden states.
     pipeline_splittable = True
 
-    def forward(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None, cache: Optional[DecodingCache] = None
+    ) -> torch.Tensor:
         """``positions`` (each token's position in its document, 0 where one starts): rotary angles of
-        those positions, and attention within each document only."""
+        those positions, and attention within each document only. ``cache``: generation's, which
+        holds the keys and values of the tokens before ``tokens`` and says their positions."""
         h = self.dropout(self.tok_embeddings(tokens)) if self.tok_embeddings is not None else tokens
         cos, sin, mask = self.rope_cos, self.rope_sin, None
         if positions is not None:
             cos, sin, mask = cos[positions], sin[positions], document_mask(positions)
-        for block in self.layers.values():
-            h = block(h, cos, sin, mask=mask)
+        if cache is not None:
+            cos, sin, mask = cos[cache.positions], sin[cache.positions], cache.mask
+        for name, block in self.layers.items():
+            h = block(h, cos, sin, mask=mask, keep=functools.partial(cache.update, name) if cache else None)
         if self.config["n_experts"]:
             self.aux_loss = self.aux_loss_weight * sum(
                 block.feed_forward.aux_loss for block in self.layers.values() if isinstance(block.feed_forward, MoE)

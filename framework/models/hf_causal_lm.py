@@ -27,6 +27,7 @@ from framework.models import hf_files, hf_layouts, hf_plan
 from framework.models.documents import additive_mask, document_mask
 from framework.models.gpt import _copy_into
 from framework.models.hf_source import HFSource
+from framework.models.kv_cache import DecodingCache
 
 
 class HFCausalLM(HFSource, nn.Module):
@@ -34,6 +35,8 @@ class HFCausalLM(HFSource, nn.Module):
     (``pkg://`` for one inside a package), ``config``: its keys to change, or (no path) the
     ``model_type`` and keys of a model built from scratch; ``pretrained=false`` keeps the saved
     model's shape but starts from the scratch weights."""
+
+    inputs, outputs = "token ids", "logits per token"
 
     pipeline_splittable = True
     GROUP = "hf/causal_lm"
@@ -86,17 +89,24 @@ class HFCausalLM(HFSource, nn.Module):
         meshes = (getattr(p, "device_mesh", None) for p in self.parameters())
         return next((m["tp"].size() for m in meshes if m is not None and "tp" in (m.mesh_dim_names or ())), 1)
 
-    def forward(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None, cache: Optional[DecodingCache] = None
+    ) -> torch.Tensor:
         """``positions`` (each token's position in its document, 0 where one starts): position ids
-        of those positions, and attention within each document only."""
+        of those positions, and attention within each document only. ``cache``: generation's, which
+        holds the keys and values of the tokens before ``tokens`` (in the library's own cache) and
+        says their positions."""
         first = self.embed_tokens is not None
-        mask = None if positions is None else document_mask(positions)
+        mask = None if positions is None or cache is not None else document_mask(positions)
+        positions = cache.positions if cache is not None else positions
         if positions is None:
             # (a later pipeline stage's input is hidden states, with sequence parallelism this rank's shard of them)
             seq = tokens.shape[1] * (1 if first else self._sequence_shards())
             positions = torch.arange(seq, device=tokens.device).unsqueeze(0)
         h = self._embed(tokens, positions) if first else tokens
         extra = {} if mask is None else {"attention_mask": additive_mask(mask, h.dtype)}
+        if cache is not None:
+            extra = self._cached(cache)
         if self._rotary_class is None:
             for layer in self.layers.values():
                 h = layer(h, **extra)
@@ -106,6 +116,22 @@ class HFCausalLM(HFSource, nn.Module):
                 h = layer(h, position_embeddings=cos_sin, position_ids=positions, **extra)
         h = self.norm(h) if self.norm is not None else h
         return self.lm_head(h) if self.lm_head is not None else h
+
+    def _cached(self, cache: DecodingCache) -> dict:
+        """The layers' arguments for a forward with generation's cache: the library's cache object
+        (made on first use) and the mask, a boolean one as the library's own generate passes to sdpa."""
+        if cache.library is None:
+            cache.library = hf_files.transformers().DynamicCache(config=self.hf_config)
+        extra = {self._cache_argument(): cache.library}
+        return extra if cache.mask is None else {**extra, "attention_mask": cache.mask}
+
+    def _cache_argument(self) -> str:
+        """What the library's decoder layers call their cache (``cache`` since transformers 5.x's
+        rename, ``past_key_values`` before)."""
+        import inspect
+
+        layer = next(iter(self.layers.values()))
+        return "cache" if "cache" in inspect.signature(layer.forward).parameters else "past_key_values"
 
     def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         h = self.embed_tokens(tokens)

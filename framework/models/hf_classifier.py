@@ -22,6 +22,8 @@ class HFSequenceClassifier(HFSource, nn.Module):
     ``pad_token_id``) is masked out of attention. ``pretrained=false``: the saved model's
     architecture with freshly drawn weights."""
 
+    inputs, outputs = "token ids", "logits per sample"
+
     argument_ranges = {"num_labels": Range(low=2)}
     PREFIX = "model."
     GROUP = "hf/sequence_classification"

@@ -120,6 +120,8 @@ def build_components(cfg: DictConfig, is_global_zero: bool, on_meta: bool = Fals
     with torch.device("meta") if on_meta else contextlib.nullcontext():
         model = _make(cfg.model, "model on the meta device" if on_meta else "model")
     task = _make(cfg.task, "task")
+    if callable(getattr(task, "connect", None)):  # what the task takes from the data (a tokenizer's special ids)
+        task.connect(datamodule)
     optimizer_factory = build_optimizer_factory(cfg.optimizer)
     scheduler = build_scheduler(cfg.get("scheduler"))
     loggers = []

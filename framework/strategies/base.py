@@ -180,6 +180,13 @@ class Strategy:
         """Wrap or shard ``model`` (already on this rank's device) for this strategy."""
         return model
 
+    @property
+    def sequence_multiple(self) -> int:
+        """What every forward's sequence length must be a multiple of: the tensor-parallel degree where
+        sequence parallelism splits the sequence across its ranks, else 1."""
+        split = self.topology.tp > 1 and getattr(self.options, "sequence_parallel", False)
+        return self.topology.tp if split else 1
+
     def mesh(self, *needed: str):
         """The job's device mesh (``Topology.build_mesh``), with the dimensions this strategy
         takes by name even at size 1; called once, in ``parallelize``."""

@@ -21,6 +21,8 @@ class ClassificationTask:
     and ``train/<name>`` at each training epoch's end with ``train_metrics``).
     """
 
+    targets, model_outputs = "classes", "logits per sample"  # what the checks before start match against data and model
+
     argument_ranges = {"label_smoothing": Range(low=0, high=1)}
 
     def __init__(

@@ -3,12 +3,13 @@ prompts for the predict loop."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 from torch.nn import functional as F
 
 from framework.config.ranges import Range
+from framework.tasks.generation import Sampling, generate
 from framework.tasks.metrics import EpochMetrics
 
 
@@ -56,11 +57,19 @@ class LanguageModelingTask:
     """``step(model, (tokens, targets[, positions]), stage)``: the mean cross-entropy of every target token
     (``ignore_index`` ones left out) and ``acc``, the share of tokens predicted exactly. Perplexity
     (``ppl``, exp of the mean loss over the whole pass, over every rank's tokens) is an epoch metric
-    beside ``metrics``. ``predict_step`` continues each prompt by
-    ``max_new_tokens`` tokens: greedy with ``temperature: 0``, else sampled (``top_k``, ``seed``), each
-    from a window of the model's ``max_seq_len`` tokens (left-padded with ``pad_token``, a space)."""
+    beside ``metrics``. ``predict_step`` continues each prompt by up to ``max_new_tokens`` tokens
+    (framework/tasks/generation.py): greedy with ``temperature: 0``, else sampled (``top_k``,
+    ``top_p``, ``seed``); a row stops at an end-of-sequence token, ``eos_token_id`` or the
+    datamodule's tokenizer's (``connect``), padded after it with ``pad_token`` (null: the tokenizer's)."""
 
-    argument_ranges = {"max_new_tokens": Range(low=0), "temperature": Range(low=0), "top_k": Range(low=0)}
+    targets, model_outputs = "next tokens", "logits per token"  # what the checks before start match
+
+    argument_ranges = {
+        "max_new_tokens": Range(low=0),
+        "temperature": Range(low=0),
+        "top_k": Range(low=0),
+        "top_p": Range(low=0, high=1, strict=True),
+    }
 
     def __init__(
         self,
@@ -70,13 +79,24 @@ class LanguageModelingTask:
         max_new_tokens: int = 64,
         temperature: float = 0.0,
         top_k: int = 0,
+        top_p: float = 1.0,
         seed: int = 0,
-        pad_token: int = 32,
+        pad_token: Optional[int] = None,
+        eos_token_id: Union[int, Sequence[int], None] = None,
     ):
-        self.ignore_index, self.train_metrics, self.pad_token = ignore_index, train_metrics, pad_token
-        self.max_new_tokens, self.temperature, self.top_k, self.seed = max_new_tokens, temperature, top_k, seed
+        self.ignore_index, self.train_metrics = ignore_index, train_metrics
+        self.sampling = Sampling(max_new_tokens, temperature, top_k, top_p, seed)
+        self.pad_token = pad_token
+        self.eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
         stages = ("train", "val", "test") if train_metrics else ("val", "test")
         self.epoch_metrics = EpochMetrics({"ppl": Perplexity(ignore_index), **(metrics or {})}, stages)
+
+    def connect(self, datamodule) -> None:
+        """The datamodule's tokenizer's end of sequence and pad ids, where the config names none."""
+        special = getattr(datamodule, "special_tokens", None) or {}
+        self.eos = self.eos or list(special.get("eos") or [])
+        if self.pad_token is None:
+            self.pad_token = special.get("pad")
 
     def step(self, model: torch.nn.Module, batch, stage: str):
         tokens, targets, *positions = batch  # positions: datamodule.document_boundaries
@@ -99,35 +119,13 @@ class LanguageModelingTask:
 
     @torch.no_grad()
     def predict_step(self, model: torch.nn.Module, batch) -> dict[str, torch.Tensor]:
-        """``tokens``: each prompt followed by its ``max_new_tokens`` generated tokens."""
-        tokens = batch[0] if isinstance(batch, (list, tuple)) else batch
-        generator = torch.Generator(device=tokens.device).manual_seed(self.seed)
-        inner = model
-        while hasattr(inner, "module"):  # DDP's, DataParallel's
-            inner = inner.module
-        size = inner.config.get("max_seq_len") if isinstance(getattr(inner, "config", None), dict) else None
-        for _ in range(self.max_new_tokens):
-            logits = model(self._window(tokens, size))[:, -1, :].float()
-            tokens = torch.cat([tokens, self._next(logits, generator)], dim=1)
-        return {"tokens": tokens}
-
-    def _window(self, tokens: torch.Tensor, size: Optional[int]) -> torch.Tensor:
-        """The last ``size`` tokens, left-padded with ``pad_token`` to exactly ``size``: every forward
-        has the model's own length (which sequence parallelism splits evenly)."""
-        if size is None:
-            return tokens
-        if tokens.shape[1] >= size:
-            return tokens[:, -size:]
-        pad = torch.full(
-            (tokens.shape[0], size - tokens.shape[1]), self.pad_token, dtype=tokens.dtype, device=tokens.device
-        )
-        return torch.cat([pad, tokens], dim=1)
-
-    def _next(self, logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        if self.temperature == 0:
-            return logits.argmax(dim=-1, keepdim=True)
-        logits = logits / self.temperature
-        if self.top_k:
-            kth = logits.topk(min(self.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+        """``generated``: the tokens after each prompt, [batch, max_new_tokens] (``pad_token`` after an
+        end of sequence). ``batch``: prompts (``input_ids``, ``attention_mask``, ``index``), or windows
+        of tokens (inputs, targets[, positions]) continued from their end."""
+        if isinstance(batch, Mapping):
+            tokens, mask, rows = batch["input_ids"], batch.get("attention_mask"), batch.get("index")
+        else:
+            tokens, mask, rows = (batch[0] if isinstance(batch, (list, tuple)) else batch), None, None
+        pad = self.pad_token if self.pad_token is not None else next(iter(self.eos), 0)
+        generated = generate(model, tokens, mask, self.sampling, eos=self.eos, pad=pad, rows=rows)
+        return {"generated": generated}

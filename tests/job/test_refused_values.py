@@ -15,6 +15,10 @@ from tests.helpers.configs import TINY
 
 SYNTHETIC = ["datamodule=synthetic", "datamodule.input_shape=[8]", "model=mlp"]
 TEXT = ["model=gpt/tiny", "datamodule=text", "task=language_modeling"]
+LLAMA = (
+    "{model_type: llama, vocab_size: 256, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, "
+    "num_attention_heads: 4}"
+)
 CASES = [
     # what was accepted, or refused late without its key
     (["trainer.fast_dev_run=-1"], "trainer.fast_dev_run: must be >= 0, got -1"),
@@ -129,6 +133,16 @@ CASES = [
     ([*TEXT, "model.vocab_size=100"], "model.vocab_size: 100, but the data's token ids run to 255"),
     ([*TEXT, "datamodule.vocab_size=10"], "datamodule.vocab_size: 10, but the tokens number 256 (UTF-8 bytes)"),
     (["task=language_modeling"], "LanguageModelingTask trains on windows of tokens, but datamodule DigitsDataModule"),
+    # a language model on images, a classification of windows of tokens: failed inside the ranks (issue 50)
+    (
+        ["model=hf/causal_lm", f"model.config={LLAMA}"],
+        "model._target_: HFCausalLM takes token ids, but datamodule DigitsDataModule gives features (float tensors)",
+    ),
+    (
+        ["model=gpt/tiny", "datamodule=text"],
+        "task._target_: ClassificationTask trains on one class per sample, but datamodule TextDataModule gives "
+        "windows of tokens; choose task=language_modeling",
+    ),
     (
         [*TEXT, f"datamodule.data_dir={Path(__file__).parent / 'twelve_bytes.txt'}"],
         "datamodule.seq_len: the corpus has 12 bytes, not enough for one window of 128 tokens",
@@ -178,3 +192,24 @@ def test_a_strategy_target_on_the_default_auto_drops_autos_own_keys():
         preflight(compose([*TINY, target, "strategy.probe_steps=3"]))
     [problem] = err.value.problems
     assert problem.startswith("strategy.probe_steps: a key of strategy=auto") and "strategy=single" in problem
+
+
+@pytest.mark.multiprocess
+def test_a_language_model_on_images_exits_2_before_any_rank_starts(tmp_path):
+    import subprocess
+    import sys
+
+    run = ["model=hf/causal_lm", f"model.config={LLAMA}", "strategy=ddp", "trainer.devices=2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "framework.train", *run, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "model._target_: HFCausalLM takes token ids, but datamodule DigitsDataModule gives features" in done.stderr
+    assert (
+        "task._target_: ClassificationTask scores logits per sample, but model HFCausalLM gives logits per token"
+        in (done.stderr)
+    )
+    assert not (tmp_path / "run" / "ranks").exists() and "rank 0" not in done.stderr

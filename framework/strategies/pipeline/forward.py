@@ -76,7 +76,8 @@ class PipelinedModel(nn.Module):
     def stage_indices(self) -> list[int]:
         return [self.rank + v * self.ranks for v in range(len(self.views))]
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, **kwargs) -> torch.Tensor:
+        """``kwargs`` go to every stage (generation's cache: each rank keeps its own stages' keys and values)."""
         if torch.is_grad_enabled():
             raise RuntimeError(
                 "a pipeline's forward outside its training schedule runs without gradients "
@@ -85,7 +86,7 @@ class PipelinedModel(nn.Module):
         out = None
         for view, index in zip(self.views, self.stage_indices):  # the stages in order, around the ranks
             hidden = inputs if index == 0 else _recv((index - 1) % self.ranks, self.group, self.device)
-            out = view(hidden)
+            out = view(hidden, **kwargs)
             if index < self.stage_count - 1:
                 _send(out, (index + 1) % self.ranks, self.group)
         return self.share_from_last(out if self.is_last else None)

@@ -1,0 +1,173 @@
+"""Generation as transformers' generate does it: greedy continuations of prompts of different lengths
+(left padding, attention mask, key/value cache) equal ``generate(do_sample=False)`` on the exported
+model for a tiny Llama, Qwen2 and GPT-2, and a plain loop without cache for the built-in GPT; the
+same tokens on 2 ddp ranks, and seeded sampling that repeats on any world size."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from framework import compose, fit
+from framework.predict import predict
+from framework.tasks.generation import DecodingLayout, Sampling, decoding_layout, generate
+from tests.helpers.configs import GPT_TINY
+from tests.helpers.corpora import bpe_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+PROMPTS = ["The ", "def f(x):", "A list of the built-in", "If x"]
+PREDICT = [
+    "predict=true",
+    "predict_format=jsonl",
+    f"datamodule.predict_prompts=[{','.join(repr(p) for p in PROMPTS)}]",
+    "task.max_new_tokens=16",
+    "task.temperature=0",
+]
+FAMILIES = {
+    "llama": lambda: transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(num_key_value_heads=2, max_position_embeddings=64, **_SHAPE)
+    ),
+    # 32,768 positions: generation pads to the batch's longest prompt, not to the model's length
+    "qwen2": lambda: transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(num_key_value_heads=2, max_position_embeddings=32768, **_SHAPE)
+    ),
+    "gpt2": lambda: transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=384, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0
+        )
+    ),
+}
+_SHAPE = dict(
+    vocab_size=384,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    tie_word_embeddings=False,
+    bos_token_id=0,
+    eos_token_id=0,  # the tokenizer's <|endoftext|>
+)
+
+
+def rows(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return bpe_tokenizer(tmp_path_factory.mktemp("bpe"))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_greedy_continuations_are_transformers_generate_on_the_export(family, tokenizer, tmp_path):
+    source = tmp_path / "source"
+    torch.manual_seed(0)
+    FAMILIES[family]().save_pretrained(source)
+    shutil.copy(tokenizer, source / "tokenizer.json")
+    run = [
+        *(o for o in GPT_TINY if not o.startswith("model=")),
+        "model=hf/causal_lm",
+        f"model.path={source}",
+        f"datamodule.tokenizer={source}",
+        "datamodule.vocab_size=384",
+        "trainer.max_steps=3",
+        "test=false",
+        "export_weights=true",
+        "export_format=hf",
+        *PREDICT,
+    ]
+    assert fit(compose(run), output_dir=str(tmp_path / "run"))["status"] == "completed"
+    exported = tmp_path / "run" / "model_hf"
+    model = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
+    encoded = [
+        transformers.PreTrainedTokenizerFast(tokenizer_file=str(exported / "tokenizer.json"))(p)["input_ids"]
+        for p in PROMPTS
+    ]
+    longest = max(len(e) for e in encoded)
+    ids = torch.tensor([[0] * (longest - len(e)) + e for e in encoded])
+    mask = torch.tensor([[0] * (longest - len(e)) + [1] * len(e) for e in encoded])
+    assert len({len(e) for e in encoded}) == 4  # four lengths: three of them padded
+    expected = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
+    expected = [_until_eos(row[longest:].tolist(), eos=0) for row in expected]
+    got = rows(tmp_path / "run")
+    assert [r["tokens"] for r in got] == expected
+    assert [r["prompt"] for r in got] == PROMPTS
+    assert len({t for r in got for t in r["tokens"]}) > 2  # not one token repeated: a real comparison
+
+
+def _until_eos(tokens: list[int], eos: int) -> list[int]:
+    return tokens[: tokens.index(eos)] if eos in tokens else tokens
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpt")
+    # windows of 40: the longest prompt (22 bytes) and 16 new tokens within the model's positions; a
+    # learning rate that keeps it from learning that a space is the likeliest byte, which greedy repeats
+    run = [*GPT_TINY, "datamodule.seq_len=40", "trainer.max_steps=2", "optimizer.lr=1e-6", "export_weights=true"]
+    run += ["test=false", *PREDICT]
+    assert fit(compose(run), output_dir=str(out))["status"] == "completed"
+    return out
+
+
+def trained_gpt(run_dir):
+    from framework.models import GPT
+
+    model = GPT(vocab_size=256, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=64, max_seq_len=40).eval()
+    model.load_state_dict(torch.load(run_dir / "model.pt"))
+    return model
+
+
+def test_the_builtin_gpts_cached_continuations_are_a_plain_loops(gpt_run):
+    model = trained_gpt(gpt_run)
+    expected = []
+    for prompt in PROMPTS:  # each prompt alone, no padding, the whole sequence at every step
+        tokens = torch.tensor([list(prompt.encode())])
+        for _ in range(16):
+            tokens = torch.cat([tokens, model(tokens)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+        expected.append(tokens[0, len(prompt.encode()) :].tolist())
+    got = rows(gpt_run)
+    assert [r["tokens"] for r in got] == expected
+    assert len({t for r in got for t in r["tokens"]}) > 2  # not one token repeated: a real comparison
+    assert [r["continuation"] for r in got] == [bytes(t).decode("utf-8", errors="replace") for t in expected]
+
+
+def test_two_ddp_ranks_generate_the_same_tokens_and_sampling_repeats(gpt_run, tmp_path):
+    ckpt = str(gpt_run / "checkpoints" / "last")
+    sampled = ["task.temperature=0.9", "task.top_k=40", "task.top_p=0.95", "task.seed=5"]
+    greedy_single = predict(ckpt, ["strategy=single"], output_dir=str(tmp_path / "single"))
+    greedy_ddp = predict(ckpt, ["strategy=ddp", "trainer.devices=2"], output_dir=str(tmp_path / "ddp"))
+    assert greedy_single["status"] == greedy_ddp["status"] == "completed" and greedy_ddp["world_size"] == 2
+    assert rows(tmp_path / "ddp") == rows(tmp_path / "single") == rows(gpt_run)
+    one = predict(ckpt, ["strategy=single", *sampled], output_dir=str(tmp_path / "sampled_single"))
+    two = predict(ckpt, ["strategy=fsdp", "trainer.devices=2", *sampled], output_dir=str(tmp_path / "sampled_fsdp"))
+    assert one["status"] == two["status"] == "completed"
+    assert rows(tmp_path / "sampled_fsdp") == rows(tmp_path / "sampled_single") != rows(gpt_run)
+
+
+def test_fillers_after_each_token_change_nothing(gpt_run):
+    """Sequence parallelism's forwards of a multiple of the degree: the fillers hold no token."""
+    model = trained_gpt(gpt_run)
+    tokens = torch.tensor([[0, 0, 84, 104], [65, 32, 108, 105]])
+    mask = tokens != 0
+    plain = generate(model, tokens, mask, Sampling(10))
+    with decoding_layout(DecodingLayout(multiple=3)):
+        assert torch.equal(generate(model, tokens, mask, Sampling(10)), plain)
+    sampled = Sampling(10, temperature=1.0, seed=1)
+    first = generate(model, tokens, mask, sampled, rows=torch.tensor([7, 3]))
+    # a row's draws are its own: the same row alone, by its index, draws the same tokens
+    assert torch.equal(generate(model, tokens[1:], mask[1:], sampled, rows=torch.tensor([3])), first[1:])
+
+
+def test_a_row_stops_at_its_end_of_sequence(gpt_run):
+    model = trained_gpt(gpt_run)
+    tokens = torch.tensor([[84, 104, 101, 32]])
+    free = generate(model, tokens, None, Sampling(8))[0].tolist()
+    stop = free[2]
+    stopped = generate(model, tokens, None, Sampling(8), eos=[stop], pad=255)[0].tolist()
+    cut = free.index(stop)
+    assert stopped == free[: cut + 1] + [255] * (7 - cut)
