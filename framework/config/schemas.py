@@ -146,6 +146,18 @@ class InitConfig:
 
 
 @dataclass
+class HarnessConfig:
+    """``harness``: EleutherAI's lm-evaluation-harness after training or evaluation (rank/harness.py)."""
+
+    tasks: list = field(default_factory=list)  # lm-eval task names; [] = no scoring
+    include_path: Optional[str] = None  # a directory of task YAMLs of your own (data on disk)
+    num_fewshot: Optional[int] = ranged(None, low=0)  # null: each task's own
+    limit: Optional[float] = ranged(None, low=0, strict=True)  # per task: a count (>= 1) or a fraction; null: all
+    batch_size: int = ranged(8, low=1)  # requests per forward on each data-parallel rank
+    log_samples: bool = False  # each question's answers in <run>/harness/<task>.jsonl (lm-eval's --log_samples)
+
+
+@dataclass
 class RootConfig:
     """Top-level keys of ``conf/train.yaml`` besides the groups."""
 
@@ -170,6 +182,7 @@ class RootConfig:
     # loaded is refused. true: load it anyway (an old or foreign checkpoint from someone you trust).
     trust_checkpoint: bool = False
     init: dict = field(default_factory=dict)  # transfer learning: the init keys below
+    harness: dict = field(default_factory=dict)  # lm-evaluation-harness scoring: HarnessConfig's keys
     # Where a run writes; filled in by the entry point (Hydra's run dir).
     output_dir: Optional[str] = None
     # A new run may replace the results and checkpoints of a run already in output_dir.

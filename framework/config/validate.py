@@ -35,7 +35,15 @@ from framework.config.intervals import validation_interval_problem
 from framework.config.leftover_keys import SCHEDULER_KEYS, settle_leftover_keys
 from framework.config.param_groups import structure_problems
 from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
-from framework.config.schemas import ROOT_KEYS, TYPO_CUTOFF, InitConfig, RootConfig, SchedulerConfig, TrainerConfig
+from framework.config.schemas import (
+    ROOT_KEYS,
+    TYPO_CUTOFF,
+    HarnessConfig,
+    InitConfig,
+    RootConfig,
+    SchedulerConfig,
+    TrainerConfig,
+)
 from framework.config.sizes import size_problems
 
 # Keys the framework reads from a component node and removes before instantiating it.
@@ -62,6 +70,7 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
     init = container.get("init") or {}
     check_schema(init, InitConfig, "init", problems)
+    check_schema(container.get("harness") or {}, HarnessConfig, "harness", problems)
     if init.get("weights") and init["weights"] != "???" and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)

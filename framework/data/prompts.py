@@ -1,6 +1,6 @@
 """Prompts for generation: each encoded, the set padded on the left to its longest (generation trims
 each batch to the batch's own longest), with an attention mask and each prompt's index (the seed of
-its draws when generation samples)."""
+its draws when generation samples); and predictions.jsonl's rows of what was generated after them."""
 
 from __future__ import annotations
 
@@ -26,3 +26,28 @@ class Prompts(Dataset):
             "attention_mask": self.attention_mask[i],
             "index": torch.tensor(i),
         }
+
+
+def prompt_ids(codec, text: str) -> list[int]:
+    """``text``'s tokens by ``codec`` (framework/data/text.py); an empty prompt starts from the
+    tokenizer's beginning of sequence, else its end of sequence (as lm-evaluation-harness does), for
+    bytes a newline."""
+    special = codec.special
+    start = [special["bos"]] if special["bos"] is not None else special["eos"][:1]
+    return codec.encode(text) or start or [10]
+
+
+def prompt_set(codec, prompts: list[str]) -> Prompts:
+    return Prompts([prompt_ids(codec, p) for p in prompts] or [prompt_ids(codec, "")], codec.pad)
+
+
+def records(codec, prompts: list[str], predictions) -> list[dict]:
+    """predictions.jsonl's rows: each prompt, the text generated after it (decoded by ``codec``, up to
+    its end of sequence) and those tokens."""
+    generated = predictions["generated"] if isinstance(predictions, dict) else predictions
+    rows = []
+    for i, row in enumerate(generated.tolist()):
+        tokens = codec.continuation(row)
+        prompt = prompts[i] if i < len(prompts) else ""
+        rows.append({"prompt": prompt, "continuation": codec.decode(tokens), "tokens": tokens})
+    return rows

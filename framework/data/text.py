@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_dataset, split_indices, split_problems
 from framework.data.batched import GatheringTensorDataset
-from framework.data.prompts import Prompts
+from framework.data.prompts import prompt_set, records
 from framework.data.tokenizer_files import load_tokenizer, special_tokens, tokenizer_problems
 
 
@@ -205,15 +205,7 @@ class TextDataModule(BaseDataModule):
         self.val_set, self.test_set, self.train_set = split_dataset(
             GatheringTensorDataset(inputs, targets), [self.val_fraction, self.test_fraction], self.split_seed
         )
-        prompts = [self._prompt(p) for p in self.predict_prompts] or [self._prompt("")]
-        self.predict_set = Prompts(prompts, self.codec.pad)
-
-    def _prompt(self, text: str) -> list[int]:
-        """``text``'s tokens; an empty prompt starts from the tokenizer's first token (its beginning of
-        sequence, else end of sequence, as lm-evaluation-harness does), for bytes a newline."""
-        special = self.codec.special
-        start = [special["bos"]] if special["bos"] is not None else special["eos"][:1]
-        return self.codec.encode(text) or start or [10]
+        self.predict_set = prompt_set(self.codec, self.predict_prompts)
 
     @property
     def special_tokens(self) -> dict:
@@ -224,12 +216,5 @@ class TextDataModule(BaseDataModule):
         return self._loader(self.predict_set, shuffle=False)
 
     def prediction_records(self, predictions) -> list[dict]:
-        """predictions.jsonl's rows: each prompt, the text generated after it (decoded by the
-        datamodule's tokenizer, up to its end of sequence) and those tokens."""
-        generated = predictions["generated"] if isinstance(predictions, dict) else predictions
-        rows = []
-        for i, row in enumerate(generated.tolist()):
-            tokens = self.codec.continuation(row)
-            prompt = self.predict_prompts[i] if i < len(self.predict_prompts) else ""
-            rows.append({"prompt": prompt, "continuation": self.codec.decode(tokens), "tokens": tokens})
-        return rows
+        """predictions.jsonl's rows: each prompt, its continuation and those tokens (data/prompts.py)."""
+        return records(self.codec, self.predict_prompts, predictions)

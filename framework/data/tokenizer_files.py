@@ -60,15 +60,16 @@ def _ids(value) -> list[int]:
 
 def special_tokens(tokenizer: Optional[str], loaded=None) -> dict:
     """The ids a model's directory names as its end of sequence (``eos``, a list), padding (``pad``)
-    and beginning (``bos``), as ``transformers`` reads them: ``generation_config.json``, then
+    and beginning (``bos``), as ``transformers``' generate reads them: ``generation_config.json``, then
     ``config.json``, then the tokens ``tokenizer_config.json`` names (looked up in ``loaded``, the
-    tokenizer). A tokenizer file alone names none."""
+    tokenizer); and what its tokenizer alone says (``tokenizer_bos``, ``tokenizer_eos``: the tokens
+    ``tokenizer_config.json`` names). For a tokenizer file, the files beside it say."""
     if not tokenizer:
-        return {"eos": [], "pad": None, "bos": None}
+        return {"eos": [], "pad": None, "bos": None, "tokenizer_bos": None, "tokenizer_eos": None}
     path = resolve_path(tokenizer)
     directory = path if path.is_dir() else path.parent
     generation, config = _json(directory / "generation_config.json"), _json(directory / "config.json")
-    named = _json(directory / "tokenizer_config.json") if path.is_dir() else {}
+    named = _json(directory / "tokenizer_config.json")
 
     def by_name(key: str) -> list[int]:
         value = named.get(key)
@@ -83,4 +84,11 @@ def special_tokens(tokenizer: Optional[str], loaded=None) -> dict:
         return by_name(name)
 
     pad, bos = first("pad_token_id", "pad_token"), first("bos_token_id", "bos_token")
-    return {"eos": first("eos_token_id", "eos_token"), "pad": pad[0] if pad else None, "bos": bos[0] if bos else None}
+    named_bos, named_eos = by_name("bos_token"), by_name("eos_token")  # what transformers' tokenizer says
+    return {
+        "eos": first("eos_token_id", "eos_token"),
+        "pad": pad[0] if pad else None,
+        "bos": bos[0] if bos else None,
+        "tokenizer_bos": named_bos[0] if named_bos else None,
+        "tokenizer_eos": named_eos[0] if named_eos else None,
+    }

@@ -10,10 +10,12 @@ batches carry each token's position in its document, and the model attends withi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule
+from framework.data.prompts import prompt_set, records
+from framework.data.text import Codec
 from framework.data.token_shards import SPLITS, read_index, shard_problems, split_tokens, tokenizer_fingerprint
 from framework.data.token_windows import TokenWindows
 
@@ -66,10 +68,12 @@ class TokensDataModule(BaseDataModule):
         vocab_size: Optional[int] = None,
         tokenizer: Optional[str] = None,
         document_boundaries: bool = False,
+        predict_prompts: Optional[Sequence[str]] = None,
     ):
         super().__init__(batch_size, num_workers)
         self.path, self.seq_len, self.document_boundaries = path, seq_len, document_boundaries
-        self.index = read_index(path)
+        self.index, self.tokenizer, self._codec = read_index(path), tokenizer, None
+        self.predict_prompts = list(predict_prompts) if predict_prompts is not None else None
         if vocab_size is not None and vocab_size != self.index["vocab_size"]:
             raise ValueError(
                 f"datamodule.vocab_size: {vocab_size}, but the corpus at {path} has {self.index['vocab_size']} tokens"
@@ -131,6 +135,29 @@ class TokensDataModule(BaseDataModule):
             for split in SPLITS
         }
         self.train_set, self.val_set, self.test_set = (sets[s] if len(sets[s]) else None for s in SPLITS)
+
+    @property
+    def codec(self) -> Codec:
+        """The corpus's own tokenizer (or bytes), loaded when first used: what prompts are encoded and
+        generations decoded with."""
+        if self._codec is None:
+            self._codec = Codec(self.tokenizer or self.index["tokenizer"]["file"])
+        return self._codec
+
+    @property
+    def special_tokens(self) -> dict:
+        """The tokenizer's end of sequence (``eos``, a list) and ``pad`` ids, for generation."""
+        return {"eos": list(self.codec.special["eos"]), "pad": self.codec.pad}
+
+    def predict_dataloader(self):
+        """``predict_prompts`` to continue; without them, the test windows' ends."""
+        if self.predict_prompts is not None:
+            self.predict_set = self.predict_set or prompt_set(self.codec, self.predict_prompts)
+        return super().predict_dataloader()
+
+    def prediction_records(self, predictions) -> list[dict]:
+        """predictions.jsonl's rows: each prompt (none for a test window), its continuation and those tokens."""
+        return records(self.codec, self.predict_prompts or [], predictions)
 
     def __repr__(self) -> str:
         return f"TokensDataModule({Path(self.path)}, seq_len={self.seq_len})"

@@ -67,28 +67,39 @@ class EvaluationPasses:
 
         limit = limit_batches(len(loader), self.config.limit_predict_batches)
         batches = self._lockstep_batches(limit)
-        model = trainer.model
-        was_training, outputs = model.training, []
-        model.eval()
-        # generation's forwards: together on every rank where forward gathers sharded weights; else on
-        # the plain model (a wrapper such as DDP would sync buffers in a forward other ranks may not run)
-        synced = self.strategy.lockstep_forward and self.strategy.world_size > 1
-        layout = DecodingLayout(synced=synced, multiple=self.strategy.sequence_multiple)
-        model = model if self.strategy.lockstep_forward else self.strategy.unwrap(model)
-        with trainer.callbacks.weights_for(trainer, "predict"), decoding_layout(layout):
+        outputs = []
+        with self.inference(trainer) as model:
             for i, batch in enumerate(loader):
                 if i >= limit:
                     break
                 outputs.append(self._predict_step(model, self.loaders.on_device(batch)))
             for _ in range(batches - limit):  # lockstep forwards on a stand-in sample, results discarded
                 self._predict_step(model, self.loaders.stand_in_batch(loader))
-        trainer.model.train(was_training)
         # one copy of each data-parallel rank's outputs: the ranks of a tensor- or context-parallel group,
         # and the stages of a pipeline, predicted alike (the first stage's ranks come first, in the mesh)
         parts = gather_object(concat_outputs(outputs))
         t = self.strategy.topology
         group = t.tp * t.cp
         return interleave(parts[: t.data_parallel_size * group : group]) if trainer.is_global_zero else None
+
+    @contextlib.contextmanager
+    def inference(self, trainer):
+        """Forwards outside training (predict, the harness's scoring): the trained model in eval mode with
+        the weights callbacks choose for prediction, without gradients. Yields the model to call: the
+        sharded one where forward gathers weights (every rank then runs each forward together: generation
+        syncs its steps), else the plain model (a wrapper such as DDP would sync buffers in a forward
+        the other ranks may not run)."""
+        model, strategy = trainer.model, self.strategy
+        was_training = model.training
+        model.eval()
+        layout = DecodingLayout(
+            synced=strategy.lockstep_forward and strategy.world_size > 1, multiple=strategy.sequence_multiple
+        )
+        try:
+            with trainer.callbacks.weights_for(trainer, "predict"), decoding_layout(layout), torch.no_grad():
+                yield model if strategy.lockstep_forward else strategy.unwrap(model)
+        finally:
+            model.train(was_training)
 
     def _predict_step(self, model, batch):
         with self.precision.autocast():

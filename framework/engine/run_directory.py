@@ -111,6 +111,7 @@ RUN_OUTPUTS = (
     "predictions.pt",
     "predictions.csv",
     "predictions.jsonl",
+    "harness",
     "profile.txt",
     "tb",
     "wandb",

@@ -254,6 +254,14 @@ class Trainer:
             raise ValueError("datamodule: predict_dataloader() returned None; there is nothing to predict")
         return self._run_guarded(lambda: self.evaluation.predict(self, loader))
 
+    def inference(self, model: Optional[torch.nn.Module] = None, ckpt_path=None):
+        """Context for forwards of one's own outside the loops (lm-evaluation-harness's scoring): the
+        trained model, or ``model`` set up by the strategy with the checkpoint's weights, as for
+        ``predict``; yields the model to call (``EvaluationPasses.inference``)."""
+        if model is not None or self.model is None:
+            self._model_for("predict", model, ckpt_path)
+        return self.evaluation.inference(self)
+
     def _model_for(self, stage: str, model: Optional[torch.nn.Module], ckpt_path) -> None:
         """The model a validate, test or predict pass runs: the trained one, or ``model`` set up
         by the strategy; with the weights of the checkpoint ``ckpt_path`` when given."""

@@ -310,6 +310,46 @@ def check_data_kinds(container: dict) -> list[str]:
     return problems
 
 
+def check_harness(container: dict) -> list[str]:
+    """``harness.tasks`` name tasks lm-eval finds (shipped, in ``harness.include_path``, or its own),
+    for a language model (logits per token) and a datamodule that knows its tokenizer."""
+    import importlib.util
+
+    harness = container.get("harness") or {}
+    names, include = harness.get("tasks") or [], harness.get("include_path")
+    if not names or not isinstance(names, list):
+        return []
+    if importlib.util.find_spec("lm_eval") is None:
+        return [
+            "harness.tasks: needs EleutherAI's lm-evaluation-harness, which is not installed; "
+            "pip install 'framework[harness]'"
+        ]
+    problems = []
+    if include and not Path(str(include)).is_dir():
+        problems.append(f"harness.include_path: '{include}' is not a directory (of lm-eval task YAMLs)")
+    outputs = _declared(container, "model", "outputs")
+    if outputs and outputs != "logits per token":
+        problems.append(
+            f"harness.tasks: lm-evaluation-harness scores a language model (logits per token); model "
+            f"{_name(container, 'model')} gives {outputs}; choose model=gpt or hf/causal_lm"
+        )
+    if _declared(container, "datamodule", "targets") != "next tokens":
+        problems.append(
+            f"harness.tasks: scoring encodes the questions with the datamodule's tokenizer; datamodule "
+            f"{_name(container, 'datamodule')} has none: choose datamodule=text or tokens"
+        )
+    if problems:
+        return problems
+    from framework.rank.harness import SHIPPED_TASKS, unknown_tasks
+
+    shipped = ", ".join(sorted(p.stem for p in SHIPPED_TASKS.glob("*.yaml")))
+    return [
+        f"harness.tasks: lm-eval knows no task '{name}'{f'; did you mean {close}?' if close else ''} (shipped: "
+        f"{shipped}; your own: harness.include_path=<a directory of task YAMLs>)"
+        for name, close in unknown_tasks([str(n) for n in names], str(include) if include else None)
+    ]
+
+
 def check_init_names(container: dict) -> list[str]:
     """``init.reset`` / ``init.freeze`` name submodules of the model (built on the meta device)."""
     init = container.get("init") or {}

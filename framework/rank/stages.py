@@ -1,5 +1,6 @@
 """The stages of one rank's job, in order: transfer-learning init, fit (or resume), export the
-final weights, test, predict. Each runs when the config asks for it; the Trainer runs the loops."""
+final weights, test, predict, lm-evaluation-harness scores. Each runs when the config asks for it; the
+Trainer runs the loops."""
 
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components, signals=Non
             out.update(test(cfg, trainer, parts, ckpt))
         if cfg.get("predict"):
             out["predictions"] = predict(cfg, trainer, parts, ckpt)
+        if (cfg.get("harness") or {}).get("tasks"):
+            from framework.rank.harness import score  # here: lm-eval imports in seconds
+
+            t3 = time.perf_counter()
+            settings = OmegaConf.to_container(cfg.harness, resolve=True)
+            out["harness"] = score(settings, trainer, parts, ckpt, str(cfg.output_dir))
+            out.update(harness_time_s=time.perf_counter() - t3)
     out.update(test_time_s=time.perf_counter() - t2)
     return out
 
