@@ -12,7 +12,15 @@ import pytest
 LAYERS = [
     (
         "entry points",
-        ["framework", "framework.api", "framework.train", "framework.evaluate", "framework.predict", "framework.plan"],
+        [
+            "framework",
+            "framework.api",
+            "framework.train",
+            "framework.evaluate",
+            "framework.predict",
+            "framework.generate",
+            "framework.plan",
+        ],
     ),
     ("cli", ["framework.cli"]),
     ("job", ["framework.job"]),

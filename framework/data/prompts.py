@@ -4,6 +4,10 @@ its draws when generation samples); and predictions.jsonl's rows of what was gen
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Optional
+
 import torch
 from torch.utils.data import Dataset
 
@@ -51,3 +55,27 @@ def records(codec, prompts: list[str], predictions) -> list[dict]:
         prompt = prompts[i] if i < len(prompts) else ""
         rows.append({"prompt": prompt, "continuation": codec.decode(tokens), "tokens": tokens})
     return rows
+
+
+def read_prompts(path: Optional[str]) -> Optional[list[str]]:
+    """The prompts of a file: a .jsonl's ``prompt`` of each line, else each non-empty line of text
+    (None: no file)."""
+    if not path:
+        return None
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    if str(path).endswith(".jsonl"):
+        return [json.loads(line)["prompt"] for line in lines if line.strip()]
+    return [line for line in lines if line.strip()]
+
+
+def prompt_file_problems(path: Optional[str]) -> list[str]:
+    """``predict_file`` is readable and holds prompts."""
+    if not path:
+        return []
+    try:
+        prompts = read_prompts(path)
+    except (OSError, UnicodeDecodeError) as err:
+        return [f"predict_file: cannot read '{path}' ({err.strerror if isinstance(err, OSError) else err})"]
+    except (ValueError, KeyError, TypeError):
+        return [f"predict_file: '{path}' is not a .jsonl of {{\"prompt\": ...}} lines"]
+    return [] if prompts else [f"predict_file: '{path}' holds no prompt"]

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_dataset, split_indices, split_problems
 from framework.data.batched import GatheringTensorDataset
-from framework.data.prompts import prompt_set, records
+from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
 from framework.data.tokenizer_files import load_tokenizer, special_tokens, tokenizer_problems
 
 
@@ -102,7 +102,8 @@ def _window_problems(data_dir: Optional[str], seq_len, val_fraction, test_fracti
 class TextDataModule(BaseDataModule):
     """Windows of ``seq_len + 1`` tokens (inputs, and the same shifted by one as targets), one after
     another through the corpus; ``batch_size`` windows per global batch. ``predict_prompts``: texts
-    whose continuations the predict loop generates (framework/tasks/generation.py)."""
+    whose continuations the predict loop generates (framework/tasks/generation.py); ``predict_file``,
+    when given, replaces them (a .txt of one prompt per line, or a .jsonl of {"prompt": ...})."""
 
     inputs, targets = "token ids", "next tokens"  # what the checks before start match against model and task
 
@@ -120,6 +121,7 @@ class TextDataModule(BaseDataModule):
         num_workers: int = 0,
         predict_prompts: Sequence[str] = ("The ",),
         vocab_size: Optional[int] = None,
+        predict_file: Optional[str] = None,
     ):
         super().__init__(batch_size, num_workers)
         self.seq_len, self.data_dir, self.split_seed = seq_len, data_dir, split_seed
@@ -130,7 +132,7 @@ class TextDataModule(BaseDataModule):
                 f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size} "
                 f"({'the tokenizer' if tokenizer else 'bytes'}); set datamodule.vocab_size={self.codec.vocab_size}"
             )
-        self.predict_prompts = list(predict_prompts)
+        self.predict_prompts, self.predict_file = list(predict_prompts), predict_file
 
     @property
     def vocab_size(self) -> int:
@@ -145,9 +147,10 @@ class TextDataModule(BaseDataModule):
         seq_len: int = 128,
         val_fraction: float = 0.05,
         test_fraction: float = 0.05,
+        predict_file: Optional[str] = None,
         **_,
     ) -> list[str]:
-        problems = []
+        problems = prompt_file_problems(predict_file)
         if data_dir and not Path(data_dir).exists():
             problems.append(f"data_dir: nothing at '{data_dir}' (a .txt file, or a folder of .txt files)")
         elif data_dir and Path(data_dir).is_dir() and not any(Path(data_dir).glob("*.txt")):
@@ -189,7 +192,9 @@ class TextDataModule(BaseDataModule):
         return len(split_indices(windows, [val_fraction, test_fraction], 0)[-1])
 
     def setup(self, stage: str) -> None:
-        if self.train_set is not None:
+        if self.predict_set is None:
+            self.predict_set = prompt_set(self.codec, read_prompts(self.predict_file) or self.predict_prompts)
+        if self.train_set is not None or stage == "predict":  # (prediction reads no corpus)
             return
         tokens = torch.tensor(self.codec.encode(read_corpus(self.data_dir)), dtype=torch.long)
         windows = (len(tokens) - 1) // self.seq_len
@@ -205,7 +210,6 @@ class TextDataModule(BaseDataModule):
         self.val_set, self.test_set, self.train_set = split_dataset(
             GatheringTensorDataset(inputs, targets), [self.val_fraction, self.test_fraction], self.split_seed
         )
-        self.predict_set = prompt_set(self.codec, self.predict_prompts)
 
     @property
     def special_tokens(self) -> dict:
@@ -217,4 +221,4 @@ class TextDataModule(BaseDataModule):
 
     def prediction_records(self, predictions) -> list[dict]:
         """predictions.jsonl's rows: each prompt, its continuation and those tokens (data/prompts.py)."""
-        return records(self.codec, self.predict_prompts, predictions)
+        return records(self.codec, read_prompts(self.predict_file) or self.predict_prompts, predictions)

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule
-from framework.data.prompts import prompt_set, records
+from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
 from framework.data.text import Codec
 from framework.data.token_shards import SPLITS, read_index, shard_problems, split_tokens, tokenizer_fingerprint
 from framework.data.token_windows import TokenWindows
@@ -69,11 +69,13 @@ class TokensDataModule(BaseDataModule):
         tokenizer: Optional[str] = None,
         document_boundaries: bool = False,
         predict_prompts: Optional[Sequence[str]] = None,
+        predict_file: Optional[str] = None,
     ):
         super().__init__(batch_size, num_workers)
         self.path, self.seq_len, self.document_boundaries = path, seq_len, document_boundaries
         self.index, self.tokenizer, self._codec = read_index(path), tokenizer, None
-        self.predict_prompts = list(predict_prompts) if predict_prompts is not None else None
+        prompts = read_prompts(predict_file) or predict_prompts
+        self.predict_prompts = list(prompts) if prompts is not None else None
         if vocab_size is not None and vocab_size != self.index["vocab_size"]:
             raise ValueError(
                 f"datamodule.vocab_size: {vocab_size}, but the corpus at {path} has {self.index['vocab_size']} tokens"
@@ -90,9 +92,11 @@ class TokensDataModule(BaseDataModule):
         seq_len: int = 128,
         vocab_size: Optional[int] = None,
         tokenizer: Optional[str] = None,
+        predict_file: Optional[str] = None,
         **_,
     ) -> list[str]:
         index, problems = _index_or_problem(path)
+        problems += prompt_file_problems(predict_file)
         if index is None:
             return problems
         problems += [f"path: {p}" for p in shard_problems(path, index)]

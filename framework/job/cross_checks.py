@@ -83,7 +83,8 @@ def check_tokens(container: dict) -> list[str]:
             "give the model's own tokenizer (its directory)"
         )
     longest, window = sizes.get("max_seq_len"), data.get("seq_len")
-    if _ints(longest, window) and window > longest:
+    windowed = container.get("train", True) or container.get("test", True)  # (prediction reads prompts, not windows)
+    if _ints(longest, window) and window > longest and windowed:
         held, fix = (
             ("model.max_seq_len", f"set model.max_seq_len={window} or datamodule.seq_len={longest}")
             if "max_seq_len" in model
@@ -180,7 +181,8 @@ def check_validation_interval(container: dict) -> list[str]:
     data, trainer = (container.get(g) or {} for g in ("datamodule", "trainer"))
     batch, limit = data.get("batch_size"), trainer.get("limit_train_batches", 1.0)
     if (
-        trainer.get("fast_dev_run")
+        not container.get("train", True)
+        or trainer.get("fast_dev_run")
         or not _ints(trainer.get("val_check_interval"))
         or trainer.get("limit_val_batches") == 0
         or not _ints(batch)

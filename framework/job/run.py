@@ -83,7 +83,7 @@ def _log_outcome(cfg: DictConfig, results: dict, output_dir: Path) -> None:
     shown = ", ".join(
         f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
         for k, v in sorted(metrics.items())
-        if k.startswith(("val/", "test/"))
+        if k.startswith(("val/", "test/", "harness/"))
     )
     log.info("Finished '%s' (%s): %s", cfg.name, results.get("status"), shown or "no metrics")
     written = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in output_dir.iterdir()))

@@ -50,6 +50,7 @@ class HFCausalLM(HFSource, nn.Module):
             self.hf_config, dtype=torch.float32, attn_implementation="sdpa"
         )
         base, self.layout = hf_layouts.layout_of(whole)
+        self.architecture = type(whole).__name__  # (what the export's config names)
         self.base_prefix = whole.base_model_prefix
         for ours, theirs in self.layout.parts.items():  # (in order: a pipeline cuts the children in this order)
             part = getattr(base, theirs)

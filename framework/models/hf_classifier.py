@@ -45,7 +45,7 @@ class HFSequenceClassifier(HFSource, nn.Module):
             )
         else:
             self.model = auto.from_config(self.hf_config, dtype=torch.float32)
-        self.path = path
+        self.path, self.architecture = path, type(self.model).__name__
         self.pad_id = self.hf_config.pad_token_id if self.hf_config.pad_token_id is not None else 0
         self.fsdp_wrap_classes = list(getattr(self.model, "_no_split_modules", None) or [])
         self.config = dict(vocab_size=self.hf_config.vocab_size, max_seq_len=self.hf_config.max_position_embeddings)

@@ -12,8 +12,8 @@ from framework.models import hf_export, hf_files
 
 
 class HFSource:
-    """Needs ``hf_config``, ``path`` and ``hf_weights(state dict) -> {library name: tensor}``;
-    ``GROUP``: the model option, for messages."""
+    """Needs ``hf_config``, ``path``, ``architecture`` (the library's class of the whole model) and
+    ``hf_weights(state dict) -> {library name: tensor}``; ``GROUP``: the model option, for messages."""
 
     GROUP = "hf"
 
@@ -27,7 +27,16 @@ class HFSource:
         c = hf_files.load_config(path, config)
         return {"vocab_size": c.vocab_size, "max_seq_len": c.max_position_embeddings}
 
-    def save_hf(self, directory: Path, weights: dict[str, torch.Tensor]) -> None:
-        """``weights`` (this model's full state dict) as a directory ``from_pretrained`` loads."""
+    def save_hf(self, directory: Path, weights: dict[str, torch.Tensor], labels: Optional[list] = None) -> None:
+        """``weights`` (this model's full state dict) as a directory ``from_pretrained`` loads: its config
+        names the library's class that holds them (``architectures``) and, for a classifier, the
+        data's class names (``labels``, in id order: ``id2label``, ``label2id``)."""
+        import copy
+
         source = hf_files.resolve_path(self.path) if self.path else None
-        hf_export.write_directory(directory, self.hf_config, self.hf_weights(weights), source)
+        config = copy.deepcopy(self.hf_config)
+        config.architectures = [self.architecture]
+        if labels:
+            config.id2label = {i: str(name) for i, name in enumerate(labels)}
+            config.label2id = {str(name): i for i, name in enumerate(labels)}
+        hf_export.write_directory(directory, config, self.hf_weights(weights), source)

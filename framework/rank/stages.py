@@ -40,7 +40,7 @@ def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components, signals=Non
         return out
     with signals.at_once() if signals is not None else contextlib.nullcontext():
         if cfg.get("export_weights") and trainer.model is not None:
-            export_weights(cfg, trainer)
+            export_weights(cfg, trainer, getattr(parts.datamodule, "class_names", None))
         t2 = time.perf_counter()
         if cfg.test:
             out.update(test(cfg, trainer, parts, ckpt))
@@ -52,21 +52,30 @@ def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components, signals=Non
             t3 = time.perf_counter()
             settings = OmegaConf.to_container(cfg.harness, resolve=True)
             out["harness"] = score(settings, trainer, parts, ckpt, str(cfg.output_dir))
+            if out["harness"]:  # (rank 0) beside the test metrics: loggers, results.json, a sweep's objective
+                trainer.log_metrics(
+                    {
+                        f"harness/{task}/{name}": value
+                        for task, metrics in out["harness"].items()
+                        for name, value in metrics.items()
+                        if name != "samples" and "stderr" not in name
+                    }
+                )
             out.update(harness_time_s=time.perf_counter() - t3)
     out.update(test_time_s=time.perf_counter() - t2)
     return out
 
 
-def export_weights(cfg: DictConfig, trainer: Trainer) -> None:
+def export_weights(cfg: DictConfig, trainer: Trainer, labels: list | None = None) -> None:
     """The final weights as one full ``model.pt`` or ``model.safetensors``, or the directory
-    ``model_hf/`` (``export_format``), before a test on best/last loads others. Collective: every
-    rank gathers sharded weights; rank 0 writes."""
+    ``model_hf/`` (``export_format``; a classifier's with ``labels``, the data's class names), before a
+    test on best/last loads others. Collective: every rank gathers sharded weights; rank 0 writes."""
     weights = trainer.strategy.full_state_dict(trainer.model)
     if not trainer.is_global_zero:
         return
     export_format = cfg.get("export_format") or "pt"
     if export_format == "hf":
-        trainer.strategy.unwrap(trainer.model).save_hf(Path(cfg.output_dir) / "model_hf", weights)
+        trainer.strategy.unwrap(trainer.model).save_hf(Path(cfg.output_dir) / "model_hf", weights, labels)
         return
     path = Path(cfg.output_dir) / f"model.{export_format}"
     tmp = path.with_name(f".{path.name}.tmp")  # written beside, then renamed: never half a file

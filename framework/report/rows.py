@@ -149,7 +149,7 @@ def _row(name: str, r: dict) -> dict:
     low, high = row.get("samples_per_s_min"), row.get("samples_per_s_max")
     if low and high and high / low > NOISY_SPREAD:
         flag(row, f"noisy timing: {low:.4g}-{high:.4g} samples/s across the steady-state windows")
-    row.update({k: v for k, v in metrics.items() if k.startswith(("val/", "test/"))})
+    row.update({k: v for k, v in metrics.items() if k.startswith(("val/", "test/", "harness/"))})
     return row
 
 

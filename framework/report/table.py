@@ -164,9 +164,10 @@ def footnotes(rows: list[dict]) -> list[str]:
 
 
 def metric_columns(rows: list[dict]) -> list[str]:
-    """Every val/* then test/* metric that some job logged."""
-    names = {k for row in rows for k in row if k.startswith(("val/", "test/"))}
-    return sorted(names, key=lambda k: (not k.startswith("val/"), k))
+    """Every val/*, then test/*, then harness/* (lm-evaluation-harness scores) metric that some job logged."""
+    order = ("val/", "test/", "harness/")
+    names = {k for row in rows for k in row if k.startswith(order)}
+    return sorted(names, key=lambda k: (next(i for i, p in enumerate(order) if k.startswith(p)), k))
 
 
 def _objective(sweep: dict) -> tuple[str, str]:

@@ -36,3 +36,21 @@ def test_the_pretrained_encoder_beats_the_same_architecture_from_scratch(tmp_pat
         pretrained["metrics"],
         scratch["metrics"],
     )
+
+
+def test_the_classifiers_export_names_its_class_and_the_datas_labels(tmp_path):
+    import json
+
+    import torch
+    import transformers
+
+    run = [*SHORT, "trainer.max_steps=2", "export_weights=true", "export_format=hf"]
+    assert fit(compose(run), output_dir=str(tmp_path))["status"] == "completed"
+    config = json.loads((tmp_path / "model_hf" / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    labels = [config["id2label"][str(i)] for i in range(len(config["id2label"]))]
+    assert len(labels) == 6 and labels == sorted(labels) and not any(n.startswith("LABEL_") for n in labels)
+    assert config["label2id"] == {name: i for i, name in enumerate(labels)}
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "model_hf")
+    assert type(model).__name__ == "BertForSequenceClassification" and model.config.id2label[0] == labels[0]
+    assert model(input_ids=torch.tensor([[101, 2023, 102]])).logits.shape == (1, 6)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -97,6 +99,32 @@ def test_greedy_continuations_are_transformers_generate_on_the_export(family, to
     assert [r["tokens"] for r in got] == expected
     assert [r["prompt"] for r in got] == PROMPTS
     assert len({t for r in got for t in r["tokens"]}) > 2  # not one token repeated: a real comparison
+    if family == "llama":  # framework-generate on the exported directory: the same continuations
+        assert generate_cli(exported, tmp_path / "generated") == [(r["prompt"], r["continuation"]) for r in got]
+
+
+def generate_cli(source, output) -> list[tuple[str, str]]:
+    """framework-generate's continuations of PROMPTS (16 tokens, greedy) from ``source``, as it wrote them."""
+    args = [arg for p in PROMPTS for arg in ("--prompt", p)]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "framework.generate",
+            str(source),
+            *args,
+            "--output",
+            str(output),
+            "task.max_new_tokens=16",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = [(r["prompt"], r["continuation"]) for r in rows(output)]
+    assert done.stdout.splitlines() == [f"{p!r} -> {c!r}" for p, c in written]
+    return written
 
 
 def _until_eos(tokens: list[int], eos: int) -> list[int]:
@@ -134,6 +162,11 @@ def test_the_builtin_gpts_cached_continuations_are_a_plain_loops(gpt_run):
     assert [r["tokens"] for r in got] == expected
     assert len({t for r in got for t in r["tokens"]}) > 2  # not one token repeated: a real comparison
     assert [r["continuation"] for r in got] == [bytes(t).decode("utf-8", errors="replace") for t in expected]
+
+
+@pytest.mark.multiprocess
+def test_framework_generate_continues_prompts_from_a_run_directory(gpt_run, tmp_path):
+    assert generate_cli(gpt_run, tmp_path / "generated") == [(r["prompt"], r["continuation"]) for r in rows(gpt_run)]
 
 
 def test_two_ddp_ranks_generate_the_same_tokens_and_sampling_repeats(gpt_run, tmp_path):

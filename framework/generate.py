@@ -1,0 +1,101 @@
+"""``framework-generate SOURCE --prompt TEXT [--prompt TEXT ...] [--prompts FILE] [key=value ...]``
+(``python -m framework.generate``)
+
+Continues each prompt with a trained language model and prints the continuations; predictions.jsonl
+(prompt, continuation, tokens) holds them. SOURCE is a run directory (its checkpoints/last), one of
+its checkpoints, or a Hugging Face model directory with its tokenizer (a run's model_hf/, or any
+save_pretrained directory). Keys choose how: task.max_new_tokens=32, task.temperature=0.8,
+task.top_k=50, task.top_p=0.9, task.seed=1, strategy=ddp trainer.devices=2 (greedy by default).
+Writes to <run dir>/generate/<date>_<time>/ (a model directory: outputs/generate/<date>/<time>/),
+or to --output DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+GREEDY = ["task.temperature=0", "task.top_k=0", "task.top_p=1.0"]
+
+
+def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="framework-generate",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    parser.add_argument("source", help="a run directory, a checkpoint, or a Hugging Face model directory")
+    parser.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for several)")
+    parser.add_argument("--prompts", help='a file of prompts: one per line, or a .jsonl of {"prompt": ...}')
+    parser.add_argument("--output", help="the directory to write predictions.jsonl to")
+    args, overrides = parser.parse_known_args(argv)
+    if not args.prompt and not args.prompts:
+        parser.error("no prompt: give --prompt TEXT (or several) or --prompts FILE")
+    return args, overrides
+
+
+def _checkpoint_of(source: Path) -> Path | None:
+    """The checkpoint a run directory or checkpoint path names (None: a model directory)."""
+    if (source / "config.yaml").is_file():
+        return source / "checkpoints" / "last"
+    if (source.parent.parent / "config.yaml").is_file():
+        return source
+    return None
+
+
+def _model_run(model_dir: Path, prompts_file: str, overrides: list[str]) -> list[str]:
+    """A run that only predicts, with the Hugging Face model of ``model_dir`` and its tokenizer."""
+    return [
+        "experiment=gpt_text",
+        "model=hf/causal_lm",
+        f"model.path='{model_dir}'",
+        f"datamodule.tokenizer='{model_dir}'",
+        "datamodule.vocab_size=null",
+        f"datamodule.predict_file='{prompts_file}'",
+        "train=false",
+        "test=false",
+        "logger=none",
+        "callbacks=none",
+        *GREEDY,
+        *overrides,
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from framework.api import fit, predict
+    from framework.cli.compose import compose
+    from framework.config import ConfigError
+
+    args, overrides = _arguments(sys.argv[1:] if argv is None else argv)
+    source, stamp = Path(args.source).resolve(), _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    with tempfile.TemporaryDirectory(prefix="framework-generate-") as scratch:
+        prompts_file = args.prompts or str(Path(scratch) / "prompts.jsonl")
+        if not args.prompts:
+            Path(prompts_file).write_text("".join(json.dumps({"prompt": p}) + "\n" for p in args.prompt))
+        ckpt = _checkpoint_of(source)
+        try:
+            if ckpt is not None:
+                output = args.output or str(ckpt.parent.parent / "generate" / stamp)
+                jsonl = ["predict_format=jsonl", f"++datamodule.predict_file='{prompts_file}'", "++harness.tasks=[]"]
+                results = predict(str(ckpt), [*jsonl, *GREEDY, *overrides], output_dir=output)
+            else:
+                output = args.output or str(Path("outputs/generate") / stamp.replace("_", "/"))
+                results = fit(compose(_model_run(source, prompts_file, overrides)), output_dir=output)
+        except ConfigError as err:
+            print(err, file=sys.stderr)
+            return 2
+    if results.get("status") != "completed":
+        print(f"framework-generate: {results.get('status')}: {results.get('error', '')}", file=sys.stderr)
+        return 1
+    for row in map(json.loads, (Path(output) / "predictions.jsonl").read_text().splitlines()):
+        print(f"{row['prompt']!r} -> {row['continuation']!r}")
+    print(f"(written to {Path(output) / 'predictions.jsonl'})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
