@@ -110,6 +110,7 @@ def _section(title: str, schema: type, prefix: str, words: str = "") -> list[str
 def page() -> str:
     from framework.config.schemas import (
         AutoStrategyConfig,
+        HarnessConfig,
         InitConfig,
         RootConfig,
         SchedulerConfig,
@@ -123,6 +124,7 @@ def page() -> str:
         *_section("Top-level keys", RootConfig, ""),
         *_section("trainer", TrainerConfig, "trainer."),
         *_section("init", InitConfig, "init."),
+        *_section("harness", HarnessConfig, "harness."),
         *_section("scheduler", SchedulerConfig, "scheduler.", "Besides the scheduler class's own arguments."),
         *_section("strategy (every strategy)", StrategyConfig, "strategy."),
         *_section("strategy=auto", AutoStrategyConfig, "strategy."),

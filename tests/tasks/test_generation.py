@@ -182,6 +182,17 @@ def test_two_ddp_ranks_generate_the_same_tokens_and_sampling_repeats(gpt_run, tm
     assert rows(tmp_path / "sampled_fsdp") == rows(tmp_path / "sampled_single") != rows(gpt_run)
 
 
+@pytest.mark.parametrize("layout", [["strategy=tp", "trainer.devices=2"], ["strategy=pp", "trainer.devices=2"]])
+def test_split_models_sample_what_one_device_samples(layout, gpt_run, tmp_path):
+    """Sequence parallelism's forwards padded to its degree; a pipeline's stages, each with its own cache."""
+    ckpt = str(gpt_run / "checkpoints" / "last")
+    sampled = ["task.temperature=0.9", "task.top_p=0.9", "task.seed=3"]
+    one = predict(ckpt, ["strategy=single", *sampled], output_dir=str(tmp_path / "single"))
+    split = predict(ckpt, [*layout, *sampled], output_dir=str(tmp_path / "split"))
+    assert one["status"] == split["status"] == "completed" and split["world_size"] == 2
+    assert rows(tmp_path / "split") == rows(tmp_path / "single") != rows(gpt_run)
+
+
 def test_fillers_after_each_token_change_nothing(gpt_run):
     """Sequence parallelism's forwards of a multiple of the degree: the fillers hold no token."""
     model = trained_gpt(gpt_run)
