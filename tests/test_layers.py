@@ -101,7 +101,7 @@ def test_every_module_of_the_package_has_a_layer():
 
 def test_at_the_root_only_the_api_and_the_entry_points():
     root_modules = sorted(p.stem for p in (ROOT / "framework").glob("*.py"))
-    assert root_modules == ["__init__", "api", "evaluate", "plan", "predict", "train"]
+    assert root_modules == ["__init__", "api", "evaluate", "generate", "plan", "predict", "train"]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ which ``tests/config/test_schema_defaults.py`` ties to these.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Literal, Optional, Union
 
@@ -182,7 +183,8 @@ class RootConfig:
     # loaded is refused. true: load it anyway (an old or foreign checkpoint from someone you trust).
     trust_checkpoint: bool = False
     init: dict = field(default_factory=dict)  # transfer learning: the init keys below
-    harness: dict = field(default_factory=dict)  # lm-evaluation-harness scoring: HarnessConfig's keys
+    # lm-evaluation-harness scoring: HarnessConfig's keys
+    harness: dict = field(default_factory=lambda: dataclasses.asdict(HarnessConfig()))
     # Where a run writes; filled in by the entry point (Hydra's run dir).
     output_dir: Optional[str] = None
     # A new run may replace the results and checkpoints of a run already in output_dir.
