@@ -10,6 +10,8 @@ other settings are refused, naming what differs. The index is written last.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -54,13 +56,27 @@ class PrepareSettings:
     test_fraction: float = _key(0.01, "the share of documents for testing")
     split_seed: int = _key(0, "the seed of the split by document")
     document_separator: str = _key("\n\n", "what separates a .txt file's documents")
-    text_key: str = _key("text", "the text field of a .jsonl line or a .parquet row")
+    text_key: str = _key("text", "the text field of a .jsonl line or a .parquet or .arrow row")
+    min_chars: int = _key(0, "documents shorter than this many characters are left out")
+    where: Optional[str] = _key(None, "field=value: only the .jsonl, .parquet or .arrow rows whose field has it")
     eos_token: Optional[str] = _key("auto", "appended to every document; auto: the tokenizer's own, if it has one")
     piece_mb: float = _key(16.0, "MB of input per piece of work (the unit a stopped run resumes from)")
 
 
 # The settings an output keeps: preparing into it again with another value is refused.
-KEPT = ("val_fraction", "test_fraction", "split_seed", "document_separator", "text_key", "eos_token")
+KEPT = (
+    "val_fraction",
+    "test_fraction",
+    "split_seed",
+    "document_separator",
+    "text_key",
+    "eos_token",
+    "min_chars",
+    "where",
+)
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PrepareSettings) if f.default is not dataclasses.MISSING}
 
 
 def _tokenizer_facts(settings: PrepareSettings) -> dict:
@@ -107,7 +123,7 @@ def _reconcile(
     ours = {**{k: getattr(settings, k) for k in KEPT}, "tokenizer": tokenizer["fingerprint"]}
     if kept is not None:
         for key, value in ours.items():
-            if kept.get(key) != value:
+            if kept.get(key, _DEFAULTS.get(key)) != value:  # (a key newer than the output: its default)
                 raise ValueError(
                     f"{key}: {value!r}, but {output} was prepared with {kept.get(key)!r}; prepare into a "
                     "new output (or remove this one)"
@@ -220,11 +236,33 @@ def _index(
 
 
 def prepare(settings: PrepareSettings) -> dict:
-    """Prepare (or resume, or append to) ``settings.output``; its index."""
+    """Prepare (or resume, or append to) ``settings.output``; its index. One preparation at a time
+    writes an output (a lock on ``<output>/.lock``; another is refused, naming the one at work)."""
     output = Path(settings.output)
     files = input_files([str(i) for i in settings.input])
     tokenizer = _tokenizer_facts(settings)
     output.mkdir(parents=True, exist_ok=True)
+    with _locked(output):
+        return _prepare(settings, output, files, tokenizer)
+
+
+@contextlib.contextmanager
+def _locked(output: Path):
+    """An exclusive lock on ``output`` for this process (released when it ends, however it ends)."""
+    import fcntl
+
+    with open(output / ".lock", "a") as lock:  # (created once, never written: a run that is a no-op changes no file)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"output: another framework-prepare-data is writing {output}; wait for it to end, or prepare into "
+                "another output"
+            ) from None
+        yield
+
+
+def _prepare(settings: PrepareSettings, output: Path, files: list[Path], tokenizer: dict) -> dict:
     before = read_index(output) if (output / INDEX).is_file() else None
     inputs = _reconcile(output, files, settings, tokenizer, before)
     if before is not None and before["inputs"] == inputs:

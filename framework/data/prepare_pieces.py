@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 
 from framework.data.token_shards import SPLITS, write_atomic, write_shard
-from framework.data.token_sources import Piece, read_documents
+from framework.data.token_sources import Filter, Piece, read_documents
 
 _BATCH_CHARS = 1 << 20  # documents encoded together: about a MiB of text at a time
 _tokenizers: dict = {}
@@ -82,7 +82,8 @@ def deal_to_splits(count: int, piece: Piece, fractions: tuple[float, float], see
 def prepare_piece(job: tuple) -> dict:
     """Tokenize ``piece`` into ``output``: its shards, then its marker; the marker's content."""
     piece, output, settings, source = job
-    documents = read_documents(piece, settings["document_separator"], settings["text_key"])
+    keep = Filter(settings.get("min_chars", 0), settings.get("where"))
+    documents = read_documents(piece, settings["document_separator"], settings["text_key"], keep)
     tokens, lengths = encode_documents(documents, settings["tokenizer_file"], settings["eos_id"], settings["dtype"])
     splits = deal_to_splits(
         len(lengths), piece, (settings["val_fraction"], settings["test_fraction"]), settings["split_seed"]

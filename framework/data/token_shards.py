@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Optional
 
@@ -55,14 +56,60 @@ def offsets_file(shard) -> str:
 
 
 def write_shard(directory: Path, name: str, tokens: np.ndarray, document_starts: np.ndarray) -> dict:
-    """One shard's tokens and document offsets under ``directory/shards``; its index entry."""
+    """One shard's tokens and document offsets under ``directory/shards``; its index entry, with the
+    checksums of both files (CRC-32) and the largest token id."""
     shards = directory / "shards"
     shards.mkdir(parents=True, exist_ok=True)
-    write_atomic(shards / f"{name}.bin", np.ascontiguousarray(tokens).astype(tokens.dtype.newbyteorder("<")).tobytes())
+    data = np.ascontiguousarray(tokens).astype(tokens.dtype.newbyteorder("<")).tobytes()
+    write_atomic(shards / f"{name}.bin", data)
     starts, saved = np.asarray(document_starts, dtype=np.int64), io.BytesIO()
     np.save(saved, starts, allow_pickle=False)
     write_atomic(Path(offsets_file(shards / f"{name}.bin")), saved.getvalue())
-    return {"file": f"shards/{name}.bin", "tokens": int(len(tokens)), "documents": int(len(starts))}
+    return {
+        "file": f"shards/{name}.bin",
+        "tokens": int(len(tokens)),
+        "documents": int(len(starts)),
+        "crc32": zlib.crc32(data),
+        "docs_crc32": zlib.crc32(saved.getvalue()),
+        "max_id": int(tokens.max()) if len(tokens) else -1,
+    }
+
+
+def file_crc32(path, chunk: int = 8 << 20) -> int:
+    """The CRC-32 of a file, read in chunks (about 2 GB/s)."""
+    value = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            value = zlib.crc32(block, value)
+    return value
+
+
+def identity(index: dict) -> dict:
+    """What a prepared corpus is, split by split: each shard's file, tokens and checksum, in order
+    (what a checkpoint records of the data it trained on)."""
+    return {
+        split: [{k: shard.get(k) for k in ("file", "tokens", "crc32")} for shard in index["splits"].get(split, [])]
+        for split in SPLITS
+    }
+
+
+def corpus_change(saved: dict, now: dict, split: str = "train") -> Optional[str]:
+    """How ``split`` of the corpus ``now`` (``identity``) differs from ``saved``: None (the same),
+    "grown" (shards appended after the saved ones), or what changed, naming the first shard."""
+    before, after = saved.get(split, []), now.get(split, [])
+    for i, shard in enumerate(before):
+        if i >= len(after):
+            return (
+                f"its {split} split has {len(after)} shards, {len(before)} when it was trained on "
+                f"({shard['file']} is gone)"
+            )
+        if after[i] != shard:
+            return (
+                f"shard {shard['file']} of its {split} split is not the one trained on (tokens "
+                f"{shard['tokens']} -> {after[i]['tokens']}, checksum {shard.get('crc32')} -> "
+                f"{after[i].get('crc32')}, file {after[i]['file']})"
+            )
+    return "grown" if len(after) > len(before) else None
 
 
 def read_index(directory) -> dict:
@@ -88,15 +135,22 @@ def write_index(directory: Path, index: dict) -> None:
 
 
 def shard_problems(directory, index: dict) -> list[str]:
-    """Shards the index names that are missing or not of the size its token count says (a
-    truncated copy), each naming the file: checked by size, without reading a token."""
+    """Shards the index names that lie outside the corpus's ``shards/``, are missing, are not of the
+    size its token count says (a truncated copy), or whose document offsets are damaged, each naming
+    the file. The tokens themselves are not read here: a rank checks each shard's checksum when it
+    first reads it (``ShardChecks``)."""
     problems = []
     width = np.dtype(index["dtype"]).itemsize
+    inside = (Path(directory) / "shards").resolve()
     for split in SPLITS:
         for shard in index["splits"].get(split, []):
-            path = Path(directory) / shard["file"]
-            docs = Path(offsets_file(path))
-            if not path.is_file():
+            path = Path(directory) / str(shard["file"])
+            if inside not in path.resolve().parents:
+                problems.append(
+                    f"the index lists '{shard['file']}', outside the corpus's shards/ directory: the index is "
+                    f"damaged or not this corpus's ({Path(directory) / INDEX}); prepare the corpus again"
+                )
+            elif not path.is_file():
                 problems.append(f"missing shard '{path}' (the index lists {shard['tokens']} tokens there)")
             elif path.stat().st_size != shard["tokens"] * width:
                 problems.append(
@@ -105,13 +159,14 @@ def shard_problems(directory, index: dict) -> list[str]:
                     "it is truncated or not this corpus's; prepare the corpus again"
                 )
             else:
-                problems += _offsets_problems(docs, shard["documents"])
+                problems += _offsets_problems(Path(offsets_file(path)), shard)
     return problems
 
 
-def _offsets_problems(docs: Path, documents: int) -> list[str]:
-    """The document offsets of a shard: an int64 array of one offset per document (its header read,
-    not its numbers)."""
+def _offsets_problems(docs: Path, shard: dict) -> list[str]:
+    """The document offsets of a shard: an int64 array of one offset per document, the first 0, each
+    after the one before and inside the shard, with the checksum the index recorded."""
+    documents = shard["documents"]
     if not docs.is_file():
         return [f"missing document offsets '{docs}'"]
     try:
@@ -125,7 +180,22 @@ def _offsets_problems(docs: Path, documents: int) -> list[str]:
             f"document offsets '{docs}' hold {offsets.shape} {offsets.dtype}, the index says {documents} int64: "
             "prepare the corpus again"
         ]
+    if shard.get("docs_crc32") is not None and file_crc32(docs) != shard["docs_crc32"]:
+        return [f"document offsets '{docs}' are damaged (their checksum is not the index's): prepare the corpus again"]
+    steps = np.diff(offsets)
+    if documents and (offsets[0] != 0 or (steps <= 0).any() or offsets[-1] >= max(shard["tokens"], 1)):
+        return [
+            f"document offsets '{docs}' are damaged ({int((steps <= 0).sum())} not increasing, or outside the "
+            f"shard's {shard['tokens']} tokens): prepare the corpus again"
+        ]
     return []
+
+
+def max_token_id(index: dict) -> Optional[int]:
+    """The largest token id of the corpus, with the shard that holds it (from the index; None for a
+    corpus prepared before the index recorded it)."""
+    found = [(s["max_id"], s["file"]) for split in SPLITS for s in index["splits"].get(split, []) if "max_id" in s]
+    return max(found) if found else None
 
 
 def split_tokens(index: dict, split: str) -> int:

@@ -1,11 +1,15 @@
-"""The inputs of ``framework-prepare-data``: files, folders or globs of ``.txt``, ``.jsonl`` and
-``.parquet``, cut into pieces that worker processes read and tokenize independently.
+"""The inputs of ``framework-prepare-data``: files, folders or globs of ``.txt``, ``.jsonl``,
+``.parquet``, ``.arrow`` (a ``datasets`` directory that ``save_to_disk`` wrote), and ``.txt`` or
+``.jsonl`` compressed (``.gz``, ``.zst``), cut into pieces that worker processes read and tokenize
+independently.
 
 A piece is a byte range of a ``.txt`` or ``.jsonl`` file that ends where a document does (at the
-separator, or a line's end), or one row group of a ``.parquet`` file: the same inputs always give the
-same pieces, so an interrupted preparation resumes piece by piece. Documents: a ``.txt`` file's
-paragraphs (separated by ``document_separator``, each keeping it, so the documents put back together
-are the file), a ``.jsonl`` line's or a ``.parquet`` row's ``text_key`` field (read by pyarrow).
+separator, or a line's end), one row group of a ``.parquet`` file, or a whole ``.arrow`` or
+compressed file: the same inputs always give the same pieces, so an interrupted preparation resumes
+piece by piece. Documents: a ``.txt`` file's paragraphs (separated by ``document_separator``, each
+keeping it, so the documents put back together are the file), a ``.jsonl`` line's, a ``.parquet``
+or ``.arrow`` row's ``text_key`` field (read by pyarrow). ``Filter``: documents shorter than a number
+of characters, and rows whose field does not have a value, are left out.
 """
 
 from __future__ import annotations
@@ -14,7 +18,34 @@ import glob
 from dataclasses import dataclass
 from pathlib import Path
 
-SUFFIXES = (".txt", ".jsonl", ".parquet")
+SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".txt.gz", ".txt.zst", ".jsonl.gz", ".jsonl.zst")
+_CODECS = {".gz": "gzip", ".zst": "zstd"}
+
+
+def kind(path: Path) -> str:
+    """The input kind of ``path``: its suffix, a compressed one with the compression's (``.jsonl.gz``)."""
+    both = "".join(path.suffixes[-2:])
+    return both if both in SUFFIXES else path.suffix
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What documents are kept: at least ``min_chars`` characters; with ``where`` ("field=value"), a
+    .jsonl, .parquet or .arrow row whose ``field`` is that value (compared as text)."""
+
+    min_chars: int = 0
+    where: str | None = None
+
+    def rows(self, table, text_key: str) -> list[str]:
+        texts = table.column(text_key).to_pylist()
+        if self.where:
+            field, _, value = self.where.partition("=")
+            if field not in table.column_names:
+                raise ValueError(
+                    f"where: the rows have no field '{field}' (their fields: {', '.join(table.column_names)})"
+                )
+            texts = [t for t, v in zip(texts, table.column(field).to_pylist()) if str(v) == value]
+        return [t for t in texts if t and len(t) >= self.min_chars]
 
 
 @dataclass(frozen=True)
@@ -37,10 +68,10 @@ class Piece:
 def _expand(given: str) -> list[Path]:
     path = Path(given).expanduser()
     if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+        return sorted(p for p in path.rglob("*") if kind(p) in SUFFIXES and p.is_file())
     if path.is_file():
         return [path]
-    return sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).suffix in SUFFIXES)
+    return sorted(Path(p) for p in glob.glob(str(path), recursive=True) if kind(Path(p)) in SUFFIXES)
 
 
 def input_files(inputs: list[str]) -> list[Path]:
@@ -50,9 +81,12 @@ def input_files(inputs: list[str]) -> list[Path]:
     for given in inputs:
         found = _expand(str(given))
         if not found:
-            raise ValueError(f"input: '{given}' names no {', '.join(SUFFIXES)} file (a file, a folder or a glob)")
+            raise ValueError(
+                f"input: '{given}' names no .txt, .jsonl, .parquet file (nor .arrow, or .txt or .jsonl compressed as "
+                ".gz or .zst; a file, a folder or a glob)"
+            )
         for path in found:
-            if path.suffix not in SUFFIXES:
+            if kind(path) not in SUFFIXES:
                 raise ValueError(f"input: '{path}' is not one of {', '.join(SUFFIXES)}")
             files.setdefault(path.resolve(), None)
     return list(files)
@@ -85,6 +119,9 @@ def _aligned_ends(path: Path, piece_bytes: int, delimiter: bytes) -> list[int]:
 
 def plan_pieces(input_number: int, path: Path, piece_bytes: int, separator: str) -> list[Piece]:
     """The pieces of one input file."""
+    if kind(path) == ".arrow" or kind(path)[-4:] in (".zst", "l.gz", "t.gz"):  # whole: no byte range to seek to
+        size = path.stat().st_size
+        return [Piece(input_number, 0, str(path), 0, size, size)]
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -107,20 +144,23 @@ def _paragraphs(text: str, separator: str) -> list[str]:
     return [d for d in documents if d]
 
 
-def _texts(table, path: Path, piece: Piece, text_key: str) -> list[str]:
-    texts = table.column(text_key).to_pylist()
-    if texts and all(t is None for t in texts):
+def _texts(table, path: Path, piece: Piece, text_key: str, keep: Filter) -> list[str]:
+    if text_key not in table.column_names:
+        raise ValueError(f"text_key: '{path}' has no field '{text_key}' (its fields: {', '.join(table.column_names)})")
+    if table.num_rows and table.column(text_key).null_count == table.num_rows:
         raise ValueError(f"text_key: no row of '{path}' (piece {piece.name}) has a '{text_key}' field")
-    return [t for t in texts if t]
+    return keep.rows(table, text_key)
 
 
-def read_documents(piece: Piece, separator: str, text_key: str) -> list[str]:
-    """The documents of one piece, in order; ValueError naming the file and the key for a parquet
-    file without the column, a .jsonl whose lines lack it, or a line that is not JSON."""
+def _columns(text_key: str, keep: Filter) -> list[str]:
+    return [text_key] + ([keep.where.partition("=")[0]] if keep.where else [])
+
+
+def _table(path: Path, piece: Piece, raw: bytes, text_key: str, keep: Filter):
+    """The rows of a piece of a .parquet or .arrow file, or of JSON lines (``raw``)."""
     import pyarrow as pa
 
-    path = Path(piece.path)
-    if path.suffix == ".parquet":
+    if kind(path) == ".parquet":
         import pyarrow.parquet as pq
 
         parquet = pq.ParquetFile(path)
@@ -128,21 +168,48 @@ def read_documents(piece: Piece, separator: str, text_key: str) -> list[str]:
             raise ValueError(
                 f"text_key: '{path}' has no column '{text_key}' (its columns: {', '.join(parquet.schema_arrow.names)})"
             )
-        return _texts(parquet.read_row_group(piece.start, columns=[text_key]), path, piece, text_key)
-    with open(path, "rb") as f:
-        f.seek(piece.start)
-        raw = f.read(piece.end - piece.start)
-    if path.suffix == ".txt":
-        return _paragraphs(raw.decode("utf-8"), separator)
+        wanted = [c for c in _columns(text_key, keep) if c in parquet.schema_arrow.names]
+        return parquet.read_row_group(piece.start, columns=wanted or None)
+    if kind(path) == ".arrow":  # datasets' save_to_disk: Arrow IPC streams
+        with pa.memory_map(str(path)) as source:
+            try:
+                return pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                return pa.ipc.open_file(source).read_all()
     import pyarrow.json as pj
 
-    if not raw.strip():
-        return []
-    options = pj.ParseOptions(explicit_schema=pa.schema([(text_key, pa.string())]), unexpected_field_behavior="ignore")
+    fields = [(text_key, pa.string())]
+    options = pj.ParseOptions(
+        explicit_schema=pa.schema(fields), unexpected_field_behavior="infer" if keep.where else "ignore"
+    )
     try:
-        table = pj.read_json(pa.BufferReader(raw), parse_options=options)
+        return pj.read_json(pa.BufferReader(raw), parse_options=options)
     except pa.ArrowInvalid as err:
         raise ValueError(
             f"input: '{path}' (bytes {piece.start}-{piece.end}) is not JSON lines with a text '{text_key}': {err}"
         ) from err
-    return _texts(table, path, piece, text_key)
+
+
+def _raw(path: Path, piece: Piece) -> bytes:
+    """A piece's bytes: its range of a plain file, or a compressed file's whole contents."""
+    import pyarrow as pa
+
+    codec = _CODECS.get(path.suffix)
+    if codec is not None and kind(path) != path.suffix:
+        with pa.input_stream(str(path), compression=codec) as stream:
+            return stream.read()
+    with open(path, "rb") as f:
+        f.seek(piece.start)
+        return f.read(piece.end - piece.start)
+
+
+def read_documents(piece: Piece, separator: str, text_key: str, keep: Filter = Filter()) -> list[str]:
+    """The documents of one piece that ``keep`` keeps, in order; ValueError naming the file and the key
+    for rows without the text field (or the filter's), or a line that is not JSON."""
+    path = Path(piece.path)
+    raw = b"" if kind(path) in (".parquet", ".arrow") else _raw(path, piece)
+    if kind(path).startswith(".txt"):
+        return [d for d in _paragraphs(raw.decode("utf-8"), separator) if len(d) >= keep.min_chars]
+    if kind(path).startswith(".jsonl") and not raw.strip():
+        return []
+    return _texts(_table(path, piece, raw, text_key, keep), path, piece, text_key, keep)

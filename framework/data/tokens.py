@@ -9,6 +9,7 @@ batches carry each token's position in its document, and the model attends withi
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -16,8 +17,18 @@ from framework.config.ranges import Range
 from framework.data.base import BaseDataModule
 from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
 from framework.data.text import Codec
-from framework.data.token_shards import SPLITS, read_index, shard_problems, split_tokens, tokenizer_fingerprint
+from framework.data.token_shards import (
+    SPLITS,
+    corpus_change,
+    identity,
+    read_index,
+    shard_problems,
+    split_tokens,
+    tokenizer_fingerprint,
+)
 from framework.data.token_windows import TokenWindows
+
+log = logging.getLogger(__name__)
 
 
 def _index_or_problem(path: Optional[str]) -> tuple[Optional[dict], list[str]]:
@@ -74,6 +85,8 @@ class TokensDataModule(BaseDataModule):
         super().__init__(batch_size, num_workers)
         self.path, self.seq_len, self.document_boundaries = path, seq_len, document_boundaries
         self.index, self.tokenizer, self._codec = read_index(path), tokenizer, None
+        self._pinned: Optional[list] = None  # the train shards a resumed epoch keeps (load_state_dict)
+        self.reload_next_epoch = False
         prompts = read_prompts(predict_file) or predict_prompts
         self.predict_prompts = list(prompts) if prompts is not None else None
         if vocab_size is not None and vocab_size != self.index["vocab_size"]:
@@ -128,17 +141,47 @@ class TokensDataModule(BaseDataModule):
         problems = shard_problems(self.path, self.index)
         if problems:
             raise FileNotFoundError("datamodule.path: " + "; ".join(problems))
-        sets = {
-            split: TokenWindows(
-                self.path,
-                self.index["splits"].get(split, []),
-                self.index["dtype"],
-                self.seq_len,
-                self.document_boundaries,
-            )
-            for split in SPLITS
-        }
+        sets = {split: self._windows(self.index["splits"].get(split, [])) for split in SPLITS}
         self.train_set, self.val_set, self.test_set = (sets[s] if len(sets[s]) else None for s in SPLITS)
+
+    def _windows(self, shards: list[dict]) -> TokenWindows:
+        return TokenWindows(self.path, shards, self.index["dtype"], self.seq_len, self.document_boundaries)
+
+    # ---- a checkpoint's record of the corpus (Lightning's DataModule state_dict / load_state_dict) ----
+    def state_dict(self) -> dict:
+        """What the corpus is (its shards and their checksums, per split): a resume checks it."""
+        return {"path": str(self.path), "identity": identity(self.index)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume on the corpus a checkpoint trained on. Grown since (shards appended): the interrupted
+        epoch continues over the windows it had (the train split pinned to the saved shards), the new
+        ones join from the next epoch (``reload_next_epoch``). Otherwise changed: ValueError naming how."""
+        change = corpus_change(state.get("identity") or {}, identity(self.index))
+        if change is None:
+            return
+        if change != "grown":
+            raise ValueError(
+                f"datamodule.path: the corpus at {self.path} changed since the checkpoint was taken: {change}; resume "
+                "on the corpus it trained on, or start a new run from its weights (init.weights=<checkpoint>)"
+            )
+        saved = len(state["identity"]["train"])
+        self._pinned = self.index["splits"]["train"][:saved]
+        log.info(
+            "The corpus at %s grew since the checkpoint (%d train shards, %d before): the interrupted epoch "
+            "continues over the windows it had; the new ones join from the next epoch",
+            self.path,
+            len(self.index["splits"]["train"]),
+            saved,
+        )
+
+    def train_dataloader(self):
+        """The train windows; after a resume on a grown corpus, first the saved ones (for the rest of the
+        interrupted epoch), then, asked again (the engine does at the next epoch), all of them."""
+        self.reload_next_epoch = self._pinned is not None
+        if self._pinned is None:
+            return super().train_dataloader()
+        pinned, self._pinned = self._windows(self._pinned), None
+        return self._loader(pinned, shuffle=True)
 
     @property
     def codec(self) -> Codec:

@@ -122,14 +122,25 @@ def save_checkpoint(path: Path, trainer) -> None:
 
 
 def checkpoint_about(trainer) -> dict:
-    """What a checkpoint's manifest says of it besides its files."""
+    """What a checkpoint's manifest says of it besides its files (the data it trained on too, read
+    before a resume starts any process)."""
     strategy = trainer.strategy
-    return {
+    about = {
         "step": trainer.global_step,
         "epoch": trainer.current_epoch,
         "strategy": strategy.name,
         "world_size": strategy.world_size,
     }
+    data = trainer.datamodule_state() if getattr(trainer, "datamodule", None) is not None else None
+    try:
+        return {**about, **({"datamodule": json.loads(json.dumps(data))} if data is not None else {})}
+    except (TypeError, ValueError):  # a datamodule's state that is not JSON stays in trainer.pt alone
+        return about
+
+
+def load_datamodule_state(path: Path, trust: bool = False) -> dict | None:
+    """The datamodule's state a checkpoint saved (None: none, or a checkpoint of earlier versions)."""
+    return load_file(Path(path) / TRAINER_FILE, trust).get("datamodule")
 
 
 def raise_save_failure(err: BaseException, tmp: Path, path: Path, is_global_zero: bool) -> None:

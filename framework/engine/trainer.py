@@ -193,6 +193,8 @@ class Trainer:
         if self.config.reload_dataloaders_every_n_epochs:
             datamodule.trainer = self  # Lightning's idiom: its *_dataloader() may read trainer.current_epoch
         self.model, self.optimizer = prepare_model(model, self.config, self.precision, self.strategy, optimizer_factory)
+        if ckpt_path is not None:  # the data's record first: a datamodule may pin what the resumed epoch reads
+            self._restore_datamodule(ckpt_path)
         train_loader = self.loaders.make(datamodule.train_dataloader(), train=True)
         val_loader = None
         if self.config.limit_val_batches != 0:
@@ -210,6 +212,15 @@ class Trainer:
         elif val_loader is not None and self.config.num_sanity_val_steps:
             self._run_guarded(lambda: self.evaluation.evaluate(self, val_loader, "val", sanity=True))
         self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))
+
+    def _restore_datamodule(self, ckpt_path) -> None:
+        """The datamodule's own state in the checkpoint (Lightning's ``load_state_dict``), if both have one."""
+        from framework.engine.checkpoint import load_datamodule_state
+
+        restore = getattr(self.datamodule, "load_state_dict", None)
+        state = load_datamodule_state(ckpt_path, self.trust_checkpoint) if callable(restore) else None
+        if state is not None:
+            restore(state)
 
     def _warn_if_nothing_logged(self) -> None:
         """A run shorter than ``log_every_n_steps`` logs no train/* metric (Lightning warns too)."""
@@ -303,7 +314,15 @@ class Trainer:
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
             "callbacks": self.callbacks.state_dict(),
+            "datamodule": self.datamodule_state(),
         }
+
+    def datamodule_state(self) -> Optional[dict]:
+        """The datamodule's ``state_dict()`` (Lightning's DataModule hook: a corpus's identity), when it
+        has one and can load it back."""
+        dm = self.datamodule
+        saves = callable(getattr(dm, "state_dict", None)) and callable(getattr(dm, "load_state_dict", None))
+        return dm.state_dict() if saves else None
 
     def load_state_dict(self, state: dict) -> None:
         self.state = LoopState(**state["loop"])
@@ -348,6 +367,11 @@ class Trainer:
         """``reload_dataloaders_every_n_epochs``: the datamodule's loaders anew at the start of every
         N-th epoch (not mid-epoch, where a resumed run continues the loader it started with)."""
         n, st = self.config.reload_dataloaders_every_n_epochs, self.state
+        if getattr(self.datamodule, "reload_next_epoch", False) and not st.batch_in_epoch:
+            # a resumed epoch over the windows it had is over: the corpus's new ones join now
+            train = self.loaders.make(self.datamodule.train_dataloader(), train=True)
+            self.num_training_batches = limit_batches(len(train), self.config.limit_train_batches)
+            return train, val
         if not n or st.current_epoch == 0 or st.current_epoch % n or st.batch_in_epoch:
             return train, val
         train = self.loaders.make(self.datamodule.train_dataloader(), train=True)

@@ -97,6 +97,56 @@ def check_tokens(container: dict) -> list[str]:
     return problems
 
 
+def check_token_ids(container: dict) -> list[str]:
+    """A prepared corpus's largest token id (its index records each shard's) within the model's
+    embedding: a larger one failed inside the ranks ("index out of range"), naming no file."""
+    from framework.data.token_shards import max_token_id, read_index
+
+    model, data = (container.get(g) or {} for g in ("model", "datamodule"))
+    vocabulary = _model_sizes(model).get("vocab_size")
+    declared = _data_vocabulary(data)
+    if not data.get("path") or not _ints(vocabulary) or (_ints(declared) and declared > vocabulary):
+        return []  # (a vocabulary larger than the embedding is check_tokens's to name)
+    try:
+        largest = max_token_id(read_index(str(data["path"])))
+    except (OSError, ValueError):
+        return []  # a missing corpus is named by the datamodule's check
+    if largest is None or largest[0] < vocabulary:
+        return []
+    return [
+        f"datamodule.path: shard {largest[1]} of {data['path']} holds token id {largest[0]}, beyond the model's "
+        f"embedding of {vocabulary} tokens (model.vocab_size or its config's): a corpus of another tokenizer, or "
+        "damaged; prepare it again with the model's tokenizer"
+    ]
+
+
+def check_resumed_corpus(container: dict) -> list[str]:
+    """A resume (``ckpt_path`` with ``train``) on the prepared corpus its checkpoint trained on, or on
+    that corpus grown by appending: any other change is named before start (the checkpoint's
+    manifest records the corpus's shards and checksums)."""
+    import json
+
+    from framework.data.token_shards import corpus_change, identity, read_index
+    from framework.engine.checkpoint_files import MANIFEST, resolve_ckpt_path
+
+    data, ckpt = container.get("datamodule") or {}, container.get("ckpt_path")
+    if not ckpt or not data.get("path") or not container.get("train", True):
+        return []
+    try:
+        path = resolve_ckpt_path(str(ckpt), str(container.get("output_dir") or "."))
+        saved = json.loads((path / MANIFEST).read_text()).get("datamodule") or {}
+        now = identity(read_index(str(data["path"])))
+    except (OSError, ValueError):
+        return []  # a missing checkpoint or corpus is named by its own check
+    change = corpus_change(saved["identity"], now) if "identity" in saved else None
+    if change in (None, "grown"):
+        return []
+    return [
+        f"datamodule.path: the corpus at {data['path']} changed since the checkpoint {path} was taken: {change}; "
+        "resume on the corpus it trained on, or start a new run from its weights (init.weights=<checkpoint>)"
+    ]
+
+
 def check_document_boundaries(container: dict) -> list[str]:
     """``datamodule.document_boundaries`` gives the model each token's position in its document: its
     forward must take ``positions`` (the built-in GPT's and a Hugging Face causal LM's do)."""

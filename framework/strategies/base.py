@@ -228,7 +228,9 @@ class Strategy:
         """The last training step is done, before the final validation, test and saves (a strategy
         whose ranks drift apart, such as asynchronous averaging, makes them agree here)."""
 
-    def sampler(self, length: int, shuffle: bool, seed: int, drop_last_multiple: int | None) -> ShardedSampler:
+    def sampler(
+        self, length: int, shuffle: bool, seed: int, drop_last_multiple: int | None, bijection: bool = False
+    ) -> ShardedSampler:
         return ShardedSampler(
             length,
             self.topology.data_parallel_size,
@@ -236,6 +238,7 @@ class Strategy:
             shuffle,
             seed,
             drop_last_multiple,
+            bijection,
         )
 
     @contextlib.contextmanager

@@ -255,3 +255,44 @@ def test_a_killed_worker_or_a_sigterm_stops_the_run_and_the_next_run_resumes(tmp
         )
     )
     assert read_index(out)["splits"] == fresh["splits"] and files_of(out) == files_of(tmp_path / "fresh")
+
+
+def test_an_arrow_directory_and_compressed_jsonl_give_the_plain_jsonls_tokens_and_filters_apply(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    texts = help_text(tmp_path).read_text().split("\n\n")[:120]
+    rows = [{"text": t, "kind": "even" if i % 2 == 0 else "odd"} for i, t in enumerate(texts)]
+    plain = tmp_path / "docs.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pa.output_stream(str(tmp_path / "docs.jsonl.gz"), compression="gzip") as out:
+        out.write(plain.read_bytes())
+    with pa.output_stream(str(tmp_path / "docs.jsonl.zst"), compression="zstd") as out:
+        out.write(plain.read_bytes())
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "arrow"))
+
+    def tokens(given, **keep) -> list[int]:
+        out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
+        prepare(
+            PrepareSettings(input=[str(given)], output=str(out), workers=1, val_fraction=0, test_fraction=0, **keep)
+        )
+        return stream(out).tolist()
+
+    expected = tokens(plain)
+    assert len(expected) > 1000
+    for given in (tmp_path / "docs.jsonl.gz", tmp_path / "docs.jsonl.zst", tmp_path / "arrow"):
+        assert tokens(given) == expected, given
+    long_even = "".join(r["text"] for r in rows if r["kind"] == "even" and len(r["text"]) >= 200)
+    assert tokens(tmp_path / "arrow", min_chars=200, where="kind=even") == list(long_even.encode())
+    assert tokens(plain, min_chars=200, where="kind=even") == list(long_even.encode())
+    with pytest.raises(ValueError, match="where: the rows have no field 'colour'"):
+        tokens(plain, where="colour=red")
+
+
+def test_two_preparations_into_one_output_at_once_the_second_is_refused(tmp_path):
+    from framework.data.prepare import _locked
+
+    (tmp_path / "out").mkdir()
+    source = help_text(tmp_path)
+    with _locked(tmp_path / "out"):  # another preparation at work
+        with pytest.raises(ValueError, match="output: another framework-prepare-data is writing"):
+            prepare(PrepareSettings(input=[str(source)], output=str(tmp_path / "out"), workers=1))
+    prepare(PrepareSettings(input=[str(source)], output=str(tmp_path / "out"), workers=1))  # once it is done

@@ -32,3 +32,23 @@ def test_evaluation_shards_cover_every_sample_once():
     shards = [list(ShardedSampler(11, 3, r, shuffle=False)) for r in range(3)]
     assert sorted(i for s in shards for i in s) == list(range(11))
     assert [len(ShardedSampler(11, 3, r)) for r in range(3)] == [4, 4, 3]
+
+
+def test_a_bijection_computed_per_position_gives_the_same_global_batches_and_resumes():
+    import numpy as np
+
+    from framework.data.sampler import feistel
+
+    for length in (1, 2, 3, 7, 100, 4097):
+        assert sorted(feistel(np.arange(length), length, [5, 0]).tolist()) == list(range(length))
+    single = list(ShardedSampler(103, 1, 0, True, 7, 8, bijection=True))
+    shards = [list(ShardedSampler(103, 4, r, True, 7, 8, bijection=True)) for r in range(4)]
+    assert len(single) == 96 and single != sorted(single)
+    for k in range(12):
+        assert sorted(i for s in shards for i in s[2 * k : 2 * k + 2]) == sorted(single[8 * k : 8 * k + 8])
+    resumed = ShardedSampler(103, 4, 1, True, 7, 8, bijection=True)
+    resumed.set_start(5)
+    assert list(resumed) == shards[1][5:]
+    resumed.set_epoch(1)
+    resumed.set_start(0)
+    assert sorted(list(resumed)) != sorted(shards[1]) or list(resumed) != shards[1]  # another epoch's order
