@@ -13,8 +13,11 @@ from omegaconf import OmegaConf
 
 
 def prepared_vocab_size(directory) -> Optional[int]:
-    """The ``vocab_size`` of ``<directory>/index.json``; None when there is none (the datamodule's
-    check names the path)."""
+    """The ``vocab_size`` of ``<directory>/index.json`` (of several corpora mixed, the largest); None
+    when there is none (the datamodule's check names the path)."""
+    if not isinstance(directory, (str, Path)) and hasattr(directory, "__iter__"):
+        sizes = [prepared_vocab_size(d) for d in directory]
+        return max(sizes) if sizes and None not in sizes else None
     try:
         size = json.loads((Path(str(directory)) / "index.json").read_text(encoding="utf-8")).get("vocab_size")
     except (OSError, ValueError, AttributeError):

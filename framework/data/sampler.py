@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 from torch.utils.data import Sampler
@@ -42,9 +44,9 @@ class ShardedSampler(Sampler[int]):
     ``drop_last_multiple``: drop the tail that does not fill a whole global batch (training),
     so every rank runs the same number of equal-sized steps. Without it (evaluation), ranks
     may get one sample fewer than others; metrics are reduced as sums, so nothing is padded
-    or counted twice. ``bijection``: the shuffled order is ``feistel``'s, computed per position
-    (memory flat in the number of samples: a corpus of billions of tokens), instead of a
-    permutation held whole (torch's randperm).
+    or counted twice. ``order``: a function (positions, length, seed) -> samples that gives the
+    shuffled order position by position (``feistel``'s, or a dataset's own: memory flat in the number
+    of samples, a corpus of billions of tokens), instead of a permutation held whole (torch's randperm).
     """
 
     def __init__(
@@ -55,11 +57,11 @@ class ShardedSampler(Sampler[int]):
         shuffle: bool = True,
         seed: int = 0,
         drop_last_multiple: int | None = None,
-        bijection: bool = False,
+        order: Callable[[np.ndarray, int, list], np.ndarray] | None = None,
     ):
         self.length, self.num_replicas, self.rank = length, num_replicas, rank
         self.shuffle, self.seed, self.drop_last_multiple = shuffle, seed, drop_last_multiple
-        self.bijection = bijection
+        self.order = order
         self.epoch = 0
         self.start = 0  # positions of this rank's shard to skip (resuming mid-epoch)
 
@@ -78,15 +80,10 @@ class ShardedSampler(Sampler[int]):
 
     def __iter__(self):
         first, step = self.rank + self.start * self.num_replicas, self.num_replicas
-        if self.shuffle and self.bijection:
-            seed = [self.seed, self.epoch]
-            return (
-                i
-                for begin in range(first, self._used(), _CHUNK * step)
-                for i in feistel(
-                    np.arange(begin, min(begin + _CHUNK * step, self._used()), step), self.length, seed
-                ).tolist()
-            )
+        if self.shuffle and self.order is not None:
+            seed, used, span = [self.seed, self.epoch], self._used(), _CHUNK * step
+            chunks = (np.arange(begin, min(begin + span, used), step) for begin in range(first, used, span))
+            return (i for chunk in chunks for i in self.order(chunk, self.length, seed).tolist())
         if self.shuffle:
             g = torch.Generator().manual_seed(self.seed + self.epoch)
             order = torch.randperm(self.length, generator=g)

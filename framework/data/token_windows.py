@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import Dataset
 
 from framework.data.batched import GatheredSamples
+from framework.data.sampler import feistel
 from framework.data.token_shards import file_crc32, offsets_file
 
 
@@ -65,7 +66,7 @@ class ShardChecks:
 
 
 class TokenWindows(Dataset):
-    bijective_shuffle = True  # (the engine's sampler: an order computed per position, flat in memory)
+    shuffle_order = staticmethod(feistel)  # the engine's sampler: an order computed per position, flat in memory
 
     def __init__(self, directory, shards: list[dict], dtype: str, seq_len: int, positions: bool = False):
         self.files = [str(Path(directory) / shard["file"]) for shard in shards]

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
+
+import numpy as np
 
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule
+from framework.data.mixture import MixedWindows, mixture_problems, source_names
 from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
 from framework.data.text import Codec
 from framework.data.token_shards import (
@@ -62,9 +65,41 @@ def _tokenizer_problems(index: dict, tokenizer: Optional[str]) -> list[str]:
     ]
 
 
+def _corpus_problems(path, seq_len, vocab_size, tokenizer) -> tuple[Optional[dict], list[str]]:
+    """One prepared corpus's index and what is wrong with it, its shards, its tokenizer, its vocabulary
+    and its train split's length."""
+    index, problems = _index_or_problem(path)
+    if index is None:
+        return None, problems
+    problems += [f"path: {p}" for p in shard_problems(path, index)]
+    problems += _tokenizer_problems(index, tokenizer)
+    if isinstance(vocab_size, int) and vocab_size != index["vocab_size"]:
+        problems.append(
+            f"vocab_size: {vocab_size}, but the corpus at {path} has {index['vocab_size']} tokens; "
+            "leave it to the corpus's index (the default)"
+        )
+    train = split_tokens(index, "train")
+    if isinstance(seq_len, int) and seq_len >= 1 and train <= seq_len:
+        problems.append(
+            f"seq_len: the corpus's train split has {train} tokens, not enough for one window of "
+            f"{seq_len} (and its next token)"
+        )
+    return index, problems
+
+
+def _joined(sets: list):
+    """The non-empty sets one after another (None: none)."""
+    from torch.utils.data import ConcatDataset
+
+    sets = [s for s in sets if len(s)]
+    return ConcatDataset(sets) if sets else None
+
+
 class TokensDataModule(BaseDataModule):
     """Batches of (inputs, targets) windows [batch, seq_len], with positions [batch, seq_len] when
-    ``document_boundaries``. ``vocab_size`` is the prepared corpus's (read from its index)."""
+    ``document_boundaries``. ``vocab_size`` is the prepared corpus's (read from its index). ``path`` a
+    list: several corpora of one tokenizer mixed by ``weights`` (framework/data/mixture.py; null: by
+    their sizes), their validation and test splits one after another."""
 
     inputs, targets = "token ids", "next tokens"
 
@@ -72,7 +107,7 @@ class TokensDataModule(BaseDataModule):
 
     def __init__(
         self,
-        path: str,
+        path: Union[str, list],
         batch_size: int = 32,
         seq_len: int = 128,
         num_workers: int = 0,
@@ -81,81 +116,114 @@ class TokensDataModule(BaseDataModule):
         document_boundaries: bool = False,
         predict_prompts: Optional[Sequence[str]] = None,
         predict_file: Optional[str] = None,
+        weights: Optional[list] = None,
     ):
         super().__init__(batch_size, num_workers)
-        self.path, self.seq_len, self.document_boundaries = path, seq_len, document_boundaries
-        self.index, self.tokenizer, self._codec = read_index(path), tokenizer, None
+        self.seq_len, self.document_boundaries, self.weights = seq_len, document_boundaries, weights
+        self.paths = [str(p) for p in path] if isinstance(path, (list, tuple)) else [str(path)]
+        self.path, self.indexes = self.paths[0], [read_index(p) for p in self.paths]
+        self.index, self.tokenizer, self._codec = self.indexes[0], tokenizer, None
         self._pinned: Optional[list] = None  # the train shards a resumed epoch keeps (load_state_dict)
         self.reload_next_epoch = False
         prompts = read_prompts(predict_file) or predict_prompts
         self.predict_prompts = list(prompts) if prompts is not None else None
-        if vocab_size is not None and vocab_size != self.index["vocab_size"]:
+        if vocab_size is not None and vocab_size != self.vocab_size:
             raise ValueError(
-                f"datamodule.vocab_size: {vocab_size}, but the corpus at {path} has {self.index['vocab_size']} tokens"
+                f"datamodule.vocab_size: {vocab_size}, but the corpus at {path} has {self.vocab_size} tokens"
             )
 
     @property
     def vocab_size(self) -> int:
-        return self.index["vocab_size"]
+        return max(index["vocab_size"] for index in self.indexes)
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.paths) > 1
 
     @classmethod
     def check_config(
         cls,
-        path: Optional[str] = None,
+        path: Union[str, list, None] = None,
         seq_len: int = 128,
         vocab_size: Optional[int] = None,
         tokenizer: Optional[str] = None,
         predict_file: Optional[str] = None,
+        weights: Optional[list] = None,
         **_,
     ) -> list[str]:
-        index, problems = _index_or_problem(path)
-        problems += prompt_file_problems(predict_file)
-        if index is None:
-            return problems
-        problems += [f"path: {p}" for p in shard_problems(path, index)]
-        problems += _tokenizer_problems(index, tokenizer)
-        if isinstance(vocab_size, int) and vocab_size != index["vocab_size"]:
-            problems.append(
-                f"vocab_size: {vocab_size}, but the corpus at {path} has {index['vocab_size']} tokens; "
-                "leave it to the corpus's index (the default)"
-            )
-        train = split_tokens(index, "train")
-        if isinstance(seq_len, int) and seq_len >= 1 and train <= seq_len:
-            problems.append(
-                f"seq_len: the corpus's train split has {train} tokens, not enough for one window of "
-                f"{seq_len} (and its next token)"
-            )
+        paths = list(path) if isinstance(path, (list, tuple)) else [path]
+        problems = prompt_file_problems(predict_file)
+        indexes = []
+        for one in paths:
+            index, found = _corpus_problems(one, seq_len, vocab_size, tokenizer)
+            key = f"path ({one})" if len(paths) > 1 else "path"
+            problems += [p.replace("path: ", f"{key}: ", 1) for p in found]
+            indexes.append(index)
+        if len(paths) > 1 and None not in indexes:
+            problems += mixture_problems([str(p) for p in paths], weights, indexes)
+        elif weights is not None and len(paths) == 1:
+            problems.append("weights: given for one corpus; name several in datamodule.path=[A,B] to mix them")
         return problems
 
     @classmethod
-    def train_samples(cls, path: Optional[str] = None, seq_len: int = 128, **_) -> Optional[int]:
-        """The training windows of the corpus, known before start from its index (None when unknown)."""
-        index, problems = _index_or_problem(path)
-        if index is None or not isinstance(seq_len, int) or seq_len < 1:
-            return None
-        return max(0, split_tokens(index, "train") - 1) // seq_len
+    def train_samples(cls, path: Union[str, list, None] = None, seq_len: int = 128, **_) -> Optional[int]:
+        """The training windows of the corpus (of corpora mixed: together), known before start from the
+        index (None when unknown)."""
+        counts = []
+        for one in path if isinstance(path, (list, tuple)) else [path]:
+            index, problems = _index_or_problem(one)
+            if index is None or not isinstance(seq_len, int) or seq_len < 1:
+                return None
+            counts.append(max(0, split_tokens(index, "train") - 1) // seq_len)
+        return sum(counts)
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return
-        problems = shard_problems(self.path, self.index)
-        if problems:
-            raise FileNotFoundError("datamodule.path: " + "; ".join(problems))
-        sets = {split: self._windows(self.index["splits"].get(split, [])) for split in SPLITS}
-        self.train_set, self.val_set, self.test_set = (sets[s] if len(sets[s]) else None for s in SPLITS)
+        for path, index in zip(self.paths, self.indexes):
+            problems = shard_problems(path, index)
+            if problems:
+                raise FileNotFoundError("datamodule.path: " + "; ".join(problems))
+        sources = [
+            {split: self._windows(index["splits"].get(split, []), path, index) for split in SPLITS}
+            for path, index in zip(self.paths, self.indexes)
+        ]
+        if not self.mixed:
+            self.train_set, self.val_set, self.test_set = (
+                sources[0][s] if len(sources[0][s]) else None for s in SPLITS
+            )
+            return
+        trains = [source["train"] for source in sources]
+        self.train_set = MixedWindows(trains, self.weights or [len(t) for t in trains])
+        self.val_set, self.test_set = (_joined([source[s] for source in sources]) for s in ("val", "test"))
 
-    def _windows(self, shards: list[dict]) -> TokenWindows:
-        return TokenWindows(self.path, shards, self.index["dtype"], self.seq_len, self.document_boundaries)
+    def _windows(self, shards: list[dict], path: Optional[str] = None, index: Optional[dict] = None) -> TokenWindows:
+        index = index or self.index
+        return TokenWindows(path or self.path, shards, index["dtype"], self.seq_len, self.document_boundaries)
+
+    def source_shares(self, seed: int, epochs: list[tuple[int, int]]) -> Optional[dict]:
+        """Corpora mixed: each one's share of the samples trained on, ``epochs`` (epoch, samples) into
+        the engine's order of each epoch (the mixture's ``shuffle_order`` seeded by (seed, epoch))."""
+        if not self.mixed or not isinstance(self.train_set, MixedWindows):
+            return None
+        order = self.train_set.shuffle_order
+        positions = [order(np.arange(n), len(self.train_set), [seed, e]) for e, n in epochs if n]
+        shares = self.train_set.shares(np.concatenate(positions) if positions else np.zeros(0, np.int64))
+        return dict(zip(source_names(self.paths), shares))
 
     # ---- a checkpoint's record of the corpus (Lightning's DataModule state_dict / load_state_dict) ----
     def state_dict(self) -> dict:
         """What the corpus is (its shards and their checksums, per split): a resume checks it."""
+        if self.mixed:
+            return {"path": list(self.paths), "identities": [identity(index) for index in self.indexes]}
         return {"path": str(self.path), "identity": identity(self.index)}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume on the corpus a checkpoint trained on. Grown since (shards appended): the interrupted
         epoch continues over the windows it had (the train split pinned to the saved shards), the new
         ones join from the next epoch (``reload_next_epoch``). Otherwise changed: ValueError naming how."""
+        if self.mixed or "identities" in state:
+            return self._load_mixed(state)
         change = corpus_change(state.get("identity") or {}, identity(self.index))
         if change is None:
             return
@@ -173,6 +241,24 @@ class TokensDataModule(BaseDataModule):
             len(self.index["splits"]["train"]),
             saved,
         )
+
+    def _load_mixed(self, state: dict) -> None:
+        """Corpora mixed resume on the very corpora they trained on (a mixture's positions are laid out
+        over the sizes of all its sources: a grown one would move every position)."""
+        saved = state.get("identities") or [state.get("identity") or {}]
+        if len(saved) != len(self.indexes):
+            raise ValueError(
+                f"datamodule.path: the checkpoint trained on {len(saved)} corpora, these are {len(self.indexes)}"
+            )
+        for path, before, index in zip(self.paths, saved, self.indexes):
+            for split in SPLITS:
+                change = corpus_change(before, identity(index), split)
+                if change is not None:
+                    raise ValueError(
+                        f"datamodule.path: the corpus at {path} changed since the checkpoint was taken: "
+                        f"{'shards were appended' if change == 'grown' else change}; corpora mixed resume on "
+                        "the corpora they trained on"
+                    )
 
     def train_dataloader(self):
         """The train windows; after a resume on a grown corpus, first the saved ones (for the rest of the

@@ -88,11 +88,12 @@ class RankLoaders:
         shuffle = train and isinstance(loader.sampler, RandomSampler) and not self.overfit
         # Training drops the tail that does not fill a global batch: every rank then runs
         # the same number of equal steps, and 1 rank and N ranks see the same batches.
-        # a dataset of a corpus's windows shuffles by a bijection computed per position: no permutation
-        # of every window held in each rank
-        # (passed only then: a strategy of one's own may take the four arguments of earlier versions)
-        bijection = {"bijection": True} if getattr(loader.dataset, "bijective_shuffle", False) else {}
-        sampler = self.strategy.sampler(length, shuffle, self.seed, global_batch if train else None, **bijection)
+        # a dataset of a corpus's windows shuffles by an order computed per position (its shuffle_order): no
+        # permutation of every window held in each rank (passed only then: a strategy of one's own may
+        # take the four arguments of earlier versions)
+        order = getattr(loader.dataset, "shuffle_order", None)
+        own = {"order": order} if order is not None else {}
+        sampler = self.strategy.sampler(length, shuffle, self.seed, global_batch if train else None, **own)
         return DataLoader(
             loader.dataset,
             batch_size=global_batch // world,

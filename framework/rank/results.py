@@ -62,6 +62,9 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
         )
         if predicted is not None:  # (the same on every rank, but a pipeline's stages: the largest)
             predicted = max(all_gather_object(predicted))
+    shares = source_shares(trainer)
+    if shares and trainer.is_global_zero:  # corpora mixed: each one's share of the samples trained on
+        trainer.log_metrics({f"train/share/{name}": share for name, share in shares.items()})
     final = {k: v for k, v in trainer.logged_metrics.items() if "/" in k}
     hparams = flatten({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "output_dir"})
     for logger in trainer.loggers:
@@ -76,6 +79,7 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
         "epochs": trainer.state.epochs_run,
         "steps": trainer.global_step,
         "metrics": dict(trainer.logged_metrics),
+        **({"data": {"shares": shares}} if shares else {}),
         "throughput": _tokens(throughput(trainer.step_times, trainer.train_samples), cfg),
         "memory": {
             "peak_bytes_per_rank": peaks,
@@ -84,6 +88,17 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
             "parameters": _parameters(strategy, model) if model is not None else None,
         },
     }
+
+
+def source_shares(trainer: Trainer) -> dict | None:
+    """A datamodule of corpora mixed: each corpus's share of the samples the run trained on, from the
+    positions of every epoch's order it reached (``source_shares``)."""
+    shares_of = getattr(trainer.datamodule, "source_shares", None)
+    st, per_batch = trainer.state, trainer.loaders.micro_batch_global_size
+    if not callable(shares_of) or not per_batch:
+        return None
+    epochs = [(e, trainer.num_training_batches * per_batch) for e in range(st.current_epoch)]
+    return shares_of(trainer.seed, [*epochs, (st.current_epoch, st.batch_in_epoch * per_batch)])
 
 
 def _parameters(strategy: Strategy, model) -> int:

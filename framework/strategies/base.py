@@ -229,7 +229,7 @@ class Strategy:
         whose ranks drift apart, such as asynchronous averaging, makes them agree here)."""
 
     def sampler(
-        self, length: int, shuffle: bool, seed: int, drop_last_multiple: int | None, bijection: bool = False
+        self, length: int, shuffle: bool, seed: int, drop_last_multiple: int | None, order=None
     ) -> ShardedSampler:
         return ShardedSampler(
             length,
@@ -238,7 +238,7 @@ class Strategy:
             shuffle,
             seed,
             drop_last_multiple,
-            bijection,
+            order,
         )
 
     @contextlib.contextmanager

@@ -123,3 +123,25 @@ def test_a_resume_on_the_corpus_grown_continues_its_epoch_exactly(tmp_path):
     [problem] = [p for p in err.value.problems if "changed since the checkpoint" in p]
     assert problem.startswith(f"datamodule.path: the corpus at {changed} changed since the checkpoint {checkpoint}")
     assert "shard shards/" in problem and "checksum" in problem
+
+
+@pytest.mark.multiprocess
+def test_two_corpora_mixed_by_weight_resume_under_another_world_size_with_their_shares(tmp_path):
+    first, second = prepared(tmp_path / "a", slice(0, 10)), prepared(tmp_path / "b", slice(10, 30))
+    mix = [f"datamodule.path=[{first},{second}]", "datamodule.weights=[0.75,0.25]", "trainer.max_steps=12"]
+    whole = _epoch_run(first, tmp_path / "whole", *mix)
+    assert whole["status"] == "completed" and whole["steps"] == 12
+    shares = whole["data"]["shares"]
+    assert list(shares) == ["0_corpus", "1_corpus"]  # (both directories are called corpus)
+    assert shares["0_corpus"] == pytest.approx(0.75, abs=0.02) and shares["1_corpus"] == pytest.approx(0.25, abs=0.02)
+    assert whole["metrics"]["train/share/0_corpus"] == shares["0_corpus"]
+    checkpoint = tmp_path / "whole" / "checkpoints" / "step4"
+    two = _epoch_run(first, tmp_path / "two", *mix, f"ckpt_path={checkpoint}", "strategy=ddp", "trainer.devices=2")
+    assert two["status"] == "completed" and two["world_size"] == 2
+    assert train_losses(tmp_path / "two") == pytest.approx(train_losses(tmp_path / "whole")[4:], rel=1e-6)
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*RUN, f"datamodule.path=[{first},{second}]", "datamodule.weights=[1]"]))
+    assert any(
+        p.startswith("datamodule.weights: [1]; one positive number per corpus of datamodule.path (2)")
+        for p in err.value.problems
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from framework.data.sampler import ShardedSampler
+from framework.data.sampler import ShardedSampler, feistel
 
 
 def test_union_of_rank_batches_is_the_single_device_batch():
@@ -37,16 +37,14 @@ def test_evaluation_shards_cover_every_sample_once():
 def test_a_bijection_computed_per_position_gives_the_same_global_batches_and_resumes():
     import numpy as np
 
-    from framework.data.sampler import feistel
-
     for length in (1, 2, 3, 7, 100, 4097):
         assert sorted(feistel(np.arange(length), length, [5, 0]).tolist()) == list(range(length))
-    single = list(ShardedSampler(103, 1, 0, True, 7, 8, bijection=True))
-    shards = [list(ShardedSampler(103, 4, r, True, 7, 8, bijection=True)) for r in range(4)]
+    single = list(ShardedSampler(103, 1, 0, True, 7, 8, order=feistel))
+    shards = [list(ShardedSampler(103, 4, r, True, 7, 8, order=feistel)) for r in range(4)]
     assert len(single) == 96 and single != sorted(single)
     for k in range(12):
         assert sorted(i for s in shards for i in s[2 * k : 2 * k + 2]) == sorted(single[8 * k : 8 * k + 8])
-    resumed = ShardedSampler(103, 4, 1, True, 7, 8, bijection=True)
+    resumed = ShardedSampler(103, 4, 1, True, 7, 8, order=feistel)
     resumed.set_start(5)
     assert list(resumed) == shards[1][5:]
     resumed.set_epoch(1)
