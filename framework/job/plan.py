@@ -44,7 +44,13 @@ EXPERT_PARALLEL = {"parallel/ep": ("parallel", {"ep": 2})}
 
 
 def meta_model(cfg: DictConfig) -> torch.nn.Module:
-    """The configured model on the meta device (no memory, no init cost)."""
+    """The configured model on the meta device (no memory, no init cost); ValueError for one this machine
+    could not hold (its Python objects alone could exhaust the memory)."""
+    from framework.job.model_size import check_model_fits
+
+    problems = check_model_fits(OmegaConf.to_container(cfg, resolve=True))
+    if problems:
+        raise ValueError(problems[0])
     with torch.device("meta"):
         return instantiate(cfg.model, _convert_="all")
 

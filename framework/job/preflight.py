@@ -21,6 +21,7 @@ from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, re
 from framework.engine.protocols import contract_problems
 from framework.engine.safe_load import scan_checkpoint
 from framework.job.cross_checks import (
+    check_checkpoint_shapes,
     check_compile_blocks,
     check_data_kinds,
     check_document_boundaries,
@@ -36,6 +37,7 @@ from framework.job.cross_checks import (
     check_writable,
     meta_model,
 )
+from framework.job.model_size import check_model_fits
 from framework.job.overwrite import check_output_dir
 from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
@@ -48,6 +50,7 @@ def preflight(cfg: DictConfig) -> dict:
     return validate(
         cfg,
         checks=[
+            check_model_fits,  # first: the others must not build a model this machine cannot hold
             check_strategy,
             candidate_problems,
             check_strategy_on_model,
@@ -74,6 +77,7 @@ def preflight(cfg: DictConfig) -> dict:
             lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
             check_init_weights,
             check_checkpoint_data,
+            check_checkpoint_shapes,
             check_output_dir,
         ],
     )

@@ -93,9 +93,16 @@ def _log_outcome(cfg: DictConfig, results: dict, output_dir: Path) -> None:
 def _remove_previous_run(container: dict) -> None:
     """overwrite=true: the previous run's outputs go, so that its TensorBoard events, metrics and
     checkpoints do not mix into this run's."""
+    from framework.models.hf_export import remove_export
+
     replaced = replaces_previous_run(container)
     for name in replaced:
         path = Path(container["output_dir"]) / name
+        if name == "model_hf" and path.is_dir():  # an export's own files: a file of the user's in it stays
+            kept = remove_export(path)
+            if kept:
+                log.warning("overwrite=true: kept %s in %s, not written by the previous run's export", kept, path)
+            continue
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     if replaced:
         log.warning(

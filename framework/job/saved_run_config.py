@@ -81,6 +81,8 @@ def _primary_config(
     )
     args = []
     for override in overrides:
+        if override.startswith("~") and not _has(container, override[1:].split("=", 1)[0]):
+            continue  # deleted in the saved run already (its own command line, repeated on resume)
         match = _SELECTION.match(override)
         if match and match.group(1) in groups:
             container.pop(match.group(1), None)
@@ -98,6 +100,16 @@ def _primary_config(
     directory = tempfile.mkdtemp(prefix="framework-saved-run-")
     OmegaConf.save(OmegaConf.create(primary), Path(directory) / f"{EVALUATE_CONFIG}.yaml")
     return directory, args
+
+
+def _has(container: dict, dotted: str) -> bool:
+    """Whether ``container`` holds the key ``dotted`` (``callbacks.early_stopping``)."""
+    node = container
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _saved_searchpath(run_dir: Path) -> list[str]:

@@ -11,10 +11,9 @@ from dataclasses import fields
 from omegaconf import OmegaConf
 
 from framework.config import ConfigError
-from framework.config.environment import resolve_accelerator
 from framework.config.schemas import AutoStrategyConfig
-from framework.config.sizes import parse_bytes
 from framework.engine.memory import optimizer_state_bytes
+from framework.job.model_size import memory_limit
 from framework.job.plan import layout_bytes, meta_model
 from framework.rank.strategy_probe import mib
 from framework.strategies import STRATEGIES, check_strategy, resolved_options
@@ -72,18 +71,6 @@ def candidate_problems(container: dict) -> list[str]:
                 f"{', '.join(eligible)}; or a node such as {{name: fsdp, sharding: grad_op}})"
             )
     return problems
-
-
-def memory_limit(container: dict) -> tuple[int | None, str]:
-    """The bytes per device to plan against, and where the figure comes from."""
-    trainer = container["trainer"]
-    if trainer.get("memory_limit") is not None:
-        return parse_bytes(trainer["memory_limit"]), "trainer.memory_limit"
-    if resolve_accelerator(trainer.get("accelerator") or "auto") == "cuda":
-        import torch
-
-        return torch.cuda.get_device_properties(0).total_memory, "the CUDA device's total memory"
-    return None, "trainer.memory_limit is not set; on CPU every candidate fits"
 
 
 def plan_candidates(container: dict) -> dict:

@@ -72,6 +72,31 @@ def directory_problems(path: Optional[str], key: str = "model.path") -> list[str
             else ""
         )
         return [f"{key}: '{path}' lacks {', '.join(missing)} (a directory as save_pretrained writes it){extra}"]
+    return [f"{key}: {p}" for f in weight_files(directory) for p in safetensors_problems(f)]
+
+
+def safetensors_problems(path: Path) -> list[str]:
+    """A safetensors file whose header does not describe it: cut short (a copy that did not finish), or
+    a header that is not one. Read: the header alone."""
+    import struct
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        length = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+        try:
+            header = json.loads(f.read(length)) if length is not None and 8 + length <= size else None
+        except ValueError:
+            header = None
+    if not isinstance(header, dict):
+        return [f"'{path}' is not a safetensors file (its header is cut short or not JSON): save the model again"]
+    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    needed = 8 + length + max(ends, default=0)
+    if size < needed:
+        return [
+            f"'{path}' is cut short: its header describes {needed} bytes, the file has {size} (a copy that did not "
+            "finish?); copy or save the model again"
+        ]
     return []
 
 

@@ -201,3 +201,29 @@ def test_loading_opens_no_connection_and_leaves_the_environment_alone(llama_dir,
     assert HFSequenceClassifier(num_labels=3, path=MINILM)(torch.tensor([[101, 2023, 102, 0]])).shape == (1, 3)
     assert HFCausalLM(path=str(llama_dir))(torch.tensor([[1, 2, 3]])).shape == (1, 3, 256)
     assert dict(os.environ) == before
+
+
+def test_a_truncated_weights_file_and_a_model_larger_than_the_machine_are_refused_before_start(llama_dir, tmp_path):
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(llama_dir, cut)
+    weights = cut / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    [problem] = [p for p in refused(llama(cut)) if p.startswith("model.path")]
+    assert problem.startswith(f"model.path: '{weights}' is cut short: its header describes ")
+    for key in ("hidden_size=1000000000", "num_hidden_layers=1000000"):
+        [size] = [p for p in refused(llama(llama_dir, f"+model.config.{key}")) if p.startswith("model: its config")]
+        assert f"model.config.{key}" in size and "more than the" in size and "a rank has" in size
+
+
+def test_a_second_export_keeps_the_files_it_did_not_write(llama_dir, tmp_path):
+    from framework import fit
+
+    run = [*llama(llama_dir), "trainer.max_steps=1", "test=false", "export_weights=true", "export_format=hf"]
+    run += ["callbacks=none", "trainer.limit_val_batches=0"]
+    assert fit(compose(run), output_dir=str(tmp_path))["status"] == "completed"
+    (tmp_path / "model_hf" / "README.md").write_text("my notes")
+    assert fit(compose(run), output_dir=str(tmp_path), overwrite=True)["status"] == "completed"
+    assert (tmp_path / "model_hf" / "README.md").read_text() == "my notes"
+    assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "model_hf") is not None

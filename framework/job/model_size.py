@@ -1,0 +1,110 @@
+"""The model's size from its config against the memory the run has, before anything is built: a
+config of ``hidden_size=10**9`` or ``num_hidden_layers=10**6`` is refused naming its keys (it
+started every rank, each trying to allocate 64 GB to 1 TB), and nothing checks it by building it,
+not even on the meta device."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from framework.config.environment import resolve_accelerator
+from framework.config.sizes import parse_bytes
+from framework.engine.memory import optimizer_state_bytes
+from framework.models.sizes import SIZE_KEYS, gpt_parameters, hf_parameters
+
+_checked: dict = {}  # id of the model node -> its problems (the checks of one preflight ask several times)
+
+
+def declared_parameters(model: dict) -> tuple[Optional[int], str]:
+    """(parameters, the keys that size them) of a built-in GPT or a Hugging Face model's config;
+    (None, "") for any other model, or a config that does not load (its own check names it)."""
+    target = str(model.get("_target_", ""))
+    if target.endswith(".GPT"):
+        keys = ", ".join(f"model.{k}={model[k]}" for k in SIZE_KEYS["gpt"] if k in model)
+        return gpt_parameters(model), keys
+    if not target.endswith((".HFCausalLM", ".HFSequenceClassifier")):
+        return None, ""
+    from framework.models import hf_files
+
+    try:
+        config = hf_files.load_config(model.get("path"), model.get("config"))
+    except Exception:  # noqa: BLE001 - a config that does not load is named by the model's own check
+        return None, ""
+    keys = ", ".join(f"model.config.{k}={getattr(config, k)}" for k in SIZE_KEYS["hf"] if hasattr(config, k))
+    return hf_parameters(config), keys
+
+
+def memory_limit(container: dict) -> tuple[int | None, str]:
+    """The bytes per device to plan against, and where the figure comes from."""
+    trainer = container["trainer"]
+    if trainer.get("memory_limit") is not None:
+        return parse_bytes(trainer["memory_limit"]), "trainer.memory_limit"
+    if resolve_accelerator(trainer.get("accelerator") or "auto") == "cuda":
+        import torch
+
+        return torch.cuda.get_device_properties(0).total_memory, "the CUDA device's total memory"
+    return None, "trainer.memory_limit is not set; on CPU every candidate fits"
+
+
+def memory_per_rank(container: dict, processes: int) -> tuple[Optional[int], str]:
+    """The bytes one rank may hold, and where the figure comes from: ``trainer.memory_limit``, the CUDA
+    device's, or this machine's memory shared by its ``processes``."""
+    limit, source = memory_limit(container)
+    if limit is not None:
+        return limit, source
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None, ""
+    return total // max(1, processes), f"this machine's {_gib(total)} over {processes} process(es)"
+
+
+def check_model_fits(container: dict) -> list[str]:
+    """The model state per rank (weights; training: with gradients and optimizer state, as the strategy
+    lays them out) within the memory a rank has."""
+    model = container.get("model")
+    if not isinstance(model, dict):
+        return []
+    if id(model) in _checked:
+        return _checked[id(model)]
+    _checked.clear()
+    _checked[id(model)] = problems = _size_problems(container, model)
+    return problems
+
+
+def too_large(container: dict) -> bool:
+    """Whether the model is too large to build here, even on the meta device."""
+    return bool(check_model_fits(container))
+
+
+def _size_problems(container: dict, model: dict) -> list[str]:
+    from framework.strategies import resolve
+
+    params, keys = declared_parameters(model)
+    if params is None:
+        return []
+    try:
+        cls, _, topology = resolve(container)
+    except Exception:  # noqa: BLE001 - an invalid layout is named by the strategy's check
+        return []
+    optimizer = optimizer_state_bytes(container["optimizer"]) if container.get("optimizer") else 8
+    state = cls.predict_model_state_bytes(params, optimizer, topology)
+    if (container.get("strategy") or {}).get("name") == "auto":  # its plan chooses: the most sharded it could
+        state = (8 + optimizer) * params / topology.world_size
+    if not container.get("train", True):
+        state = state * 4 / (8 + optimizer)  # weights only
+    budget, source = memory_per_rank(container, topology.processes_per_node)
+    if budget is None or state <= budget:
+        return []
+    what = "weights, gradients and optimizer state" if container.get("train", True) else "weights"
+    name = (container.get("strategy") or {}).get("name") or cls.name
+    return [
+        f"model: its config makes about {params:.3g} parameters ({keys}): {_gib(state)} of {what} per rank "
+        f"under strategy={name} on {topology.world_size} rank(s), more than the {_gib(budget)} a rank has "
+        f"({source}); choose a smaller model, or more ranks of a sharding strategy (fsdp)"
+    ]
+
+
+def _gib(count: float) -> str:
+    return f"{count / 2**30:,.1f} GiB"

@@ -1,0 +1,50 @@
+"""A resume that cannot continue the run is refused before start in one line; one that can, with
+the run's own command line repeated, continues it (a deletion it made included)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from framework import compose, fit
+from framework.config import ConfigError
+from framework.job.preflight import preflight
+from tests.helpers.configs import GPT_TINY
+
+RUN = [*GPT_TINY, "trainer.max_steps=2", "test=false", "trainer.limit_val_batches=0"]
+
+
+def test_a_checkpoint_of_another_model_size_is_refused_before_start_naming_its_tensors(tmp_path):
+    assert fit(compose(RUN), output_dir=str(tmp_path / "run"))["status"] == "completed"
+    checkpoint = tmp_path / "run" / "checkpoints" / "last"
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*RUN, "model.dim=64", f"ckpt_path={checkpoint}"]))
+    [problem] = [p for p in err.value.problems if p.startswith("ckpt_path")]
+    assert problem.startswith(f"ckpt_path: {checkpoint} was saved with another model: 21 tensors differ in shape, ")
+    assert "tok_embeddings.weight (saved [256, 32], here [256, 64])" in problem
+    preflight(compose([*RUN, f"ckpt_path={checkpoint}"]))  # the same model resumes
+
+
+@pytest.mark.multiprocess
+def test_the_runs_own_command_line_with_a_deletion_resumes_it_in_place(tmp_path):
+    line = [
+        sys.executable,
+        "-m",
+        "framework.train",
+        "model=gpt/tiny",
+        "datamodule=text",
+        "task=language_modeling",
+        "datamodule.seq_len=32",
+        "~callbacks.early_stopping",
+        "trainer.enable_progress_bar=false",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    first = subprocess.run([*line, "trainer.max_steps=2"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = subprocess.run(
+        [*line, "trainer.max_steps=4", "ckpt_path=last"], capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "Resumed from" in again.stdout + again.stderr and "at epoch 0, step 2" in again.stdout + again.stderr
