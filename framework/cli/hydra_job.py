@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.config import ConfigError
 from framework.config.environment import PACKED_JOB, PARALLEL_JOBS, available_cores, detect_environment
 from framework.engine.attempts import ATTEMPTS
+from framework.engine.checkpoint_files import CheckpointError
 from framework.engine.results import update_json, write_json
 from framework.engine.run_directory import DirectoryBusy
 from framework.engine.signals import Interrupted
@@ -62,6 +63,12 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
             if not os.environ.get(PACKED_JOB):  # a packed sweep's launcher writes it once its jobs end
                 finish_sweep(Path(hydra_cfg.sweep.dir), stopped_by=err.signum)
         sys.exit(128 + err.signum)
+    except CheckpointError as err:  # one line, as the rank logged it: no traceback of the engine's frames
+        if sweeping:
+            log.error("job %s failed: %s", runtime.output_dir, err)
+            return None
+        print(f"Error: {err}", file=sys.stderr)
+        sys.exit(1)
     except JobFailed as err:
         if not sweeping:  # the rank logged its traceback and the launch its verdict: no launcher frames
             sys.exit(1)

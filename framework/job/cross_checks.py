@@ -152,39 +152,6 @@ def check_resumed_corpus(container: dict) -> list[str]:
     ]
 
 
-def check_checkpoint_shapes(container: dict) -> list[str]:
-    """The checkpoint to resume or evaluate holds this model's tensors in this model's shapes (read from
-    its metadata, as data): one of another size failed in the ranks, after six tracebacks."""
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
-    from framework.engine.safe_load import read_dcp_metadata
-
-    ckpt = container.get("ckpt_path")
-    if not ckpt or not isinstance(container.get("model"), dict):
-        return []
-    path = resolve_ckpt_path(str(ckpt), str(container.get("output_dir") or "."))
-    try:
-        saved = read_dcp_metadata(path, bool(container.get("trust_checkpoint"))).state_dict_metadata
-    except Exception:  # noqa: BLE001 - a missing, partial or untrusted checkpoint is named by its own checks
-        return []
-    model = meta_model(container) if is_checkpoint(path) else None
-    if model is None:
-        return []
-    differ = [
-        f"{name} (saved {list(saved[key].size)}, here {list(tensor.shape)})"
-        for name, tensor in model.state_dict().items()
-        for key in [f"model.{name}"]
-        if isinstance(saved.get(key), TensorStorageMetadata) and tuple(saved[key].size) != tuple(tensor.shape)
-    ]
-    if not differ:
-        return []
-    return [
-        f"ckpt_path: {path} was saved with another model: {len(differ)} tensors differ in shape, "
-        f"{', '.join(differ[:4])}{' ...' if len(differ) > 4 else ''}; give the model keys it was trained with"
-    ]
-
-
 def check_document_boundaries(container: dict) -> list[str]:
     """``datamodule.document_boundaries`` gives the model each token's position in its document: its
     forward must take ``positions`` (the built-in GPT's and a Hugging Face causal LM's do)."""

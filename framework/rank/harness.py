@@ -45,9 +45,9 @@ def unknown_tasks(names: list[str], include_path: Optional[str] = None) -> list[
 
 
 def score(settings: dict, trainer, parts, ckpt: Optional[Path], output_dir: str) -> Optional[dict]:
-    """Every task's metrics on rank 0 (None on the others); with ``log_samples``, each question's
-    answers in ``<output_dir>/harness/<task>.jsonl``. Collective: every rank scores its share of each
-    task's requests (framework/rank/harness_lm.py)."""
+    """Every task's metrics on rank 0 (None on the others), logged as ``harness/<task>/<metric>``; with
+    ``log_samples``, each question's answers in ``<output_dir>/harness/<task>.jsonl``. Collective: every
+    rank scores its share of each task's requests (framework/rank/harness_lm.py)."""
     os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"  # nothing downloads
     import lm_eval
 
@@ -81,6 +81,15 @@ def score(settings: dict, trainer, parts, ckpt: Optional[Path], output_dir: str)
         write_samples(results["samples"], Path(output_dir))
     scores = summary(results)
     log.info("Harness: %s", "; ".join(f"{t}: {_line(m)}" for t, m in scores.items()))
+    # beside the test metrics: the loggers, results.json's metrics, a sweep's objective
+    trainer.log_metrics(
+        {
+            f"harness/{task}/{name}": value
+            for task, metrics in scores.items()
+            for name, value in metrics.items()
+            if name != "samples" and "stderr" not in name
+        }
+    )
     return scores
 
 

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.config.environment import PARALLEL_JOBS, RankEnv, available_cores
 from framework.config.relocate import relocate
 from framework.engine import signals
+from framework.engine.checkpoint_files import CheckpointError
 from framework.engine.signals import StopNow, StopSignals, stop_signals, watch_parent
 from framework.rank.benchmark_repeats import repeat_timing
 from framework.rank.build import build_trainer
@@ -120,7 +121,9 @@ def _run_stages_and_clean_up(
             failed_rank=env.rank,
             traceback=traceback.format_exc(),
         )
-        log.error("rank %d failed: %s\n%s", env.rank, results["error"], results["traceback"].rstrip())
+        # a checkpoint that cannot be used says why in one line (its traceback is in results.json)
+        said = "" if isinstance(err, CheckpointError) else "\n" + results["traceback"].rstrip()
+        log.error("rank %d failed: %s%s", env.rank, results["error"], said)
         if env.world_size > 1 and lost_peer(err):
             # A broken connection usually means a peer died. Exit a moment later, so that the
             # launcher sees that death first and names the rank that caused it, not this one.

@@ -52,15 +52,6 @@ def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components, signals=Non
             t3 = time.perf_counter()
             settings = OmegaConf.to_container(cfg.harness, resolve=True)
             out["harness"] = score(settings, trainer, parts, ckpt, str(cfg.output_dir))
-            if out["harness"]:  # (rank 0) beside the test metrics: loggers, results.json, a sweep's objective
-                trainer.log_metrics(
-                    {
-                        f"harness/{task}/{name}": value
-                        for task, metrics in out["harness"].items()
-                        for name, value in metrics.items()
-                        if name != "samples" and "stderr" not in name
-                    }
-                )
             out.update(harness_time_s=time.perf_counter() - t3)
     out.update(test_time_s=time.perf_counter() - t2)
     return out
