@@ -63,17 +63,8 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
             if not os.environ.get(PACKED_JOB):  # a packed sweep's launcher writes it once its jobs end
                 finish_sweep(Path(hydra_cfg.sweep.dir), stopped_by=err.signum)
         sys.exit(128 + err.signum)
-    except CheckpointError as err:  # one line, as the rank logged it: no traceback of the engine's frames
-        if sweeping:
-            log.error("job %s failed: %s", runtime.output_dir, err)
-            return None
-        print(f"Error: {err}", file=sys.stderr)
-        sys.exit(1)
-    except JobFailed as err:
-        if not sweeping:  # the rank logged its traceback and the launch its verdict: no launcher frames
-            sys.exit(1)
-        log.error("job %s failed: %s", runtime.output_dir, err)
-        return None
+    except (JobFailed, CheckpointError) as err:
+        return job_failed(err, sweeping, runtime.output_dir)
     except Exception:
         if not sweeping:
             raise
@@ -85,6 +76,16 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
         if not busy:
             record_job(runtime.output_dir, hydra_cfg, started)
     return results.get("metrics", {}).get(cfg.get("optimized_metric") or "val/loss")
+
+
+def job_failed(err: Exception, sweeping: bool, output_dir: str) -> None:
+    """A job that failed in a way its rank already said: no launcher or engine frames. Alone, the
+    program exits 1 (a checkpoint it could not use said once, in one line); in a sweep, the next job."""
+    if not sweeping:
+        if isinstance(err, CheckpointError):
+            print(f"Error: {err}", file=sys.stderr)
+        sys.exit(1)
+    log.error("job %s failed: %s", output_dir, err)
 
 
 def parallel_jobs(hydra_cfg) -> int:

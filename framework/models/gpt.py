@@ -25,7 +25,9 @@ from torch import nn
 from framework.config.ranges import Range
 from framework.models.documents import document_mask
 from framework.models.kv_cache import DecodingCache
+from framework.models.lora import is_adapter
 from framework.models.moe import MoE
+from framework.models.shards import copy_into
 from framework.models.swiglu import FeedForward
 
 
@@ -137,6 +139,7 @@ class GPT(nn.Module):
     """``forward(tokens [batch, seq]) -> logits [batch, seq, vocab_size]``."""
 
     inputs, outputs = "token ids", "logits per token"  # what the checks before start match against data and task
+    adapter_targets = ("wq", "wk", "wv", "wo")  # what adapter=lora adapts unless adapter.target_modules says
 
     block_classes = ("Block",)  # what trainer.compile=blocks compiles one by one
     # indexed by position: context parallelism starts them at each rank's part of the sequence
@@ -259,6 +262,8 @@ class GPT(nn.Module):
         self._rotary(weight.device if not weight.is_meta else "cpu")
         std = 0.02
         for name, param in self.named_parameters():
+            if is_adapter(name):  # (an adapter's own init draws it: framework/models/lora.py)
+                continue
             generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
             shape = param.shape
             if name.endswith("norm.weight"):
@@ -267,7 +272,7 @@ class GPT(nn.Module):
                 full = torch.randn(shape, generator=generator) * (std / math.sqrt(2 * self.config["n_layers"]))
             else:
                 full = torch.randn(shape, generator=generator) * std
-            _copy_into(param, full)
+            copy_into(param, full)
 
     # A pipeline stage is this model with the modules of the other stages removed (set to None,
     # blocks deleted from ``layers``): forward then runs what is left, from tokens or hidden states.
@@ -353,17 +358,3 @@ class GPT(nn.Module):
             "feed_forward.w3": ColwiseParallel(),
             "feed_forward.w2": RowwiseParallel(output_layouts=between),
         }
-
-
-def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
-    """``full`` into ``param``: whole, or this rank's shard of it when ``param`` is a DTensor."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    if isinstance(param, DTensor):
-        # src_data_rank=None: every rank drew the same full tensor; each keeps its part, no communication
-        local = distribute_tensor(
-            full.to(param.device_mesh.device_type), param.device_mesh, param.placements, src_data_rank=None
-        )
-        param.to_local().copy_(local.to_local())
-    else:
-        param.copy_(full.to(param.device, param.dtype))

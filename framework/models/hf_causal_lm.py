@@ -25,9 +25,10 @@ from torch import nn
 
 from framework.models import hf_files, hf_layouts, hf_plan
 from framework.models.documents import additive_mask, document_mask
-from framework.models.gpt import _copy_into
 from framework.models.hf_source import HFSource
 from framework.models.kv_cache import DecodingCache
+from framework.models.lora import is_adapter
+from framework.models.shards import copy_into
 
 
 class HFCausalLM(HFSource, nn.Module):
@@ -37,6 +38,7 @@ class HFCausalLM(HFSource, nn.Module):
     model's shape but starts from the scratch weights."""
 
     inputs, outputs = "token ids", "logits per token"
+    adapter_targets = ("q_proj", "k_proj", "v_proj", "o_proj")  # adapter=lora's default targets
 
     pipeline_splittable = True
     GROUP = "hf/causal_lm"
@@ -146,8 +148,10 @@ class HFCausalLM(HFSource, nn.Module):
         reader = hf_files.WeightReader(hf_files.resolve_path(self.path)) if self.path and self.pretrained else None
         norms = {name for name, module in self.named_modules() if "Norm" in type(module).__name__}
         for name, param in self.named_parameters():
+            if is_adapter(name):  # (an adapter's own init draws it: framework/models/lora.py)
+                continue
             if reader is None:
-                _copy_into(param, self._drawn(name, param.shape, seed, norms))
+                copy_into(param, self._drawn(name, param.shape, seed, norms))
             else:
                 self._load(reader, name, param)
 

@@ -1,0 +1,163 @@
+"""Low-rank adapters (LoRA, DoRA; QLoRA's NF4 base in framework/models/nf4.py) on a frozen model.
+
+An adapted ``nn.Linear`` stays the same module at the same place with the same ``weight``: its class
+becomes ``LoRALinear``, which adds ``lora_a`` [r, in] and ``lora_b`` [out, r] (and DoRA's
+``lora_magnitude`` [out]) and computes ``W x + b + (alpha / r) B A dropout(x)``. So the base keeps
+every parameter name (a checkpoint, a tensor-parallel plan, a pipeline's cut and the saved weights
+of a Hugging Face model still find theirs), and a tensor-parallel split of the linear splits its
+adapter with it (``split_adapters``). peft's names and format are the export's (hf_adapters.py).
+
+Adapter weights are drawn per parameter from a generator seeded by (seed, name) on their full shape,
+as the built-in GPT's are: A uniform in +-1/sqrt(in) (nn.Linear's default, peft's), B zero (the
+adapted model starts as the base); the same whatever the layout.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from framework.models.shards import copy_into
+
+ADAPTER_PARAMETERS = ("lora_a", "lora_b", "lora_magnitude")
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    """``adapter.*``: rank ``r``, ``alpha`` (the update is scaled by alpha / r), ``dropout`` on the
+    adapter's input, ``target_modules`` (module names, matched as peft does: a name equal to one or
+    ending in ``.<one>``, or a regular expression matched whole; null: the model's own), ``use_dora``,
+    ``quantize`` ("nf4": QLoRA's frozen base in 4 bits)."""
+
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Union[list, str, None] = None
+    use_dora: bool = False
+    quantize: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.r
+
+
+def is_adapter(name: str) -> bool:
+    """Whether the parameter ``name`` is an adapter's (not the base model's)."""
+    return name.rpartition(".")[2] in ADAPTER_PARAMETERS
+
+
+class LoRALinear(nn.Linear):
+    """An ``nn.Linear`` with a low-rank update (made by ``adapt``, never built directly)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        base = self.base_forward(x)
+        low = F.linear(F.linear(F.dropout(x, self.lora_dropout, self.training), self.lora_a), self.lora_b)
+        if self.lora_magnitude is None:
+            return base + self.lora_scale * low
+        # DoRA: the direction of W + s B A, each output row scaled by its magnitude (norm detached, as peft)
+        norm = (self.weight + self.lora_scale * self.lora_b @ self.lora_a).norm(dim=1).detach()
+        factor = self.lora_magnitude / norm
+        bias = 0 if self.bias is None else self.bias
+        return factor * (base - bias + self.lora_scale * low) + bias
+
+    def base_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def delta(self) -> torch.Tensor:
+        """The adapted weight's difference from the base, s B A (full tensors)."""
+        return self.lora_scale * self.lora_b @ self.lora_a
+
+
+def adapt(module: nn.Linear, settings: AdapterSettings) -> None:
+    """Make ``module`` a LoRALinear in place (on the meta device too: its tensors are created where
+    its weight is); the base's parameters frozen."""
+    out_features, in_features = module.weight.shape
+    like = {"device": module.weight.device, "dtype": torch.float32}
+    module.__class__ = LoRALinear if not isinstance(module, LoRALinear) else type(module)
+    module.lora_a = nn.Parameter(torch.zeros(settings.r, in_features, **like))
+    module.lora_b = nn.Parameter(torch.zeros(out_features, settings.r, **like))
+    module.lora_magnitude = nn.Parameter(torch.ones(out_features, **like)) if settings.use_dora else None
+    module.lora_scale, module.lora_dropout = settings.scale, settings.dropout
+    module.weight.requires_grad_(False)
+    if module.bias is not None:
+        module.bias.requires_grad_(False)
+
+
+def targets(model: nn.Module, settings: AdapterSettings) -> list[str]:
+    """The names of the linear layers ``settings`` adapts (the model's ``adapter_targets`` by default)."""
+    wanted = settings.target_modules or list(getattr(model, "adapter_targets", ()))
+    names = [name for name, m in model.named_modules() if name and isinstance(m, nn.Linear)]
+    if isinstance(wanted, str):
+        return [n for n in names if re.fullmatch(wanted, n)]
+    return [n for n in names if any(n == w or n.endswith(f".{w}") or fnmatch.fnmatchcase(n, w) for w in wanted)]
+
+
+def inject_adapters(model: nn.Module, settings: AdapterSettings, seed: int) -> list[str]:
+    """Adapt the target layers of ``model`` and freeze everything else; their weights drawn now, or,
+    for a model on the meta device, after its own ``init_weights`` (which this wraps). Returns the
+    adapted names."""
+    chosen = targets(model, settings)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for name in chosen:
+        adapt(model.get_submodule(name), settings)
+    model.adapter_settings = settings
+    if any(p.is_meta for p in model.parameters()):
+        own = model.init_weights
+
+        def init_weights(seed: int = 0, _own=own) -> None:
+            _own(seed)
+            init_adapters(model, seed)
+
+        model.init_weights = init_weights
+    else:
+        init_adapters(model, seed)
+    return chosen
+
+
+@torch.no_grad()
+def init_adapters(model: nn.Module, seed: int) -> None:
+    """Every adapter parameter (this rank's shard of it): A uniform in +-1/sqrt(in), B zero, DoRA's
+    magnitude the base weight's row norms."""
+    for name, module in model.named_modules():
+        if not isinstance(module, LoRALinear):
+            continue
+        generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+        shape = module.lora_a.shape
+        bound = 1 / math.sqrt(shape[1])
+        copy_into(module.lora_a, torch.rand(shape, generator=generator) * 2 * bound - bound)
+        copy_into(module.lora_b, torch.zeros(module.lora_b.shape))
+        if module.lora_magnitude is not None:
+            copy_into(module.lora_magnitude, _full(module.weight).float().norm(dim=1))
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def merged_weights(weights: dict[str, torch.Tensor], settings: AdapterSettings) -> dict[str, torch.Tensor]:
+    """A full state dict of an adapted model with each adapter folded into its base weight
+    (W + s B A; DoRA: each row scaled to its magnitude), the adapter tensors left out."""
+    out = {k: v for k, v in weights.items() if not is_adapter(k)}
+    for key in [k for k in weights if k.endswith(".lora_a")]:
+        module = key[: -len(".lora_a")]
+        base = weights[f"{module}.weight"].float()
+        merged = base + settings.scale * weights[f"{module}.lora_b"].float() @ weights[key].float()
+        if f"{module}.lora_magnitude" in weights:
+            merged = merged * (weights[f"{module}.lora_magnitude"].float() / merged.norm(dim=1))[:, None]
+        out[f"{module}.weight"] = merged.to(weights[f"{module}.weight"].dtype)
+    return out
+
+
+def adapter_state(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The adapter tensors of a full state dict."""
+    return {k: v for k, v in weights.items() if is_adapter(k)}
