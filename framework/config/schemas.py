@@ -159,6 +159,20 @@ class HarnessConfig:
 
 
 @dataclass
+class AdapterConfig:
+    """``adapter=lora`` / ``qlora``: low-rank adapters on the frozen model (framework/models/lora.py)."""
+
+    r: int = ranged(8, low=1)  # the adapters' rank
+    alpha: float = ranged(16.0, low=0, strict=True)  # the update is scaled by alpha / r
+    dropout: float = ranged(0.0, low=0, high=1, high_strict=True)  # on the adapter's input
+    # module names (peft's matching: equal, or ending in .<name>), or a regex matched whole; null: the
+    # model's own (the built-in GPT's wq, wk, wv, wo; a Hugging Face model's q/k/v/o_proj)
+    target_modules: Optional[Union[list, str]] = None
+    use_dora: bool = False  # DoRA: each adapted row's magnitude learnt apart from its direction
+    quantize: Optional[Literal["nf4"]] = None  # nf4: QLoRA, the frozen base's linear weights in 4 bits
+
+
+@dataclass
 class RootConfig:
     """Top-level keys of ``conf/train.yaml`` besides the groups."""
 
@@ -183,6 +197,7 @@ class RootConfig:
     # loaded is refused. true: load it anyway (an old or foreign checkpoint from someone you trust).
     trust_checkpoint: bool = False
     init: dict = field(default_factory=dict)  # transfer learning: the init keys below
+    adapter: Optional[dict] = None  # adapter=lora|qlora: AdapterConfig's keys; null: the whole model trains
     # lm-evaluation-harness scoring: HarnessConfig's keys
     harness: dict = field(default_factory=lambda: dataclasses.asdict(HarnessConfig()))
     # Where a run writes; filled in by the entry point (Hydra's run dir).

@@ -38,6 +38,7 @@ from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_numb
 from framework.config.schemas import (
     ROOT_KEYS,
     TYPO_CUTOFF,
+    AdapterConfig,
     HarnessConfig,
     InitConfig,
     RootConfig,
@@ -71,6 +72,7 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     init = container.get("init") or {}
     check_schema(init, InitConfig, "init", problems)
     check_schema(container.get("harness") or {}, HarnessConfig, "harness", problems)
+    check_schema(container.get("adapter") or {}, AdapterConfig, "adapter", problems)
     if init.get("weights") and init["weights"] != "???" and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)

@@ -60,7 +60,8 @@ class LoRALinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = self.base_forward(x)
-        low = F.linear(F.linear(F.dropout(x, self.lora_dropout, self.training), self.lora_a), self.lora_b)
+        dropped = F.dropout(x, self.lora_dropout, self.training) if self.lora_dropout else x
+        low = F.linear(F.linear(dropped, self.lora_a), self.lora_b)
         if self.lora_magnitude is None:
             return base + self.lora_scale * low
         # DoRA: the direction of W + s B A, each output row scaled by its magnitude (norm detached, as peft)
@@ -161,3 +162,30 @@ def merged_weights(weights: dict[str, torch.Tensor], settings: AdapterSettings) 
 def adapter_state(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The adapter tensors of a full state dict."""
     return {k: v for k, v in weights.items() if is_adapter(k)}
+
+
+def split_adapters(model: nn.Module) -> None:
+    """After a tensor-parallel plan split the adapted linears' weights: each adapter split with its
+    linear. Column-wise (the weight's rows split): A whole, B's rows split; row-wise (its columns): A's
+    columns split, B whole; so W x + s B A x keeps one layout (partial sums reduced as the base's)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(module, LoRALinear) or not isinstance(weight, DTensor):
+            continue
+        split = weight.placements[0]
+        placements = {
+            "lora_a": Shard(1) if split == Shard(1) else Replicate(),
+            "lora_b": Shard(0) if split == Shard(0) else Replicate(),
+            "lora_magnitude": Shard(0) if split == Shard(0) else Replicate(),
+        }
+        for name, placement in placements.items():
+            param = getattr(module, name)
+            if param is None:
+                continue
+            full = param.full_tensor() if isinstance(param, DTensor) else param.data
+            if param.is_meta:
+                full = torch.empty(param.shape, device="meta", dtype=param.dtype)
+            again = distribute_tensor(full, weight.device_mesh, [placement], src_data_rank=None)
+            setattr(module, name, nn.Parameter(again, requires_grad=param.requires_grad))

@@ -119,6 +119,8 @@ def build_components(cfg: DictConfig, is_global_zero: bool, on_meta: bool = Fals
     on_meta = on_meta and callable(getattr(target, "init_weights", None)) and not (cfg.get("init") or {}).get("weights")
     with torch.device("meta") if on_meta else contextlib.nullcontext():
         model = _make(cfg.model, "model on the meta device" if on_meta else "model")
+    if cfg.get("adapter"):
+        add_adapters(model, OmegaConf.to_container(cfg.adapter, resolve=True))
     task = _make(cfg.task, "task")
     if callable(getattr(task, "connect", None)):  # what the task takes from the data (a tokenizer's special ids)
         task.connect(datamodule)
@@ -128,6 +130,27 @@ def build_components(cfg: DictConfig, is_global_zero: bool, on_meta: bool = Fals
     if is_global_zero and not cfg.trainer.get("fast_dev_run"):  # fast_dev_run writes no logger files
         loggers = [_make(node, f"logger '{name}'") for name, node in (cfg.get("logger") or {}).items() if node]
     return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(cfg))
+
+
+def add_adapters(model, node: dict) -> None:
+    """``adapter=lora|qlora``: the model's target layers adapted, everything else frozen."""
+    from framework.models.lora import AdapterSettings, inject_adapters
+
+    settings = AdapterSettings(**node)
+    names = inject_adapters(model, settings, torch.initial_seed())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    log.info(
+        "Adapters (r=%d, alpha=%g%s) on %d layers (%s%s): %d of %d parameters train",
+        settings.r,
+        settings.alpha,
+        ", DoRA" if settings.use_dora else "",
+        len(names),
+        ", ".join(names[:4]),
+        " ..." if len(names) > 4 else "",
+        trainable,
+        total,
+    )
 
 
 def build_trainer(

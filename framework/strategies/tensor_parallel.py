@@ -56,7 +56,13 @@ def apply_tp(model: nn.Module, tp_mesh, options) -> nn.Module:
     whole replicated on the same mesh."""
     from torch.distributed.tensor.parallel import parallelize_module
 
+    from framework.models.lora import split_adapters
+
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
     parallelize_module(model, tp_mesh, plan_of(model, options))
+    for name, p in model.named_parameters():  # (torch's SequenceParallel makes the norms it replicates trainable)
+        p.requires_grad_(name not in frozen)
+    split_adapters(model)  # (adapters split with the linears they adapt)
     replicate_the_rest(model, tp_mesh)
     return model
 
