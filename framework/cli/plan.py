@@ -43,6 +43,7 @@ def main() -> None:
     _print_activations(cfg, rows, width)
     _print_pipeline(rows, width)
     _print_comm(rows, width)
+    _print_adapters(rows, width)
 
 
 # Layouts whose ranks hold a part of each activation: (row label, strategy row, how)
@@ -150,6 +151,22 @@ def _print_comm(rows: list[dict], width: int) -> None:
             else ""
         )
         print(f"{strategy:<{width}} {cells}{split}")
+
+
+def _print_adapters(rows: list[dict], width: int) -> None:
+    """With adapters: the parameters that train on each rank, and the optimizer state they keep."""
+    if not any("trainable_parameters_per_rank" in r for r in rows):
+        return
+    print("adapters: trainable parameters per rank (and their optimizer state):")
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        mine = [r for r in rows if r["strategy"] == strategy]
+        cells = " ".join(
+            f"{r['trainable_parameters_per_rank']:>9,} ({r['optimizer_state_bytes_per_rank'] / 2**10:,.0f} KiB)"
+            if r.get("trainable_parameters_per_rank") is not None
+            else f"{'-':>22}"
+            for r in mine
+        )
+        print(f"{strategy:<{width}} {cells}")
 
 
 if __name__ == "__main__":

@@ -188,6 +188,9 @@ class RootConfig:
     # model.pt (torch.save, read back as data), model.safetensors (a format that holds only tensors), or
     # hf: model_hf/, a directory transformers' from_pretrained loads (model=hf/*).
     export_format: Literal["pt", "safetensors", "hf"] = "pt"
+    # With adapters: the adapters folded into the base's weights (the whole model), instead of the
+    # adapters beside it (pt, safetensors) or alone in peft's format (hf).
+    export_merge: bool = False
     # After fit/test: the predict loop over predict_dataloader(), written to predictions.<format>.
     predict: bool = False
     predict_format: Literal["pt", "csv", "jsonl"] = "pt"  # predictions.pt, .csv or .jsonl

@@ -131,6 +131,9 @@ def checkpoint_about(trainer) -> dict:
         "strategy": strategy.name,
         "world_size": strategy.world_size,
     }
+    base = getattr(strategy.unwrap(trainer.model), "adapter_base", None) if trainer.model is not None else None
+    if base is not None:  # an adapter's checkpoint: the frozen base it trained on
+        about["adapter_base"] = base
     data = trainer.datamodule_state() if getattr(trainer, "datamodule", None) is not None else None
     try:
         return {**about, **({"datamodule": json.loads(json.dumps(data))} if data is not None else {})}
@@ -341,14 +344,17 @@ def load_model_checkpoint(path: Path, trainer, trust: bool = False) -> None:
     any world size): for evaluation."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
+    from framework.strategies.base import state_options
+
     model = trainer.strategy.unwrap(trainer.model)  # (a pipeline's stage: the model's own names)
+    options = state_options(model)  # (an adapted model's checkpoint holds its adapters)
     with trainer.strategy.whole_parameters(trainer.model):  # (DeepSpeed's stage 3 partitions them)
-        state = {"model": get_model_state_dict(model)}
+        state = {"model": get_model_state_dict(model, options=options)}
         with _reading(Path(path), state), _single_process_ok():
             saved = load_file(Path(path) / TRAINER_FILE, trust)
             state["callbacks"] = _sharded_callbacks(trainer, saved)
             _dcp().load(state, storage_reader=dcp_reader(Path(path), trust), planner=dcp_planner(trust))
-        set_model_state_dict(model, state["model"])
+        set_model_state_dict(model, state["model"], options=options)
     # the averaged weights it holds (EMA, SWA) come with them, for the callbacks that test on them
     trainer.callbacks.load_states(saved.get("callbacks", {}), only=list(state["callbacks"]))
 

@@ -152,6 +152,90 @@ def check_resumed_corpus(container: dict) -> list[str]:
     ]
 
 
+# The strategies that run adapters (a pipeline's, DeepSpeed's, ZeRO's and the others' checkpoints and
+# wrappers do not know them), and those that hold QLoRA's 4-bit base.
+ADAPTER_STRATEGIES = (
+    "single",
+    "ddp",
+    "ddp_spawn",
+    "ddp_fork",
+    "ddp_notebook",
+    "fsdp",
+    "hsdp",
+    "tp",
+    "fsdp_tp",
+    "parallel",
+)
+NF4_STRATEGIES = ("single", "fsdp")
+
+
+def check_adapter(container: dict) -> list[str]:
+    """``adapter=lora|qlora``: a strategy that runs adapters (QLoRA: one that holds 4-bit weights; DoRA:
+    one that does not split the adapted weights), and target modules that name linear layers of the
+    model (built on the meta device)."""
+    from framework.models.lora import AdapterSettings, targets
+    from framework.strategies import resolve
+
+    node = container.get("adapter")
+    if not isinstance(node, dict) or not isinstance(container.get("model"), dict):
+        return []
+    try:
+        cls, options, topology = resolve(container)
+        settings = AdapterSettings(**node)
+    except Exception:  # noqa: BLE001 - an invalid layout or key is named by its own check
+        return []
+    name, problems = getattr(options, "name", cls.name), []
+    if name not in ADAPTER_STRATEGIES or topology.pp > 1:
+        problems.append(
+            f"adapter: strategy={name}{' with a pipeline' if topology.pp > 1 else ''} does not run adapters; "
+            f"choose one of {', '.join(ADAPTER_STRATEGIES)} (without strategy.pp)"
+        )
+    if settings.quantize and name not in NF4_STRATEGIES:
+        problems.append(
+            f"adapter.quantize: nf4 (QLoRA) runs with strategy single or fsdp, not {name}: its 4-bit weights "
+            "are not split by tensor parallelism nor wrapped by DDP here"
+        )
+    if settings.use_dora and topology.tp > 1:
+        problems.append("adapter.use_dora: DoRA's row norms need whole weights; tensor parallelism splits them")
+    model = meta_model(container)
+    if model is not None and not problems and not targets(model, settings):
+        linears = [n for n, m in model.named_modules() if type(m).__name__ == "Linear"]
+        problems.append(
+            f"adapter.target_modules: {settings.target_modules or 'the model default'} names no linear layer of "
+            f"{type(model).__name__} (its linear layers: {', '.join(linears[:6])}{' ...' if len(linears) > 6 else ''})"
+        )
+    return problems
+
+
+def check_adapter_base(container: dict) -> list[str]:
+    """An adapter checkpoint (``ckpt_path``) continues or is evaluated on the base it trained on: its
+    manifest records the base's fingerprint (a saved model's weight files, or the config and seed
+    that draw it)."""
+    import json
+
+    from framework.engine.checkpoint_files import MANIFEST, resolve_ckpt_path
+    from framework.models.lora import base_fingerprint
+
+    ckpt, model = container.get("ckpt_path"), container.get("model")
+    if not ckpt or not container.get("adapter") or not isinstance(model, dict):
+        return []
+    try:
+        path = resolve_ckpt_path(str(ckpt), str(container.get("output_dir") or "."))
+        saved = json.loads((path / MANIFEST).read_text()).get("adapter_base")
+        if saved is None or (container.get("seed") is None and not model.get("path")):
+            return []  # (no base recorded; or one drawn from a seed this config does not fix)
+        now = base_fingerprint(model, container.get("seed"), (container.get("init") or {}).get("weights"))
+    except (OSError, ValueError, KeyError):
+        return []  # a missing checkpoint or model is named by its own check
+    if now["fingerprint"] == saved["fingerprint"]:
+        return []
+    return [
+        f"ckpt_path: the adapters of {path} were trained on another base ({saved['source']}, fingerprint "
+        f"{saved['fingerprint']}); this run's is {now['source']} ({now['fingerprint']}): name the base they "
+        "adapt (model.path)"
+    ]
+
+
 def check_document_boundaries(container: dict) -> list[str]:
     """``datamodule.document_boundaries`` gives the model each token's position in its document: its
     forward must take ``positions`` (the built-in GPT's and a Hugging Face causal LM's do)."""

@@ -52,7 +52,12 @@ def meta_model(cfg: DictConfig) -> torch.nn.Module:
     if problems:
         raise ValueError(problems[0])
     with torch.device("meta"):
-        return instantiate(cfg.model, _convert_="all")
+        model = instantiate(cfg.model, _convert_="all")
+    if cfg.get("adapter"):  # the adapters on the frozen model, as the ranks build it
+        from framework.models.lora import AdapterSettings, inject_adapters
+
+        inject_adapters(model, AdapterSettings(**OmegaConf.to_container(cfg.adapter, resolve=True)), 0)
+    return model
 
 
 def meta_inputs(cfg: DictConfig, batch: int) -> Optional[torch.Tensor]:
@@ -169,12 +174,37 @@ def layout_bytes(
     # tensor (sequence) and context parallelism split each activation across their groups
     acts = activations[dp] if activations[dp] is None else activations[dp] / (topology.tp * topology.cp)
     figures = {"model_state_bytes_per_rank": state, "activation_bytes_per_rank": acts}
+    if getattr(model, "adapter_settings", None) is not None:  # adapters: what trains, and its state, per rank
+        figures["trainable_parameters_per_rank"] = trainable = adapter_count(model, cls, options, topology)
+        figures["optimizer_state_bytes_per_rank"] = trainable * k
     sizes = None if traffic_by_batch is None else _traffic(cfg, model, batch // dp, traffic_by_batch)
     if sizes is not None:
         figures["comm_bytes_per_rank"] = comm_bytes(options, topology, params, sizes)
     if cls.name == "pp":
         figures.update(_pipeline_figures(options, topology, acts))
     return figures
+
+
+def adapter_count(model: torch.nn.Module, cls, options, topology) -> int:
+    """An adapted model's trainable parameters per rank in this layout (framework/models/lora.py)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from framework.models.lora import trainable_per_rank
+    from framework.strategies.fsdp import FSDPSharding
+    from framework.strategies.tensor_parallel import plan_of
+
+    splits = {}
+    if topology.tp > 1:
+        for name, style in plan_of(model, options).items():
+            splits[name] = (
+                "colwise"
+                if isinstance(style, ColwiseParallel)
+                else "rowwise"
+                if isinstance(style, RowwiseParallel)
+                else None
+            )
+    shard = topology.dp_shard * topology.cp if issubclass(cls, FSDPSharding) else 1
+    return trainable_per_rank(model, topology.tp, shard, splits)
 
 
 def _traffic(cfg: DictConfig, model: torch.nn.Module, batch: int, cache: dict) -> Optional[dict]:

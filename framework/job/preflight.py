@@ -21,6 +21,8 @@ from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, re
 from framework.engine.protocols import contract_problems
 from framework.engine.safe_load import scan_checkpoint
 from framework.job.cross_checks import (
+    check_adapter,
+    check_adapter_base,
     check_compile_blocks,
     check_data_kinds,
     check_document_boundaries,
@@ -76,6 +78,8 @@ def preflight(cfg: DictConfig) -> dict:
             lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
             check_init_weights,
             check_checkpoint_data,
+            check_adapter,
+            check_adapter_base,
             check_output_dir,
         ],
     )

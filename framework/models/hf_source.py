@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 
 from framework.models import hf_export, hf_files
+from framework.models.lora import is_adapter
 
 
 class HFSource:
@@ -30,10 +31,15 @@ class HFSource:
     def save_hf(self, directory: Path, weights: dict[str, torch.Tensor], labels: Optional[list] = None) -> None:
         """``weights`` (this model's full state dict) as a directory ``from_pretrained`` loads: its config
         names the library's class that holds them (``architectures``) and, for a classifier, the
-        data's class names (``labels``, in id order: ``id2label``, ``label2id``)."""
+        data's class names (``labels``, in id order: ``id2label``, ``label2id``). Weights with adapters:
+        the adapters alone, as peft saves them (merge them first for the whole model)."""
         import copy
 
         source = hf_files.resolve_path(self.path) if self.path else None
+        if any(is_adapter(k) for k in weights):  # an adapted model's: its adapters, in peft's format
+            from framework.models.hf_adapters import write_adapters
+
+            return write_adapters(directory, self, weights, source)
         config = copy.deepcopy(self.hf_config)
         config.architectures = [self.architecture]
         if labels:

@@ -19,6 +19,7 @@ import math
 import re
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional, Union
 
 import torch
@@ -189,3 +190,52 @@ def split_adapters(model: nn.Module) -> None:
                 full = torch.empty(param.shape, device="meta", dtype=param.dtype)
             again = distribute_tensor(full, weight.device_mesh, [placement], src_data_rank=None)
             setattr(module, name, nn.Parameter(again, requires_grad=param.requires_grad))
+
+
+def base_fingerprint(model: dict, seed, init_weights: Optional[str] = None) -> dict:
+    """What the frozen base an adapter trains on is: a saved model's weight files (their CRC-32 and
+    directory), else the config and seed that draw it (and the initial weights' file): an adapter
+    checkpoint records it, and a resume on another base is refused."""
+    import hashlib
+    import json
+
+    from framework.data.token_shards import file_crc32
+    from framework.models import hf_files
+
+    path = model.get("path")
+    if path and model.get("pretrained", True):
+        files = hf_files.weight_files(hf_files.resolve_path(str(path)))
+        crc = 0
+        for f in files:
+            crc = zlib.crc32(file_crc32(f).to_bytes(4, "little"), crc)
+        return {"source": str(path), "fingerprint": f"{crc:08x}"}
+    described = {"model": model, "seed": seed, "init": init_weights}
+    if init_weights:
+        weights = Path(init_weights)
+        files = sorted(weights.rglob("*")) if weights.is_dir() else [weights]
+        described["init_crc"] = [file_crc32(f) for f in files if f.is_file()]
+    digest = hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {
+        "source": "model config and seed" + (f", init.weights {init_weights}" if init_weights else ""),
+        "fingerprint": digest,
+    }
+
+
+def trainable_per_rank(model: nn.Module, tp: int = 1, shard: int = 1, splits: Optional[dict] = None) -> int:
+    """The trainable parameters one rank holds (the most any rank does): ``splits`` {linear's name:
+    "colwise" | "rowwise"} of a tensor-parallel degree ``tp`` (an adapter splits with its linear, as
+    ``split_adapters`` does), then ``shard`` ways by FSDP along the first dimension."""
+    total = 0
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        shape = list(param.shape)
+        module, _, leaf = name.rpartition(".")
+        split = (splits or {}).get(module) if tp > 1 else None
+        if (split, leaf) in (("colwise", "lora_b"), ("colwise", "lora_magnitude")):
+            shape[0] = -(-shape[0] // tp)
+        elif (split, leaf) == ("rowwise", "lora_a"):
+            shape[1] = -(-shape[1] // tp)
+        shape[0] = -(-shape[0] // shard)
+        total += math.prod(shape)
+    return total

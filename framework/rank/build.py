@@ -24,6 +24,7 @@ from framework.engine.scheduler import SchedulerSpec
 from framework.engine.seed import seed_everything, set_debug_flags, set_deterministic
 from framework.engine.trainer import Trainer
 from framework.engine.transfer_learning import apply_init
+from framework.models.lora import base_fingerprint
 from framework.rank.attempt_record import AttemptRecord
 from framework.strategies import Strategy, build_strategy
 
@@ -121,6 +122,11 @@ def build_components(cfg: DictConfig, is_global_zero: bool, on_meta: bool = Fals
         model = _make(cfg.model, "model on the meta device" if on_meta else "model")
     if cfg.get("adapter"):
         add_adapters(model, OmegaConf.to_container(cfg.adapter, resolve=True))
+        model.adapter_base = base_fingerprint(  # what its checkpoints record of the frozen base
+            OmegaConf.to_container(cfg.model, resolve=True),
+            torch.initial_seed(),
+            (cfg.get("init") or {}).get("weights"),
+        )
     task = _make(cfg.task, "task")
     if callable(getattr(task, "connect", None)):  # what the task takes from the data (a tokenizer's special ids)
         task.connect(datamodule)

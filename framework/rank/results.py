@@ -54,6 +54,7 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     strategy, model = trainer.strategy, trainer.model
     peaks = all_gather_object(peak_memory_bytes(strategy.device))
     states = all_gather_object(trainer.model_state_bytes)
+    held = all_gather_object(local_trainable(model) if model is not None else None)
     predicted = None
     if model is not None:
         trainable = sum(whole_numel(p) for p in model.parameters() if p.requires_grad)
@@ -86,8 +87,15 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
             "model_state_bytes_per_rank": [s["total"] if s else None for s in states],
             "predicted_model_state_bytes": predicted,
             "parameters": _parameters(strategy, model) if model is not None else None,
+            "trainable_parameters_per_rank": held,
+            "optimizer_state_bytes_per_rank": [s["optimizer"] if s else None for s in states],
         },
     }
+
+
+def local_trainable(model) -> int:
+    """The trainable parameters this rank holds (a sharded one's local part)."""
+    return sum((p.to_local() if hasattr(p, "to_local") else p).numel() for p in model.parameters() if p.requires_grad)
 
 
 def source_shares(trainer: Trainer) -> dict | None:

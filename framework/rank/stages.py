@@ -64,6 +64,11 @@ def export_weights(cfg: DictConfig, trainer: Trainer, labels: list | None = None
     weights = trainer.strategy.full_state_dict(trainer.model)
     if not trainer.is_global_zero:
         return
+    adapters = getattr(trainer.strategy.unwrap(trainer.model), "adapter_settings", None)
+    if adapters is not None and cfg.get("export_merge"):  # the adapters folded into the base's weights
+        from framework.models.lora import merged_weights
+
+        weights = merged_weights(weights, adapters)
     export_format = cfg.get("export_format") or "pt"
     if export_format == "hf":
         trainer.strategy.unwrap(trainer.model).save_hf(Path(cfg.output_dir) / "model_hf", weights, labels)

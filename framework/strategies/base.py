@@ -36,6 +36,16 @@ def _as_is(model: nn.Module) -> None:
     """Nothing to make ready (evaluation, prediction)."""
 
 
+def state_options(model: nn.Module):
+    """torch.distributed.checkpoint's state dict options for ``model``: an adapted one's (adapters
+    and their optimizer state; the frozen base comes from where it was loaded), else None."""
+    if getattr(model, "adapter_settings", None) is None:
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
 def device_for(accelerator: str, local_rank: int) -> torch.device:
     if accelerator == "cuda":
         return torch.device("cuda", local_rank)
@@ -283,22 +293,27 @@ class Strategy:
         """(state for torch.distributed.checkpoint, extra picklable state for rank 0's file).
 
         Model and optimizer state use fully qualified parameter names, whatever the wrapper,
-        so a checkpoint moves between strategies and world sizes.
+        so a checkpoint moves between strategies and world sizes. An adapted model's checkpoint
+        holds its adapters, not the frozen base (``state_options``).
         """
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
+        options = state_options(self.unwrap(model))
         if optimizer is None:
-            return {"model": get_model_state_dict(model)}, None
-        model_state, optim_state = get_state_dict(model, optimizer)
+            return {"model": get_model_state_dict(model, options=options)}, None
+        model_state, optim_state = get_state_dict(model, optimizer, options=options)
         return {"model": model_state, "optim": optim_state}, None
 
     def load_checkpoint_state(self, model: nn.Module, optimizer, state: dict, extra) -> None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
+        options = state_options(self.unwrap(model))
         if optimizer is None:
-            set_model_state_dict(model, state["model"])
+            set_model_state_dict(model, state["model"], options=options)
         else:
-            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            set_state_dict(
+                model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options
+            )
 
     def comm_stats(self) -> dict | None:
         """What this rank sent per optimizer step (``bytes_per_step``) and by which algorithm,

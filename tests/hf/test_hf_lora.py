@@ -1,0 +1,154 @@
+"""LoRA on a Hugging Face Llama (saved by save_pretrained here): single, ddp, fsdp and tp give one
+device's losses, the base's weights never move, each rank trains and keeps state for what
+framework-plan says; the export loads in peft (and merged, in transformers) with the run's logits;
+an adapter checkpoint holds the adapters alone, resumes exactly, and refuses another base."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from framework import compose, fit
+from framework.config import ConfigError
+from framework.job.preflight import preflight
+from tests.helpers.configs import GPT_TINY, train_losses
+from tests.helpers.layouts import runs_once
+
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+
+def save_llama(directory, seed: int = 0):
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return save_llama(tmp_path_factory.mktemp("llama"))
+
+
+def lora(base, *more: str) -> list[str]:
+    return [
+        *(o for o in GPT_TINY if not o.startswith("model=")),
+        "model=hf/causal_lm",
+        f"model.path={base}",
+        "adapter=lora",
+        "adapter.r=4",
+        "optimizer.lr=0.01",
+        "++optimizer.eps=1e-6",
+        "trainer.max_steps=8",
+        "trainer.limit_val_batches=0",
+        "test=false",
+        "callbacks=none",
+        *more,
+    ]
+
+
+LAYOUTS = {
+    "single": ["strategy=single", "export_weights=true"],
+    "ddp": ["strategy=ddp", "trainer.devices=2"],
+    "fsdp": ["strategy=fsdp", "trainer.devices=2"],
+    "tp": ["strategy=tp", "trainer.devices=2"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(base, tmp_path_factory):
+    return runs_once(tmp_path_factory, lora(base), LAYOUTS)
+
+
+@pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp"])
+def test_every_layout_trains_the_adapters_as_one_device(layout, runs):
+    single_dir, _ = runs("single")
+    run_dir, results = runs(layout)
+    assert results["status"] == "completed" and results["world_size"] == 2
+    assert train_losses(run_dir) == pytest.approx(train_losses(single_dir), rel=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["single", "ddp", "fsdp", "tp"])
+def test_each_rank_trains_and_keeps_state_for_what_the_plan_says(layout, base, runs):
+    from framework.job.plan import plan
+
+    _, results = runs(layout)
+    memory = results["memory"]
+    label, devices = {"single": ("ddp", 1), "ddp": ("ddp", 2), "fsdp": ("fsdp", 2), "tp": ("tp", 2)}[layout]
+    [row] = [r for r in plan(compose(lora(base))) if r["strategy"] == label and r["devices"] == devices]
+    assert max(memory["trainable_parameters_per_rank"]) == row["trainable_parameters_per_rank"]
+    assert max(memory["optimizer_state_bytes_per_rank"]) == row["optimizer_state_bytes_per_rank"]
+    assert row["trainable_parameters_per_rank"] < memory["parameters"] / 10  # the adapters, not the model
+
+
+def test_the_base_never_moves(base, runs):
+    from safetensors.torch import load_file
+
+    run_dir, _ = runs("single")
+    exported, saved = torch.load(run_dir / "model.pt"), load_file(base / "model.safetensors")
+    base_names = [k for k in exported if "lora_" not in k]
+    assert len(base_names) == len(saved)
+    for name in base_names:  # bitwise: frozen means untouched by the optimizer, weight decay included
+        assert torch.equal(exported[name], saved[name if name.startswith("lm_head") else f"model.{name}"]), name
+    assert any(exported[k].abs().sum() > 0 for k in exported if k.endswith("lora_b"))  # the adapters trained
+
+
+def _logits(model, tokens) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(tokens)
+        return out.logits if hasattr(out, "logits") else out
+
+
+def test_the_export_loads_in_peft_and_merged_in_transformers_with_the_runs_logits(base, runs, tmp_path):
+    from framework.models import HFCausalLM
+    from framework.models.lora import AdapterSettings, inject_adapters
+
+    run_dir, _ = runs("single")
+    ours = HFCausalLM(path=str(base)).eval()
+    inject_adapters(ours, AdapterSettings(r=4), 0)
+    ours.load_state_dict(torch.load(run_dir / "model.pt"))
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    expected = _logits(ours, tokens)
+    hf = lora(base, "export_weights=true", "export_format=hf")
+    assert fit(compose(hf), output_dir=str(tmp_path / "peft"))["status"] == "completed"
+    adapted = peft.PeftModel.from_pretrained(
+        transformers.AutoModelForCausalLM.from_pretrained(base), tmp_path / "peft" / "model_hf"
+    ).eval()
+    assert (_logits(adapted, tokens) - expected).abs().max() <= 1e-5
+    assert fit(compose([*hf, "export_merge=true"]), output_dir=str(tmp_path / "merged"))["status"] == "completed"
+    merged = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / "model_hf").eval()
+    assert (_logits(merged, tokens) - expected).abs().max() <= 1e-5
+
+
+def test_an_adapter_checkpoint_holds_the_adapters_alone_resumes_exactly_and_refuses_another_base(base, tmp_path):
+    from torch.distributed.checkpoint import FileSystemReader
+
+    every = [
+        "callbacks=model_checkpoint",
+        "callbacks.model_checkpoint.monitor=null",
+        "callbacks.model_checkpoint.every_n_train_steps=4",
+        "callbacks.model_checkpoint.save_top_k=-1",
+        "callbacks.model_checkpoint.filename='step{step}'",
+    ]
+    whole = fit(compose(lora(base, *every)), output_dir=str(tmp_path / "whole"))
+    checkpoint = tmp_path / "whole" / "checkpoints" / "step4"
+    keys = FileSystemReader(str(checkpoint)).read_metadata().state_dict_metadata
+    model_keys = [k for k in keys if k.startswith("model.")]
+    assert model_keys and all(k.rpartition(".")[2] in ("lora_a", "lora_b") for k in model_keys)
+    resumed = fit(compose(lora(base, *every, f"ckpt_path={checkpoint}")), output_dir=str(tmp_path / "resumed"))
+    assert whole["status"] == resumed["status"] == "completed" and resumed["steps"] == 8
+    assert train_losses(tmp_path / "resumed") == pytest.approx(train_losses(tmp_path / "whole")[4:], abs=1e-6)
+    other = save_llama(tmp_path / "other", seed=1)
+    with pytest.raises(ConfigError) as err:
+        preflight(compose(lora(other, f"ckpt_path={checkpoint}")))
+    [problem] = [p for p in err.value.problems if p.startswith("ckpt_path")]
+    assert f"were trained on another base ({base}, fingerprint" in problem and f"this run's is {other}" in problem
