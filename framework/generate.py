@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from framework.api import fit, predict
     from framework.cli.compose import compose
     from framework.config import ConfigError
+    from framework.engine.signals import Interrupted
 
     args, overrides = _arguments(sys.argv[1:] if argv is None else argv)
     source, stamp = Path(args.source).resolve(), _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as err:
             print(err, file=sys.stderr)
             return 2
+        except Interrupted as err:  # (a stop signal: nothing to resume, the prompts are run again whole)
+            print(f"framework-generate: stopped by signal {err.signum}", file=sys.stderr)
+            return 128 + err.signum
     if results.get("status") != "completed":
         print(f"framework-generate: {results.get('status')}: {results.get('error', '')}", file=sys.stderr)
         return 1

@@ -106,18 +106,19 @@ def write_samples(samples: dict, output_dir: Path) -> None:
 
 def summary(results: dict) -> dict:
     """{task: {metric: value, ..., "samples": n}} of lm-eval's results: a metric of the filter "none"
-    under its own name (``acc``, ``acc_stderr``), another filter's as ``metric,filter``."""
+    under its own name (``acc``, ``acc_stderr``), another filter's as ``metric:filter`` (lm-eval's
+    "metric,filter": a comma would split a command line's value into a sweep)."""
     out = {}
     for task, values in results["results"].items():
         metrics = {}
         for key, value in values.items():
             name, _, where = key.partition(",")
             if isinstance(value, (int, float)) and not isinstance(value, bool) and where:
-                metrics[name if where == "none" else key] = float(value)
+                metrics[name if where == "none" else f"{name}:{where}"] = float(value)
         samples = (results.get("n-samples") or {}).get(task, {})
         out[task] = {**metrics, **({"samples": samples["effective"]} if "effective" in samples else {})}
     return out
 
 
 def _line(metrics: dict) -> str:
-    return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if not k.endswith("stderr") and k != "samples")
+    return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if "stderr" not in k and k != "samples")

@@ -88,7 +88,7 @@ def test_the_scores_are_lm_evals_own_on_the_export(trained, tmp_path):
     theirs = json.loads(theirs_file.read_text())["results"]
     for metric in ("acc", "acc_norm"):
         assert ours["stdlib_modules"][metric] == pytest.approx(theirs["stdlib_modules"][f"{metric},none"], abs=1e-12)
-    assert ours["stdlib_topics"]["exact_match,strip"] == theirs["stdlib_topics"]["exact_match,strip"]
+    assert ours["stdlib_topics"]["exact_match:strip"] == theirs["stdlib_topics"]["exact_match,strip"]
     # the generations themselves, question by question (a tiny model's: not the titles, but the same text)
     [their_samples] = (tmp_path / "lm_eval").rglob("samples_stdlib_topics_*.jsonl")
     expected = {r["doc_id"]: r["resps"][0][0] for r in map(json.loads, their_samples.read_text().splitlines())}

@@ -102,7 +102,7 @@ def test_a_stop_that_comes_while_the_report_is_written_waits_for_it(tmp_path, mo
 
 
 def test_the_report_compares_harness_scores_across_strategies(tmp_path):
-    harness = {"harness/stdlib_modules/acc": 0.3014, "harness/stdlib_topics/exact_match,strip": 0.0}
+    harness = {"harness/stdlib_modules/acc": 0.3014, "harness/stdlib_topics/exact_match:strip": 0.0}
     for num, (strategy, devices) in enumerate([("single", 1), ("fsdp", 2)]):
         _job(tmp_path, num, strategy, devices, 100.0, [2.0, 1.0])
         results = json.loads((tmp_path / str(num) / "results.json").read_text())
@@ -112,5 +112,5 @@ def test_the_report_compares_harness_scores_across_strategies(tmp_path):
     header, _, *rows = [line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("|")]
     columns = [c.strip() for c in header.strip("|").split("|")]
     at = columns.index("harness/stdlib_modules/acc")
-    assert columns.index("val/loss") < at < columns.index("harness/stdlib_topics/exact_match,strip")
+    assert columns.index("val/loss") < at < columns.index("harness/stdlib_topics/exact_match:strip")
     assert [r.strip("|").split("|")[at].strip() for r in rows] == ["0.3014", "0.3014"]
