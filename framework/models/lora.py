@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from framework.models.nf4 import is_nf4, nf4_linear, quantize_base
 from framework.models.shards import copy_into
 
 ADAPTER_PARAMETERS = ("lora_a", "lora_b", "lora_magnitude")
@@ -66,12 +67,15 @@ class LoRALinear(nn.Linear):
         if self.lora_magnitude is None:
             return base + self.lora_scale * low
         # DoRA: the direction of W + s B A, each output row scaled by its magnitude (norm detached, as peft)
-        norm = (self.weight + self.lora_scale * self.lora_b @ self.lora_a).norm(dim=1).detach()
+        weight = self.weight.to(torch.float32) if is_nf4(self.weight) else self.weight
+        norm = (weight + self.lora_scale * self.lora_b @ self.lora_a).norm(dim=1).detach()
         factor = self.lora_magnitude / norm
         bias = 0 if self.bias is None else self.bias
         return factor * (base - bias + self.lora_scale * low) + bias
 
     def base_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if is_nf4(self.weight):  # QLoRA's 4-bit base
+            return nf4_linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
 
     def delta(self) -> torch.Tensor:
@@ -123,6 +127,8 @@ def inject_adapters(model: nn.Module, settings: AdapterSettings, seed: int) -> l
         model.init_weights = init_weights
     else:
         init_adapters(model, seed)
+        if settings.quantize == "nf4":  # QLoRA: the frozen base's weights in 4 bits (the model built whole)
+            quantize_base(model)
     return chosen
 
 
@@ -139,7 +145,7 @@ def init_adapters(model: nn.Module, seed: int) -> None:
         copy_into(module.lora_a, torch.rand(shape, generator=generator) * 2 * bound - bound)
         copy_into(module.lora_b, torch.zeros(module.lora_b.shape))
         if module.lora_magnitude is not None:
-            copy_into(module.lora_magnitude, _full(module.weight).float().norm(dim=1))
+            copy_into(module.lora_magnitude, _full(module.weight).to(torch.float32).norm(dim=1))
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:

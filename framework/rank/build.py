@@ -118,6 +118,7 @@ def build_components(cfg: DictConfig, is_global_zero: bool, on_meta: bool = Fals
     datamodule = _make(cfg.datamodule, "datamodule")
     target = import_target(str(cfg.model._target_))
     on_meta = on_meta and callable(getattr(target, "init_weights", None)) and not (cfg.get("init") or {}).get("weights")
+    on_meta = on_meta and not (cfg.get("adapter") or {}).get("quantize")  # (QLoRA quantizes the whole weights)
     with torch.device("meta") if on_meta else contextlib.nullcontext():
         model = _make(cfg.model, "model on the meta device" if on_meta else "model")
     if cfg.get("adapter"):

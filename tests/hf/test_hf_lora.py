@@ -152,3 +152,24 @@ def test_an_adapter_checkpoint_holds_the_adapters_alone_resumes_exactly_and_refu
         preflight(compose(lora(other, f"ckpt_path={checkpoint}")))
     [problem] = [p for p in err.value.problems if p.startswith("ckpt_path")]
     assert f"were trained on another base ({base}, fingerprint" in problem and f"this run's is {other}" in problem
+
+
+def test_qlora_keeps_the_base_in_four_bits_and_trains_on_two_fsdp_ranks_as_on_one(base, tmp_path):
+    from framework.models import HFCausalLM
+    from framework.models.lora import AdapterSettings, inject_adapters
+    from framework.models.nf4 import is_nf4
+
+    model = HFCausalLM(path=str(base))
+    inject_adapters(model, AdapterSettings(r=4, quantize="nf4"), 0)
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert all(is_nf4(m.weight) for n, m in linears.items() if n != "lm_head") and not is_nf4(linears["lm_head"].weight)
+    qlora = lora(base, "adapter=qlora", "adapter.r=4")
+    one = fit(compose([*qlora, "strategy=single"]), output_dir=str(tmp_path / "one"))
+    two = fit(compose([*qlora, "strategy=fsdp", "trainer.devices=2"]), output_dir=str(tmp_path / "two"))
+    assert one["status"] == two["status"] == "completed"
+    assert train_losses(tmp_path / "two") == pytest.approx(train_losses(tmp_path / "one"), rel=1e-5)
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*qlora, "strategy=tp", "trainer.devices=2"]))
+    assert any(
+        p.startswith("adapter.quantize: nf4 (QLoRA) runs with strategy single or fsdp") for p in err.value.problems
+    )
