@@ -18,6 +18,7 @@ _MODULES = {
     "TextDataModule": "text",
     "TextClassificationDataModule": "text_classification",
     "TokensDataModule": "tokens",
+    "InstructionsDataModule": "instructions",
 }
 
 __all__ = list(_MODULES)

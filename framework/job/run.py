@@ -23,6 +23,7 @@ from framework.job.overwrite import replaces_previous_run
 from framework.job.preflight import preflight
 from framework.job.strategy_choice import auto_node
 from framework.launch.start import launch, start_ranks_early
+from framework.rank.known_warnings import quiet_known_warnings
 from framework.strategies import resolved_options
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[Path], None]] 
     start_ranks_early(cfg)
     env = detect_environment()
     owner = env is None or env.rank == 0  # SLURM tasks share the job's directory; rank 0 writes
+    quiet_known_warnings(0 if owner else 1)  # (the checks import what warns too: transformers, torchao)
     # Taken first: a run already writing there is named at once, before anything is checked or written.
     with DirectoryLock(Path(cfg.output_dir)) if owner else contextlib.nullcontext():
         container = preflight(cfg)

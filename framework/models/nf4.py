@@ -46,7 +46,6 @@ def _scaler_block(blocks: int) -> int:
 def quantize_base(model: nn.Module, keep: tuple[str, ...] = ("lm_head", "output")) -> int:
     """Every frozen linear weight of ``model`` (but the heads named ``keep``) in NF4, in place; an
     adapted linear keeps its class and quantizes its base. Returns the weights quantized."""
-    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # (torchao's import warns of torch's enums)
     from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import to_nf4
 
     done = 0
@@ -63,4 +62,3 @@ def quantize_base(model: nn.Module, keep: tuple[str, ...] = ("lm_head", "output"
             module.__class__ = NF4Linear
         done += 1
     return done
-

@@ -31,6 +31,12 @@ LOG_RECORDS = [
         "fsdp x tp: the gradient norm for clipping is summed over dp_shard, then over tp (one all-reduce more per "
         "step); every rank gets the same sum",
     ),
+    (
+        "torch.utils._pytree",
+        re.compile(r"is an Enum subclass and is now natively supported by torch.compile"),
+        "torchao (QLoRA's NF4 weights; transformers imports it when installed) registers enums with an API this "
+        "torch deprecates: nothing of a run depends on it",
+    ),
 ]
 
 

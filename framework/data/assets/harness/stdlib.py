@@ -1,5 +1,5 @@
 """The data of the harness tasks that ship with the framework, read from the .jsonl files beside this
-file (written by scripts/build_harness_tasks.py from Python's own text). lm-eval calls these through
+file (written by scripts/build_text_assets.py from Python's own text). lm-eval calls these through
 the task YAMLs' ``custom_dataset``."""
 
 import json

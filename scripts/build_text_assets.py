@@ -1,14 +1,16 @@
-"""Write the data of the lm-evaluation-harness tasks that ship with the framework
-(framework/data/assets/harness/), from text that ships with Python itself:
+"""Write the text data that ships with the framework, from text that ships with Python itself:
 
-- ``stdlib_modules``: which module of the standard library a docstring's first line describes (four
-  choices, scored by log-likelihood);
-- ``stdlib_topics``: the title of a help topic of ``pydoc_data.topics``, given its name (scored by
-  the exact match of a generation).
+- the lm-evaluation-harness tasks (framework/data/assets/harness/): ``stdlib_modules``, which module
+  of the standard library a docstring's first line describes (four choices, scored by log-likelihood),
+  and ``stdlib_topics``, the title of a help topic of ``pydoc_data.topics`` given its name (scored by
+  the exact match of a generation);
+- the instruction set of ``datamodule=instructions`` (framework/data/assets/instructions.jsonl): the
+  same facts as questions and answers, ``{prompt, response}``, and as two-turn conversations
+  (``{messages}``).
 
-    python scripts/build_harness_tasks.py      # rewrites the two .jsonl files (Python 3.11's text)
+    python scripts/build_text_assets.py      # rewrites the .jsonl files (Python 3.11's text)
 
-The files are committed: a score means the same questions on every Python version.
+The files are committed: a score, or a run, means the same data on every Python version.
 """
 
 from __future__ import annotations
@@ -61,12 +63,34 @@ def topics_task() -> list[dict]:
     return [{"topic": key, "title": topics[key].strip().splitlines()[0].strip()} for key in sorted(topics)]
 
 
+def instructions() -> list[dict]:
+    """Questions and answers of the module descriptions and help topics; every fourth a conversation."""
+    rows = [
+        {"prompt": f'Which module of Python\'s standard library is described as "{line}"?', "response": name}
+        for name, line in module_lines().items()
+    ]
+    rows += [{"prompt": f"What is the title of Python's help topic '{t['topic']}'?", "response": t["title"]}
+             for t in topics_task()]  # fmt: skip
+    for i, row in enumerate(rows):
+        if i % 4 == 3:  # a conversation: the question, the answer, and the answer again asked as a check
+            rows[i] = {"messages": [
+                {"role": "user", "content": row["prompt"]},
+                {"role": "assistant", "content": row["response"]},
+                {"role": "user", "content": "Say it again, in one line."},
+                {"role": "assistant", "content": row["response"]},
+            ]}  # fmt: skip
+    return rows
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for name, rows in (("stdlib_modules", modules_task()), ("stdlib_topics", topics_task())):
         path = OUT / f"{name}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
         print(f"{path}: {len(rows)} questions")
+    path = OUT.parent / "instructions.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in instructions()), encoding="utf-8")
+    print(f"{path}: {len(instructions())} examples")
 
 
 if __name__ == "__main__":

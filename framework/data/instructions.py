@@ -1,0 +1,200 @@
+"""``datamodule=instructions``: instruction data (``{prompt, response}`` or ``{messages}``, in ``.jsonl``,
+``.parquet`` or a ``datasets`` directory) for fine-tuning a language model with the loss on the
+responses only (framework/data/chat.py renders and masks each example).
+
+``pack=true`` packs whole examples one after another into windows of ``seq_len`` tokens, each with its
+tokens' positions restarting at every example (the model attends within an example only); ``false``
+gives each example a row of its own, padded to the batch's longest. An example longer than a window
+loses its earliest prompt tokens first; a response that still does not fit is cut at its end, and
+every cut is counted and logged (``truncated`` and ``responses_cut``). The default data ships with
+the framework (framework/data/assets/instructions.jsonl, built from Python's own text).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from framework.config.ranges import Range
+from framework.data.base import BaseDataModule, split_indices, split_problems
+from framework.data.batched import GatheringTensorDataset
+from framework.data.chat import Renderer, encode_example, messages_of, read_examples
+from framework.data.prompts import prompt_set
+from framework.data.text import Codec
+from framework.data.tokenizer_files import tokenizer_problems
+
+log = logging.getLogger(__name__)
+SHIPPED = Path(__file__).resolve().parent / "assets" / "instructions.jsonl"
+IGNORE = -100  # the targets the loss leaves out (the task's ignore_index)
+
+
+def fit_window(ids: list, trained: list, size: int) -> tuple[list, list, str]:
+    """The example within ``size`` tokens: its earliest untrained (prompt) tokens dropped first, then,
+    if its response alone is longer, the response cut at its end; and what was done ("", "prompt",
+    "response")."""
+    if len(ids) <= size:
+        return ids, trained, ""
+    drop = 0
+    while len(ids) - drop > size and not trained[drop]:
+        drop += 1
+    ids, trained = ids[drop:], trained[drop:]
+    return (ids, trained, "prompt") if len(ids) <= size else (ids[:size], trained[:size], "response")
+
+
+def shifted(ids: list, trained: list) -> tuple[list, list]:
+    """(inputs, targets): each token predicts the next, counted only where the next is trained."""
+    return ids[:-1], [t if keep else IGNORE for t, keep in zip(ids[1:], trained[1:])]
+
+
+def pack(examples: list[tuple[list, list]], seq_len: int, pad: int) -> GatheringTensorDataset:
+    """Whole examples (inputs, targets) one after another in windows of ``seq_len``, each window's rest
+    padding; positions restart at every example (and at the padding)."""
+    windows, current = [], ([], [], [])
+    for inputs, targets in examples:
+        if current[0] and len(current[0]) + len(inputs) > seq_len:
+            windows.append(current)
+            current = ([], [], [])
+        current[0].extend(inputs)
+        current[1].extend(targets)
+        current[2].extend(range(len(inputs)))
+    if current[0]:
+        windows.append(current)
+    rows = [
+        (i + [pad] * (seq_len - len(i)), t + [IGNORE] * (seq_len - len(t)), p + list(range(seq_len - len(p))))
+        for i, t, p in windows
+    ]
+    return GatheringTensorDataset(*(torch.tensor([r[k] for r in rows], dtype=torch.long) for k in range(3)))
+
+
+class Examples(Dataset):
+    """One example a row, (inputs, targets) of its own length (``PadCollate`` pads a batch)."""
+
+    def __init__(self, examples: list[tuple[list, list]]):
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int):
+        inputs, targets = self.examples[i]
+        return torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
+
+
+class PadCollate:
+    """A batch of rows padded on the right to its longest (a multiple of 8), the padding never a target."""
+
+    def __init__(self, pad: int):
+        self.pad = pad
+
+    def __call__(self, rows):
+        width = -(-max(len(inputs) for inputs, _ in rows) // 8) * 8
+        inputs = torch.full((len(rows), width), self.pad, dtype=torch.long)
+        targets = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+        for k, (i, t) in enumerate(rows):
+            inputs[k, : len(i)], targets[k, : len(t)] = i, t
+        return [inputs, targets]
+
+
+class InstructionsDataModule(BaseDataModule):
+    """Batches of (inputs, targets[, positions]) [batch, seq_len], targets -100 but on the responses;
+    ``batch_size`` windows (or examples) per global batch."""
+
+    inputs, targets = "token ids", "next tokens"
+    argument_ranges = {"seq_len": Range(low=2)}
+
+    def __init__(
+        self,
+        path: Optional[str] = None,
+        tokenizer: Optional[str] = None,
+        template: Optional[str] = None,
+        system: Optional[str] = None,
+        batch_size: int = 8,
+        seq_len: int = 256,
+        pack: bool = True,
+        val_fraction: float = 0.05,
+        test_fraction: float = 0.05,
+        split_seed: int = 0,
+        num_workers: int = 0,
+        vocab_size: Optional[int] = None,
+        predict_prompts: Sequence[str] = (),
+    ):
+        super().__init__(batch_size, num_workers)
+        self.path, self.seq_len, self.packed, self.system = path, seq_len, pack, system
+        self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
+        self.codec, self.renderer = Codec(tokenizer), Renderer(tokenizer, template)
+        if vocab_size is not None and vocab_size != self.codec.vocab_size:
+            raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size}")
+        self.predict_prompts, self.counts = list(predict_prompts), {}
+
+    @property
+    def vocab_size(self) -> int:
+        return self.codec.vocab_size
+
+    @classmethod
+    def check_config(cls, path: Optional[str] = None, tokenizer: Optional[str] = None, **rest) -> list[str]:
+        problems = tokenizer_problems(tokenizer)
+        if path and not Path(path).exists():
+            return [*problems, f"path: nothing at '{path}' (a .jsonl or .parquet file, or a datasets directory)"]
+        try:
+            first = next(iter(read_examples(str(path or SHIPPED))), None)
+        except Exception as err:  # noqa: BLE001 - pyarrow and json raise their own types
+            return [*problems, f"path: '{path}' does not read as instruction rows ({str(err).splitlines()[0]})"]
+        if first is None or not ({"prompt", "response"} <= set(first) or "messages" in first):
+            problems.append(f"path: '{path}' holds no row of {{prompt, response}} or {{messages}}")
+        return problems + split_problems(100, rest.get("val_fraction", 0.05), rest.get("test_fraction", 0.05))
+
+    def setup(self, stage: str) -> None:
+        if self.train_set is not None:
+            return
+        examples = self._encoded(read_examples(str(self.path or SHIPPED)))
+        parts = split_indices(len(examples), [self.val_fraction, self.test_fraction], self.split_seed)
+        val, test, train = ([examples[i] for i in part] for part in parts)
+        build = (lambda rows: pack(rows, self.seq_len, self.codec.pad)) if self.packed else Examples
+        self.train_set, self.val_set, self.test_set = (build(rows) if rows else None for rows in (train, val, test))
+        prompts = [self.renderer.render(messages_of({"prompt": p, "response": ""}, self.system)[:-1], True)
+                   for p in self.predict_prompts]  # fmt: skip
+        self.predict_set = prompt_set(self.codec, prompts) if prompts else None
+
+    def _encoded(self, rows: list[dict]) -> list[tuple[list, list]]:
+        """Each row as (inputs, targets) within a window; the cuts counted and logged."""
+        eos = next(iter(self.codec.special["eos"]), None)
+        out, self.counts = [], {"examples": len(rows), "truncated": 0, "responses_cut": 0}
+        for row in rows:
+            ids, trained = encode_example(self.renderer, self.codec, messages_of(row, self.system), eos)
+            ids, trained, cut = fit_window(ids, trained, self.seq_len + 1)
+            self.counts["truncated"] += bool(cut)
+            self.counts["responses_cut"] += cut == "response"
+            out.append(shifted(ids, trained))
+        if self.counts["truncated"]:
+            log.warning(
+                "datamodule: %d of %d examples longer than seq_len=%d lost their earliest prompt tokens; %d of "
+                "them their response's end too",
+                self.counts["truncated"],
+                len(rows),
+                self.seq_len,
+                self.counts["responses_cut"],
+            )
+        return out
+
+    def _loader(self, dataset, shuffle: bool) -> Optional[DataLoader]:
+        loader = super()._loader(dataset, shuffle)
+        if loader is None or not isinstance(dataset, Examples):
+            return loader
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, collate_fn=PadCollate(self.codec.pad))
+
+    @property
+    def special_tokens(self) -> dict:
+        return {"eos": list(self.codec.special["eos"]), "pad": self.codec.pad}
+
+    def predict_dataloader(self) -> Optional[DataLoader]:
+        return self._loader(self.predict_set, shuffle=False) if self.predict_set is not None else None
+
+    def prediction_records(self, predictions) -> list[dict]:
+        """predictions.jsonl's rows: each question and the answer generated to it."""
+        from framework.data.prompts import records
+
+        return records(self.codec, self.predict_prompts, predictions)
