@@ -4,7 +4,7 @@
   of the standard library a docstring's first line describes (four choices, scored by log-likelihood),
   and ``stdlib_topics``, the title of a help topic of ``pydoc_data.topics`` given its name (scored by
   the exact match of a generation);
-- the instruction set of ``datamodule=instructions`` (framework/data/assets/instructions.jsonl): the
+- the instruction set of ``datamodule=instructions`` (instructions.jsonl in framework/data/assets/): the
   same facts as questions and answers, ``{prompt, response}``, and as two-turn conversations
   (``{messages}``).
 

@@ -109,6 +109,7 @@ def _section(title: str, schema: type, prefix: str, words: str = "") -> list[str
 
 def page() -> str:
     from framework.config.schemas import (
+        AdapterConfig,
         AutoStrategyConfig,
         HarnessConfig,
         InitConfig,
@@ -125,6 +126,7 @@ def page() -> str:
         *_section("trainer", TrainerConfig, "trainer."),
         *_section("init", InitConfig, "init."),
         *_section("harness", HarnessConfig, "harness."),
+        *_section("adapter", AdapterConfig, "adapter."),
         *_section("scheduler", SchedulerConfig, "scheduler.", "Besides the scheduler class's own arguments."),
         *_section("strategy (every strategy)", StrategyConfig, "strategy."),
         *_section("strategy=auto", AutoStrategyConfig, "strategy."),

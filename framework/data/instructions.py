@@ -7,7 +7,7 @@ tokens' positions restarting at every example (the model attends within an examp
 gives each example a row of its own, padded to the batch's longest. An example longer than a window
 loses its earliest prompt tokens first; a response that still does not fit is cut at its end, and
 every cut is counted and logged (``truncated`` and ``responses_cut``). The default data ships with
-the framework (framework/data/assets/instructions.jsonl, built from Python's own text).
+the framework (instructions.jsonl in framework/data/assets/, built from Python's own text).
 """
 
 from __future__ import annotations

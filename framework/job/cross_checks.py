@@ -400,6 +400,11 @@ _KINDS = {
     "logits per sample": ("logits per sample", "task=classification"),
     "logits per token": ("logits per token", "task=language_modeling"),
 }
+# (datamodules, models) of each kind of inputs
+_OPTIONS = {
+    "features": ("datamodule=digits, synthetic, mnist or cifar10", "model=mlp or cnn"),
+    "token ids": ("datamodule=text, tokens, instructions or text_classification", "model=gpt or hf/causal_lm"),
+}
 # the models that give an output kind
 _MODELS = {
     "logits per sample": "model=mlp, cnn or hf/sequence_classification",
@@ -434,7 +439,7 @@ def check_data_kinds(container: dict) -> list[str]:
         problems.append(
             f"model._target_: {_name(container, 'model')} takes {_KINDS[takes][0]}, but datamodule "
             f"{_name(container, 'datamodule')} gives {_KINDS[gives][0]}; choose a datamodule of {takes} "
-            f"({_KINDS[takes][1]}) or a model of {gives} ({_KINDS[gives][1]})"
+            f"({_OPTIONS[takes][0]}) or a model of {gives} ({_OPTIONS[gives][1]})"
         )
     if _declared(container, "task", "targets") == "next tokens":
         return problems

@@ -42,6 +42,7 @@ except ImportError:
 # experiment (the CNN on digits, one device) has: refused, naming what is missing.
 NEEDS_DATA[("model", "gpt")] = "Interpolation key 'datamodule.vocab_size' not found"
 NEEDS_DATA[("datamodule", "text")] = "Interpolation key 'datamodule.input_shape' not found"
+NEEDS_DATA[("datamodule", "instructions")] = "Interpolation key 'datamodule.input_shape' not found"
 NEEDS_DATA[("strategy", "fsdp_tp")] = "cannot make world size 1"
 NEEDS_DATA[("datamodule", "text_classification")] = "Interpolation key 'model.path' not found"
 NEEDS_DATA[("datamodule", "tokens")] = "datamodule.path: missing value"
