@@ -61,6 +61,7 @@ LAYOUTS = {
     "ddp": ["strategy=ddp", "trainer.devices=2"],
     "fsdp": ["strategy=fsdp", "trainer.devices=2"],
     "tp": ["strategy=tp", "trainer.devices=2"],
+    "fsdp_tp": ["strategy=fsdp_tp", "trainer.devices=4", "strategy.tensor_parallel=2", "trainer.oversubscribe=true"],
 }
 
 
@@ -69,11 +70,11 @@ def runs(base, tmp_path_factory):
     return runs_once(tmp_path_factory, lora(base), LAYOUTS)
 
 
-@pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp"])
+@pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp", "fsdp_tp"])
 def test_every_layout_trains_the_adapters_as_one_device(layout, runs):
     single_dir, _ = runs("single")
     run_dir, results = runs(layout)
-    assert results["status"] == "completed" and results["world_size"] == 2
+    assert results["status"] == "completed" and results["world_size"] == (4 if layout == "fsdp_tp" else 2)
     assert train_losses(run_dir) == pytest.approx(train_losses(single_dir), rel=1e-5)
 
 
@@ -173,3 +174,26 @@ def test_qlora_keeps_the_base_in_four_bits_and_trains_on_two_fsdp_ranks_as_on_on
     assert any(
         p.startswith("adapter.quantize: nf4 (QLoRA) runs with strategy single or fsdp") for p in err.value.problems
     )
+
+
+def test_adapters_killed_on_two_fsdp_ranks_resume_on_one_with_the_uninterrupted_losses(base, tmp_path):
+    every = ["callbacks=model_checkpoint", "callbacks.model_checkpoint.monitor=null"]
+    every += ["callbacks.model_checkpoint.every_n_train_steps=3"]
+    whole = fit(compose(lora(base, *every, "strategy=single")), output_dir=str(tmp_path / "whole"))
+    kill = [
+        "+callbacks.kill._target_=tests.helpers.probes.SignalAt",
+        "+callbacks.kill.step=4",
+        "+callbacks.kill.signal=SIGKILL",
+        "+callbacks.kill.rank=1",
+    ]
+    with pytest.raises(RuntimeError, match="rank 1 failed: killed by SIGKILL"):
+        fit(
+            compose(lora(base, *every, "strategy=fsdp", "trainer.devices=2", *kill)),
+            output_dir=str(tmp_path / "killed"),
+        )
+    last = tmp_path / "killed" / "checkpoints" / "last"
+    resumed = fit(
+        compose(lora(base, *every, "strategy=single", f"ckpt_path={last}")), output_dir=str(tmp_path / "resumed")
+    )
+    assert whole["status"] == resumed["status"] == "completed" and resumed["steps"] == whole["steps"] == 8
+    assert train_losses(tmp_path / "resumed") == pytest.approx(train_losses(tmp_path / "whole")[3:], abs=1e-6)
