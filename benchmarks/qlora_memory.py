@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from timed_run import TIMED_RUN
 
 
 def save_llama(directory: Path) -> None:
@@ -49,12 +50,7 @@ def peak_mib(model: Path, adapter: str, steps: int, out: Path) -> float:
         "adapter.r=16",
         "datamodule.seq_len=256",
         f"trainer.max_steps={steps}",
-        "trainer.limit_val_batches=0",
-        "test=false",
-        "predict=false",
-        "logger=none",
-        "callbacks=none",
-        "trainer.enable_progress_bar=false",
+        *(o for o in TIMED_RUN if not o.startswith("trainer.max_epochs")),  # (steps, not an epoch)
         f"hydra.run.dir={out}",
     ]
     subprocess.run([sys.executable, "-m", "framework.train", *run], check=True, capture_output=True)

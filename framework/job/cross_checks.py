@@ -127,21 +127,28 @@ def check_token_ids(container: dict) -> list[str]:
     ]
 
 
+def _manifest(container: dict) -> tuple[Path, dict]:
+    """The checkpoint ``ckpt_path`` names (relative to the run's directory) and its manifest."""
+    import json
+
+    from framework.engine.checkpoint_files import MANIFEST, resolve_ckpt_path
+
+    path = resolve_ckpt_path(str(container["ckpt_path"]), str(container.get("output_dir") or "."))
+    return path, json.loads((path / MANIFEST).read_text())
+
+
 def check_resumed_corpus(container: dict) -> list[str]:
     """A resume (``ckpt_path`` with ``train``) on the prepared corpus its checkpoint trained on, or on
     that corpus grown by appending: any other change is named before start (the checkpoint's
     manifest records the corpus's shards and checksums)."""
-    import json
-
     from framework.data.token_shards import corpus_change, identity, read_index
-    from framework.engine.checkpoint_files import MANIFEST, resolve_ckpt_path
 
     data, ckpt = container.get("datamodule") or {}, container.get("ckpt_path")
     if not ckpt or not data.get("path") or not container.get("train", True):
         return []
     try:
-        path = resolve_ckpt_path(str(ckpt), str(container.get("output_dir") or "."))
-        saved = json.loads((path / MANIFEST).read_text()).get("datamodule") or {}
+        path, manifest = _manifest(container)
+        saved = manifest.get("datamodule") or {}
         now = identity(read_index(str(data["path"])))
     except (OSError, ValueError):
         return []  # a missing checkpoint or corpus is named by its own check
@@ -213,17 +220,14 @@ def check_adapter_base(container: dict) -> list[str]:
     """An adapter checkpoint (``ckpt_path``) continues or is evaluated on the base it trained on: its
     manifest records the base's fingerprint (a saved model's weight files, or the config and seed
     that draw it)."""
-    import json
-
-    from framework.engine.checkpoint_files import MANIFEST, resolve_ckpt_path
     from framework.models.lora import base_fingerprint
 
     ckpt, model = container.get("ckpt_path"), container.get("model")
     if not ckpt or not container.get("adapter") or not isinstance(model, dict):
         return []
     try:
-        path = resolve_ckpt_path(str(ckpt), str(container.get("output_dir") or "."))
-        saved = json.loads((path / MANIFEST).read_text()).get("adapter_base")
+        path, manifest = _manifest(container)
+        saved = manifest.get("adapter_base")
         if saved is None or (container.get("seed") is None and not model.get("path")):
             return []  # (no base recorded; or one drawn from a seed this config does not fix)
         now = base_fingerprint(model, container.get("seed"), (container.get("init") or {}).get("weights"))

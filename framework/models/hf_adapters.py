@@ -4,15 +4,13 @@ base; or, merged (``export_merge=true``), the whole model as ``from_pretrained``
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from framework.models.hf_export import MANIFEST, SOURCE_FILES, _keep_foreign, log
+from framework.models.hf_export import replace_export
 from framework.models.lora import AdapterSettings
 
 # peft's names of our adapter tensors
@@ -58,14 +56,4 @@ def write_adapters(directory: Path, model, weights: dict[str, torch.Tensor], sou
     tmp.mkdir(parents=True)
     peft_config(model.adapter_settings, weights, source).save_pretrained(str(tmp))
     save_file(peft_tensors(weights, model.hf_name), str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
-    for name in SOURCE_FILES if source is not None else ():
-        if (source / name).is_file():
-            shutil.copy2(source / name, tmp / name)
-    ours = sorted(p.name for p in tmp.iterdir())
-    (tmp / MANIFEST).write_text(json.dumps({"files": ours}))
-    kept = _keep_foreign(directory, tmp, set(ours))
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.replace(tmp, directory)
-    if kept:
-        log.warning("%s: kept %s, not written by an export", directory, kept)
+    replace_export(tmp, directory, source)

@@ -44,6 +44,12 @@ def write_directory(directory: Path, hf_config, weights: dict[str, torch.Tensor]
         str(tmp / "model.safetensors"),
         metadata={"format": "pt"},
     )
+    replace_export(tmp, directory, source)
+
+
+def replace_export(tmp: Path, directory: Path, source: Optional[Path]) -> None:
+    """An export written in ``tmp`` (with the source's tokenizer files and a manifest of its files) put
+    in ``directory``'s place by a rename; a file of the user's there is kept."""
     for name in SOURCE_FILES if source is not None else ():
         if (source / name).is_file():
             shutil.copy2(source / name, tmp / name)
