@@ -32,6 +32,12 @@ def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for several)")
     parser.add_argument("--prompts", help='a file of prompts: one per line, or a .jsonl of {"prompt": ...}')
     parser.add_argument("--output", help="the directory to write predictions.jsonl to")
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="a model directory: each prompt as a user's turn, rendered by its tokenizer's chat template\n"
+        "(a run on instruction data renders them so already)",
+    )
     args, overrides = parser.parse_known_args(argv)
     if not args.prompt and not args.prompts:
         parser.error("no prompt: give --prompt TEXT (or several) or --prompts FILE")
@@ -47,10 +53,12 @@ def _checkpoint_of(source: Path) -> Path | None:
     return None
 
 
-def _model_run(model_dir: Path, prompts_file: str, overrides: list[str]) -> list[str]:
-    """A run that only predicts, with the Hugging Face model of ``model_dir`` and its tokenizer."""
+def _model_run(model_dir: Path, prompts_file: str, chat: bool, overrides: list[str]) -> list[str]:
+    """A run that only predicts, with the Hugging Face model of ``model_dir`` and its tokenizer (``chat``:
+    the prompts rendered as a user's turns, datamodule=instructions)."""
     return [
         "experiment=gpt_text",
+        *(["datamodule=instructions"] if chat else []),
         "model=hf/causal_lm",
         f"model.path='{model_dir}'",
         f"datamodule.tokenizer='{model_dir}'",
@@ -63,6 +71,12 @@ def _model_run(model_dir: Path, prompts_file: str, overrides: list[str]) -> list
         *GREEDY,
         *overrides,
     ]
+
+
+_ADAPTERS_ALONE = (
+    "{source}: adapters alone (peft's format), without the base they adapt: generate from the run's "
+    "directory or a checkpoint of it, or export them merged (export_merge=true)"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,9 +97,12 @@ def main(argv: list[str] | None = None) -> int:
                 output = args.output or str(ckpt.parent.parent / "generate" / stamp)
                 jsonl = ["predict_format=jsonl", f"++datamodule.predict_file='{prompts_file}'", "++harness.tasks=[]"]
                 results = predict(str(ckpt), [*jsonl, *GREEDY, *overrides], output_dir=output)
+            elif (source / "adapter_config.json").is_file() and not (source / "config.json").is_file():
+                print(_ADAPTERS_ALONE.format(source=source), file=sys.stderr)
+                return 2
             else:
                 output = args.output or str(Path("outputs/generate") / stamp.replace("_", "/"))
-                results = fit(compose(_model_run(source, prompts_file, overrides)), output_dir=output)
+                results = fit(compose(_model_run(source, prompts_file, args.chat, overrides)), output_dir=output)
         except ConfigError as err:
             print(err, file=sys.stderr)
             return 2

@@ -13,7 +13,7 @@ from typing import Callable
 
 from framework.cli import hydra_fast_paths
 from framework.config.environment import detect_environment
-from framework.config.group_choices import unknown_options
+from framework.config.group_choices import null_selections, unknown_options
 from framework.config.overrides import lenient
 from framework.config.writable import unwritable
 from framework.launch.fork_server import asks_for_several_devices, start_fork_server
@@ -91,7 +91,8 @@ def console_entry(hydra_main: Callable[[], None]) -> None:
     the current directory is importable, and under torchrun/SLURM only rank 0 owns Hydra's run
     directory. The entry point calls ``end_program`` once it has cleaned up."""
     sys.argv[1:] = lenient(sys.argv[1:])
-    missing = missing_plugins(sys.argv[1:]) + unknown_options(sys.argv[1:]) + unwritable_run_dirs(sys.argv[1:])
+    args = sys.argv[1:]
+    missing = missing_plugins(args) + unknown_options(args) + null_selections(args) + unwritable_run_dirs(args)
     if missing:
         print("\n".join(missing), file=sys.stderr)
         exit_now(2)

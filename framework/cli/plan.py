@@ -9,6 +9,8 @@ from omegaconf import OmegaConf
 
 from framework.cli.compose import compose
 from framework.cli.console import cwd_importable
+from framework.config.group_choices import null_selections, unknown_options
+from framework.rank.known_warnings import quiet_known_warnings
 
 
 def main() -> None:
@@ -20,8 +22,13 @@ def main() -> None:
         print(f"usage: framework-plan [--choose] [group=option ...] [key=value ...]\n{__doc__}\n{plan_doc}")
         return
     cwd_importable()
-    choose = "--choose" in sys.argv[1:]
-    cfg = compose([a for a in sys.argv[1:] if a != "--choose"])
+    quiet_known_warnings(0)  # (building the model imports what warns: transformers, torchao)
+    choose, args = "--choose" in sys.argv[1:], [a for a in sys.argv[1:] if a != "--choose"]
+    unknown = unknown_options(args) + null_selections(args)  # (as framework-train names them)
+    if unknown:
+        print("\n".join(unknown), file=sys.stderr)
+        sys.exit(2)
+    cfg = compose(args)
     if choose:
         sys.exit(print_choice(cfg))
     problems = plan_problems(cfg)
@@ -161,9 +168,11 @@ def _print_adapters(rows: list[dict], width: int) -> None:
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
         mine = [r for r in rows if r["strategy"] == strategy]
         cells = " ".join(
-            f"{r['trainable_parameters_per_rank']:>9,} ({r['optimizer_state_bytes_per_rank'] / 2**10:,.0f} KiB)"
-            if r.get("trainable_parameters_per_rank") is not None
-            else f"{'-':>22}"
+            (
+                f"{r['trainable_parameters_per_rank']:,} ({r['optimizer_state_bytes_per_rank'] / 2**10:,.0f} KiB)"
+                if r.get("trainable_parameters_per_rank") is not None
+                else "-"
+            ).rjust(20)
             for r in mine
         )
         print(f"{strategy:<{width}} {cells}")

@@ -45,6 +45,17 @@ def unknown_options(args: list[str]) -> list[str]:
     return problems
 
 
+def null_selections(args: list[str]) -> list[str]:
+    """``group=null`` (Hydra's message is a traceback): a selection is removed with ``~group``."""
+    groups = group_names(user_config_dirs(args) + _primary_searchpath(args))
+    nulls = [m.group(1) for m in filter(None, map(_SELECTION.match, args)) if m.group(3) == "null"]
+    return [
+        f"{group}: '{group}=null' selects nothing on the command line; '~{group}' removes the selection"
+        for group in nulls
+        if group.split("/")[0] in groups and not group.startswith("hydra")
+    ]
+
+
 def _primary_searchpath(args: list[str]) -> list[str]:
     """The file:// entries of ``hydra.searchpath`` in the primary config that ``--config-dir`` and
     ``--config-name`` name (framework.evaluate's, a resume's, the user's own)."""

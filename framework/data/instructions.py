@@ -23,9 +23,8 @@ from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_indices, split_problems
 from framework.data.batched import GatheringTensorDataset
 from framework.data.chat import Renderer, encode_example, messages_of, read_examples
-from framework.data.prompts import prompt_set
-from framework.data.text import Codec
-from framework.data.tokenizer_files import tokenizer_problems
+from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
+from framework.data.text import Codec, vocabulary_problems
 
 log = logging.getLogger(__name__)
 SHIPPED = Path(__file__).resolve().parent / "assets" / "instructions.jsonl"
@@ -104,6 +103,7 @@ class InstructionsDataModule(BaseDataModule):
     ``batch_size`` windows (or examples) per global batch."""
 
     inputs, targets = "token ids", "next tokens"
+    masks_targets = True  # (the loss: a mean over the global batch's response tokens)
     argument_ranges = {"seq_len": Range(low=2)}
 
     def __init__(
@@ -121,6 +121,7 @@ class InstructionsDataModule(BaseDataModule):
         num_workers: int = 0,
         vocab_size: Optional[int] = None,
         predict_prompts: Sequence[str] = (),
+        predict_file: Optional[str] = None,
     ):
         super().__init__(batch_size, num_workers)
         self.path, self.seq_len, self.packed, self.system = path, seq_len, pack, system
@@ -128,7 +129,7 @@ class InstructionsDataModule(BaseDataModule):
         self.codec, self.renderer = Codec(tokenizer), Renderer(tokenizer, template)
         if vocab_size is not None and vocab_size != self.codec.vocab_size:
             raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size}")
-        self.predict_prompts, self.counts = list(predict_prompts), {}
+        self.predict_prompts, self.predict_file, self.counts = list(predict_prompts), predict_file, {}
 
     @property
     def vocab_size(self) -> int:
@@ -136,7 +137,8 @@ class InstructionsDataModule(BaseDataModule):
 
     @classmethod
     def check_config(cls, path: Optional[str] = None, tokenizer: Optional[str] = None, **rest) -> list[str]:
-        problems = tokenizer_problems(tokenizer)
+        problems = vocabulary_problems(tokenizer, rest.get("vocab_size"))
+        problems += prompt_file_problems(rest.get("predict_file"))
         if path and not Path(path).exists():
             return [*problems, f"path: nothing at '{path}' (a .jsonl or .parquet file, or a datasets directory)"]
         try:
@@ -156,7 +158,7 @@ class InstructionsDataModule(BaseDataModule):
         build = (lambda rows: pack(rows, self.seq_len, self.codec.pad)) if self.packed else Examples
         self.train_set, self.val_set, self.test_set = (build(rows) if rows else None for rows in (train, val, test))
         prompts = [self.renderer.render(messages_of({"prompt": p, "response": ""}, self.system)[:-1], True)
-                   for p in self.predict_prompts]  # fmt: skip
+                   for p in self._questions()]  # fmt: skip
         self.predict_set = prompt_set(self.codec, prompts) if prompts else None
 
     def _encoded(self, rows: list[dict]) -> list[tuple[list, list]]:
@@ -195,6 +197,8 @@ class InstructionsDataModule(BaseDataModule):
 
     def prediction_records(self, predictions) -> list[dict]:
         """predictions.jsonl's rows: each question and the answer generated to it."""
-        from framework.data.prompts import records
+        return records(self.codec, self._questions(), predictions)
 
-        return records(self.codec, self.predict_prompts, predictions)
+    def _questions(self) -> list[str]:
+        """The questions to answer: ``predict_file``'s, else ``predict_prompts``."""
+        return read_prompts(self.predict_file) or self.predict_prompts

@@ -39,6 +39,23 @@ def read_corpus(data_dir: Optional[str]) -> str:
     return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
 
 
+def vocabulary_problems(tokenizer: Optional[str], vocab_size) -> list[str]:
+    """``tokenizer`` reads, and ``vocab_size`` (when given) is its count of tokens."""
+    unreadable = tokenizer_problems(tokenizer)
+    if unreadable:
+        return unreadable
+    try:
+        tokens = Codec(tokenizer).vocab_size
+    except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types
+        return [f"tokenizer: '{tokenizer}' is not a tokenizers JSON file ({str(err).splitlines()[0]})"]
+    if isinstance(vocab_size, int) and vocab_size != tokens:
+        return [
+            f"vocab_size: {vocab_size}, but the tokens number {tokens} "
+            f"({f'the tokenizer {tokenizer}' if tokenizer else 'UTF-8 bytes'}); set datamodule.vocab_size={tokens}"
+        ]
+    return []
+
+
 class Codec:
     """Text <-> token ids: UTF-8 bytes, or a ``tokenizers`` tokenizer (a file, or a model's directory,
     whose files also name its special tokens: ``special``, framework/data/tokenizer_files.py)."""
@@ -157,20 +174,7 @@ class TextDataModule(BaseDataModule):
             problems.append(f"data_dir: '{data_dir}' holds no .txt file")
         else:
             problems += _window_problems(data_dir, seq_len, val_fraction, test_fraction)
-        unreadable = tokenizer_problems(tokenizer)
-        if unreadable:
-            return problems + unreadable
-        try:
-            tokens = Codec(tokenizer).vocab_size
-        except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types
-            return [*problems, f"tokenizer: '{tokenizer}' is not a tokenizers JSON file ({str(err).splitlines()[0]})"]
-        if isinstance(vocab_size, int) and vocab_size != tokens:
-            problems.append(
-                f"vocab_size: {vocab_size}, but the tokens number {tokens} "
-                f"({f'the tokenizer {tokenizer}' if tokenizer else 'UTF-8 bytes'}); "
-                f"set datamodule.vocab_size={tokens}"
-            )
-        return problems
+        return problems + vocabulary_problems(tokenizer, vocab_size)
 
     @classmethod
     def train_samples(

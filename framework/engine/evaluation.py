@@ -22,6 +22,7 @@ class EvaluationPasses:
         self.loaders, self.epoch_metrics = loaders, epoch_metrics
         self._names: dict[str, list[str]] = {}  # the metric names of each stage, in the reduced vector
         self._null = contextlib.nullcontext()
+        self.counts_targets = False  # means weighted by counted targets (a datamodule that masks them)
 
     @torch.no_grad()
     def evaluate(self, trainer, loader, stage: str, sanity: bool = False) -> dict[str, float]:
@@ -129,7 +130,8 @@ class EvaluationPasses:
             batch = self.loaders.on_device(raw)  # (the last one run stands in for the lockstep forwards)
             with self.precision.autocast(), self.strategy.step_context(model, batch) as local:
                 loss, metrics = self.task.step(model, local, stage)
-            size = batch_size_of(batch)
+            # (masked targets: weighted by the targets each mean is over, as a single device's would be)
+            size = self.task.counted(local[1]) if self.counts_targets else batch_size_of(batch)
             self._names.setdefault(stage, ["loss", *metrics])
             values = torch.stack([loss.float(), *(m.float() for m in metrics.values())]) * size
             totals = values if totals is None else totals + values

@@ -163,6 +163,11 @@ class DataModule(Protocol):
         """Optional (needed with ``predict=true``): the loader to predict on; batches are
         ``(inputs, ...)`` or bare inputs."""
 
+    # Optional: ``masks_targets = True`` where the targets leave out (the task's ignore_index) a number
+    # of tokens that varies by batch, instruction data's prompts: the engine then trains on the mean
+    # over the global batch's counted targets (the task's ``counted``), on every strategy and
+    # accumulation alike, not on a mean of micro-batch means.
+
     # With trainer.reload_dataloaders_every_n_epochs, the engine sets a ``trainer`` attribute (a
     # TrainerView) before it asks for loaders again, so that they may depend on its current_epoch.
 
@@ -188,13 +193,17 @@ class Task(Protocol):
         ``targets``, as ``step`` computes it; a pipeline's last stage calls it on each
         micro-batch's output, inside the schedule that runs the model."""
 
+    def counted(self, targets) -> torch.Tensor:
+        """Optional (used where the datamodule ``masks_targets``): how many of ``targets`` (a batch's
+        second element) the mean loss averages over, a 0-d integer tensor."""
+
 
 CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, "task": Task}
 _OPTIONAL = {
     Callback: {*EVENTS, "evaluation_weights", "sharded_state_dict"},
     Logger: {"resume"},
     DataModule: {"test_dataloader", "predict_dataloader"},
-    Task: {"loss"},
+    Task: {"loss", "counted"},
 }
 
 

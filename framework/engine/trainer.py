@@ -190,6 +190,7 @@ class Trainer:
         scaler, epoch, step, position in the epoch, RNG states, callbacks)."""
         datamodule.setup("fit")
         self.datamodule = datamodule
+        self._count_targets(datamodule)
         if self.config.reload_dataloaders_every_n_epochs:
             datamodule.trainer = self  # Lightning's idiom: its *_dataloader() may read trainer.current_epoch
         self.model, self.optimizer = prepare_model(model, self.config, self.precision, self.strategy, optimizer_factory)
@@ -212,6 +213,12 @@ class Trainer:
         elif val_loader is not None and self.config.num_sanity_val_steps:
             self._run_guarded(lambda: self.evaluation.evaluate(self, val_loader, "val", sanity=True))
         self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))
+
+    def _count_targets(self, datamodule) -> None:
+        """A datamodule that masks a varying number of targets: losses and metrics are means over the
+        counted targets of the global batch (the task's ``counted``), the same on every strategy."""
+        counts = bool(getattr(datamodule, "masks_targets", False)) and callable(getattr(self.task, "counted", None))
+        self.training_step.counts_targets = self.evaluation.counts_targets = counts
 
     def _restore_datamodule(self, ckpt_path) -> None:
         """The datamodule's own state in the checkpoint (Lightning's ``load_state_dict``), if both have one."""
@@ -240,6 +247,7 @@ class Trainer:
     def validate(self, datamodule, model: Optional[torch.nn.Module] = None, ckpt_path=None) -> dict[str, float]:
         """The validation loop on the trained model, or on ``model``; weights as for ``test``."""
         datamodule.setup("validate")
+        self._count_targets(datamodule)
         self._model_for("validate", model, ckpt_path)
         loader = self.loaders.make(datamodule.val_dataloader(), train=False)
         return self._run_guarded(lambda: self.evaluation.evaluate(self, loader, "val"))
@@ -248,6 +256,7 @@ class Trainer:
         """Run the test loop on the trained model, or on ``model`` (set up by the strategy); with
         the weights of the checkpoint ``ckpt_path`` when given."""
         datamodule.setup("test")
+        self._count_targets(datamodule)
         self._model_for("test", model, ckpt_path)
         loader = self.loaders.make(datamodule.test_dataloader(), train=False)
         if loader is None and self.is_global_zero:

@@ -10,6 +10,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from framework.engine.memory import model_state_bytes
+from framework.strategies.comm.collectives import all_reduce
 
 
 class TrainingStep:
@@ -20,6 +21,8 @@ class TrainingStep:
         self.on_device = on_device
         self.current_batch = None  # the micro-batch being run, on the device
         self.model_state_bytes: Optional[dict] = None  # params + grads + optimizer state on this rank
+        # The loss is the mean over the global batch's counted targets (a datamodule that masks them)
+        self.counts_targets = False
         self._null = contextlib.nullcontext()
 
     def run(self, model, optimizer, batches: Iterator, size: int, micro_batch_done: Callable):
@@ -27,21 +30,41 @@ class TrainingStep:
         last)`` runs after each backward. Returns (the summed detached losses, the last
         micro-batch's metrics, its loss)."""
         if self.strategy.owns_training_step:
+            if self.counts_targets:  # (named before start: cross_checks.check_masked_targets)
+                raise ValueError("a pipeline's schedule averages micro-batch means, not masked targets")
             return self._run_by_strategy(model, optimizer, batches, size, micro_batch_done)
+        window = [self.on_device(next(batches)) for _ in range(size)] if self.counts_targets else None
+        per_target = self._global_targets(window) if window else None
         accum, step_loss = self.config.accumulate_grad_batches, None
         for i in range(size):
-            self.current_batch = batch = self.on_device(next(batches))
+            self.current_batch = batch = window[i] if window else self.on_device(next(batches))
             # Only the last micro-batch of an accumulation window all-reduces gradients.
             sync = self._null if i == size - 1 else self.strategy.no_sync(model)
             with sync, self.strategy.step_context(model, batch) as local:
                 with self.precision.autocast():
                     loss, metrics = self.task.step(model, local, "train")
-                self.strategy.backward(model, loss / accum if accum > 1 else loss, self.precision)
+                if per_target is not None:  # its share of the window's mean over every rank's targets
+                    share = loss / (per_target / self.task.counted(local[1])).to(loss.dtype)
+                    self.strategy.backward(model, share, self.precision)
+                else:
+                    self.strategy.backward(model, loss / accum if accum > 1 else loss, self.precision)
             loss = loss.detach()
-            step_loss = loss if step_loss is None else step_loss + loss
+            total = share.detach() * size if per_target is not None else loss  # (the logged mean is theirs)
+            step_loss = total if step_loss is None else step_loss + total
             micro_batch_done(loss, i == size - 1)
         self.optimizer_step(model, optimizer)
         return step_loss, metrics, loss
+
+    def _global_targets(self, window: list) -> torch.Tensor:
+        """The counted targets of the window's micro-batches on every rank, per rank that backs a
+        part of them: a micro-batch's loss (a mean over its own counted targets, ``n``) divided by
+        this over ``n`` is its share of the mean over the global batch. (The strategies average
+        gradients over the data- and context-parallel ranks, and the ranks that hold a batch whole,
+        tensor- or pipeline-parallel ones, all count it: the world over the context-parallel
+        degree.) With equal counts it is the window's length times ``n``, the plain ``1 / accum``."""
+        counted = torch.stack([self.task.counted(batch[1]) for batch in window]).sum().double()
+        cp = getattr(getattr(self.strategy, "topology", None), "cp", 1)
+        return all_reduce(counted, "sum") / (self.strategy.world_size * cp)
 
     def _run_by_strategy(self, model, optimizer, batches: Iterator, size: int, micro_batch_done: Callable):
         """The same step where the strategy runs forward and backward (a pipeline's schedule): it

@@ -462,6 +462,27 @@ def check_data_kinds(container: dict) -> list[str]:
     return problems
 
 
+def check_masked_targets(container: dict) -> list[str]:
+    """A datamodule that masks a varying number of targets (``masks_targets``, instruction data)
+    trains on the mean over the global batch's counted targets, which a pipeline's schedule (a mean
+    of its micro-batches' means) does not compute."""
+    from framework.config.validate import import_target
+    from framework.strategies import resolve
+
+    try:
+        masks = getattr(import_target(str(container["datamodule"]["_target_"])), "masks_targets", False)
+        topology = resolve(container)[2]
+    except Exception:  # noqa: BLE001 - an unknown target or layout is named by its own check
+        return []
+    if not masks or topology.pp == 1 or not container.get("train", True):
+        return []
+    return [
+        f"strategy.pp: datamodule {_name(container, 'datamodule')} masks its targets (the loss is a mean "
+        "over the global batch's response tokens), which a pipeline's schedule does not compute; "
+        "use a strategy without strategy.pp (ddp, fsdp, tp, fsdp_tp)"
+    ]
+
+
 def check_harness(container: dict) -> list[str]:
     """``harness.tasks`` name tasks lm-eval finds (shipped, in ``harness.include_path``, or its own),
     for a language model (logits per token) and a datamodule that knows its tokenizer."""

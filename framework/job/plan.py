@@ -127,6 +127,8 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
         layouts["pp"] = ("pp", _pipeline_options(cfg))
     layouts.update(_deepspeed_layouts(cfg))
     layouts.update(_configured_layout(cfg, layouts))
+    if getattr(model, "adapter_settings", None) is not None:  # the layouts that run adapters alone
+        layouts = {label: layout for label, layout in layouts.items() if _runs_adapters(cfg, *layout)}
     activations: dict[int, Optional[int]] = {}
     traffic_by_batch: dict[int, Optional[dict]] = {}
     rows = []
@@ -166,7 +168,12 @@ def layout_bytes(
     choice needs only the memory)."""
     params = sum(p.numel() for p in model.parameters())
     topology = cls.make_topology(devices, 1, options)
-    state = cls.predict_model_state_bytes(params, k, topology, model, options)
+    adapted = getattr(model, "adapter_settings", None) is not None
+    trainable = adapter_count(model, cls, options, topology) if adapted else None
+    if adapted:  # the whole model's weights; gradients and optimizer state for the adapters alone
+        state = cls.predict_adapted_state_bytes(params, trainable, k, topology, model, options)
+    else:
+        state = cls.predict_model_state_bytes(params, k, topology, model, options)
     batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
     dp = topology.data_parallel_size
     if dp not in activations:
@@ -174,8 +181,8 @@ def layout_bytes(
     # tensor (sequence) and context parallelism split each activation across their groups
     acts = activations[dp] if activations[dp] is None else activations[dp] / (topology.tp * topology.cp)
     figures = {"model_state_bytes_per_rank": state, "activation_bytes_per_rank": acts}
-    if getattr(model, "adapter_settings", None) is not None:  # adapters: what trains, and its state, per rank
-        figures["trainable_parameters_per_rank"] = trainable = adapter_count(model, cls, options, topology)
+    if adapted:  # what trains, and its state, per rank
+        figures["trainable_parameters_per_rank"] = trainable
         figures["optimizer_state_bytes_per_rank"] = trainable * k
     sizes = None if traffic_by_batch is None else _traffic(cfg, model, batch // dp, traffic_by_batch)
     if sizes is not None:
@@ -183,6 +190,14 @@ def layout_bytes(
     if cls.name == "pp":
         figures.update(_pipeline_figures(options, topology, acts))
     return figures
+
+
+def _runs_adapters(cfg: DictConfig, name: str, extra: dict) -> bool:
+    """Whether strategy ``name`` (with ``extra`` options) runs this config's adapters (check_adapter)."""
+    from framework.job.cross_checks import ADAPTER_STRATEGIES, NF4_STRATEGIES
+
+    quantized = OmegaConf.select(cfg, "adapter.quantize", default=None)
+    return name in (NF4_STRATEGIES if quantized else ADAPTER_STRATEGIES) and not extra.get("pp")
 
 
 def adapter_count(model: torch.nn.Module, cls, options, topology) -> int:

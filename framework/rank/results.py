@@ -4,6 +4,7 @@ outcome, and a completed run's figures."""
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -55,14 +56,9 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     peaks = all_gather_object(peak_memory_bytes(strategy.device))
     states = all_gather_object(trainer.model_state_bytes)
     held = all_gather_object(local_trainable(model) if model is not None else None)
-    predicted = None
-    if model is not None:
-        trainable = sum(whole_numel(p) for p in model.parameters() if p.requires_grad)
-        predicted = type(strategy).predict_model_state_bytes(
-            trainable, optimizer_state_bytes(cfg.optimizer), strategy.topology, strategy.unwrap(model), strategy.options
-        )
-        if predicted is not None:  # (the same on every rank, but a pipeline's stages: the largest)
-            predicted = max(all_gather_object(predicted))
+    predicted = _predicted_state(cfg, strategy, model) if model is not None else None
+    if predicted is not None:  # (the same on every rank, but a pipeline's stages and adapters: the largest)
+        predicted = max(all_gather_object(predicted))
     shares = source_shares(trainer)
     if shares and trainer.is_global_zero:  # corpora mixed: each one's share of the samples trained on
         trainer.log_metrics({f"train/share/{name}": share for name, share in shares.items()})
@@ -91,6 +87,18 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
             "optimizer_state_bytes_per_rank": [s["optimizer"] if s else None for s in states],
         },
     }
+
+
+def _predicted_state(cfg: DictConfig, strategy, model) -> Optional[float]:
+    """This rank's model state as the plan predicts it (adapters: the weights of the whole model,
+    gradients and optimizer state for the adapters this rank holds)."""
+    plain, k = strategy.unwrap(model), optimizer_state_bytes(cfg.optimizer)
+    layout = (strategy.topology, plain, strategy.options)
+    if getattr(plain, "adapter_settings", None) is None:
+        trainable = sum(whole_numel(p) for p in model.parameters() if p.requires_grad)
+        return type(strategy).predict_model_state_bytes(trainable, k, *layout)
+    params = sum(whole_numel(p) for p in model.parameters())
+    return type(strategy).predict_adapted_state_bytes(params, local_trainable(model), k, *layout)
 
 
 def local_trainable(model) -> int:

@@ -132,6 +132,15 @@ class Strategy:
         return (8 + optimizer_bytes) * params
 
     @classmethod
+    def predict_adapted_state_bytes(
+        cls, params: int, trainable: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+    ) -> float:
+        """With adapters: every one of ``params``'s weights as this layout splits them (4 B), and
+        gradients and optimizer state for the ``trainable`` parameters this rank holds alone."""
+        weights = cls.predict_model_state_bytes(params, 0, topology, model, options) / 2  # (8 B a parameter, halved)
+        return weights + (4 + optimizer_bytes) * trainable
+
+    @classmethod
     def model_problems(
         cls, model: nn.Module, options: StrategyConfig, topology: Topology, container: dict
     ) -> list[str]:

@@ -126,11 +126,14 @@ def split_parameters(model: nn.Module, options) -> int:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     plan = plan_of(model, options)
+    # an adapter's factor that stays whole beside its split linear (models/lora.py split_adapters)
+    whole = {True: ("lora_a",), False: ("lora_b", "lora_magnitude")}
     whole_modules = sum(
         p.numel()
         for name, style in plan.items()
         if isinstance(style, (ColwiseParallel, RowwiseParallel))
-        for p in model.get_submodule(name).parameters(recurse=False)
+        for leaf, p in model.get_submodule(name).named_parameters(recurse=False)
+        if leaf not in whole[isinstance(style, ColwiseParallel)]
     )
     # a style of the model's own that splits some of a module's parameters says how many
     return whole_modules + sum(

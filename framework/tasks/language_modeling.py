@@ -114,8 +114,17 @@ class LanguageModelingTask:
         return loss, {"acc": acc.float(), **({} if aux is None else {"aux_loss": aux.detach()})}
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The mean next-token cross-entropy (the mixture of experts' auxiliary loss is ``step``'s)."""
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=self.ignore_index)
+        """The mean next-token cross-entropy over the counted targets (the mixture of experts' auxiliary
+        loss is ``step``'s); 0, with no gradient, where every target is ``ignore_index`` (bit for bit
+        ``cross_entropy``'s mean otherwise, which is NaN there)."""
+        summed = F.cross_entropy(
+            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=self.ignore_index, reduction="sum"
+        )
+        return summed / self.counted(targets).clamp(min=1)
+
+    def counted(self, targets: torch.Tensor) -> torch.Tensor:
+        """The targets the loss averages over: those not ``ignore_index``."""
+        return (targets != self.ignore_index).sum()
 
     @torch.no_grad()
     def predict_step(self, model: torch.nn.Module, batch) -> dict[str, torch.Tensor]:

@@ -118,3 +118,30 @@ def test_a_long_example_loses_its_prompt_first_and_a_cut_response_is_counted(tmp
     data.setup("fit")
     assert data.counts == {"examples": 2, "truncated": 2, "responses_cut": 1}
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_framework_generate_chat_renders_each_prompt_as_the_templates_user_turn(chat_tokenizer, tmp_path):
+    """``framework-generate MODEL_DIR --chat``: each prompt as a user's turn of the tokenizer's chat
+    template, continued as transformers' greedy ``generate`` continues that rendering."""
+    transformers = pytest.importorskip("transformers")
+    from framework.generate import main
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(chat_tokenizer, model_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.save_pretrained(model_dir)
+    question = CONVERSATION[0]["content"]
+    assert main([str(model_dir), "--chat", "--prompt", question, "--output", str(tmp_path / "out"),
+                 "task.max_new_tokens=6"]) == 0  # fmt: skip
+    [row] = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+    rendered = tokenizer.apply_chat_template([CONVERSATION[0]], add_generation_prompt=True, return_tensors="pt")
+    ids = rendered["input_ids"] if isinstance(rendered, dict) or hasattr(rendered, "keys") else rendered
+    expected = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1] :]
+    assert row["prompt"] == question
+    assert row["tokens"] == expected.tolist()[: len(row["tokens"])] and row["tokens"]

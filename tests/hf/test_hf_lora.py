@@ -89,6 +89,9 @@ def test_each_rank_trains_and_keeps_state_for_what_the_plan_says(layout, base, r
     assert max(memory["trainable_parameters_per_rank"]) == row["trainable_parameters_per_rank"]
     assert max(memory["optimizer_state_bytes_per_rank"]) == row["optimizer_state_bytes_per_rank"]
     assert row["trainable_parameters_per_rank"] < memory["parameters"] / 10  # the adapters, not the model
+    # the whole model's weights, as the layout splits them; gradients and AdamW's state for the adapters
+    assert memory["predicted_model_state_bytes"] == pytest.approx(row["model_state_bytes_per_rank"])
+    assert max(memory["model_state_bytes_per_rank"]) == pytest.approx(row["model_state_bytes_per_rank"], rel=0.02)
 
 
 def test_the_base_never_moves(base, runs):
@@ -197,3 +200,34 @@ def test_adapters_killed_on_two_fsdp_ranks_resume_on_one_with_the_uninterrupted_
     )
     assert whole["status"] == resumed["status"] == "completed" and resumed["steps"] == whole["steps"] == 8
     assert train_losses(tmp_path / "resumed") == pytest.approx(train_losses(tmp_path / "whole")[3:], abs=1e-6)
+
+
+def test_instruction_data_trains_on_the_global_batchs_answers_on_two_ranks_and_in_accumulation(tmp_path):
+    """Ranks and micro-batches hold different numbers of answer tokens: the loss is the mean over all
+    of the global batch's, as one device computes it (a mean of their means is 3e-4 away)."""
+    common = [
+        "experiment=hf_lora_instructions",
+        "datamodule.seq_len=48",
+        "trainer.max_steps=3",
+        "trainer.log_every_n_steps=1",
+        "trainer.limit_val_batches=2",
+        "predict=false",
+        "test=false",
+        "callbacks=none",
+    ]
+    layouts = {
+        "single": [],
+        "accumulated": ["datamodule.batch_size=4", "trainer.accumulate_grad_batches=2"],
+        "ddp": ["strategy=ddp", "trainer.devices=2"],
+    }
+    runs = {name: fit(compose([*common, *more]), output_dir=str(tmp_path / name)) for name, more in layouts.items()}
+    expected = train_losses(tmp_path / "single")
+    assert len(expected) == 3
+    for name in ("accumulated", "ddp"):
+        assert train_losses(tmp_path / name) == pytest.approx(expected, rel=1e-5), name
+        assert runs[name]["metrics"]["val/loss"] == pytest.approx(runs["single"]["metrics"]["val/loss"], rel=1e-5)
+
+
+def test_a_pipeline_is_refused_instruction_data_before_start():
+    with pytest.raises(ConfigError, match=r"strategy.pp: datamodule InstructionsDataModule masks its targets"):
+        preflight(compose(["experiment=hf_lora_instructions", "~adapter", "strategy=pp", "trainer.devices=2"]))
