@@ -73,6 +73,7 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     check_schema(init, InitConfig, "init", problems)
     check_schema(container.get("harness") or {}, HarnessConfig, "harness", problems)
     check_schema(container.get("adapter") or {}, AdapterConfig, "adapter", problems)
+    problems.extend(_unselected_adapter(container.get("adapter")))
     if init.get("weights") and init["weights"] != "???" and not Path(str(init["weights"])).exists():
         problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
     _check_trainer_values(container.get("trainer") or {}, problems)
@@ -85,6 +86,19 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     if problems:
         raise ConfigError(problems)
     return container
+
+
+def _unselected_adapter(node) -> list[str]:
+    """An adapter node that is only some keys (an experiment's r and alpha left by ``~adapter``, or a
+    ``+adapter.r=4``): no adapter=<option> laid out the others, so it would train adapters unasked."""
+    if not isinstance(node, dict) or not node or "quantize" in node:
+        return []
+    keys = ", ".join(f"adapter.{k}" for k in node)
+    removals = " ".join(f"~adapter.{k}" for k in node)
+    return [
+        f"adapter: {keys} set, but no adapter selected (an experiment's keys stay after ~adapter); "
+        f"select adapter=lora or adapter=qlora, or remove them too to train the whole model: ~adapter {removals}"
+    ]
 
 
 def _check_root(container: dict, problems: list[str], referenced: set[str]) -> None:

@@ -1,13 +1,15 @@
 """Instruction examples as token ids with the loss on the responses only: each example's messages
 (``{prompt, response}``, or ``{messages: [{role, content}, ...]}``) rendered by the tokenizer's chat
-template (its directory's ``tokenizer_config.json``, applied offline by ``transformers``) or by a
-template of the config's (``{role}`` and ``{content}``), tokenized, and each token marked trained
-when it belongs to an assistant's turn: from the start of its content to where the next message's
-rendering begins (its end-of-turn tokens included, as the prompt-prefix way of masking has it)."""
+template (its directory's ``tokenizer_config.json`` or ``chat_template.jinja``, applied offline by
+``transformers``) or by a template of the config's (``{role}`` and ``{content}``), tokenized, and
+each token marked trained when it belongs to an assistant's turn: from the start of its content to
+where the next message's rendering begins (its end-of-turn tokens included, as the prompt-prefix
+way of masking has it)."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Optional
 
@@ -44,6 +46,12 @@ def messages_of(example: dict, system: Optional[str] = None) -> list[dict]:
     return ([{"role": "system", "content": system}] if system else []) + messages
 
 
+log = logging.getLogger(__name__)
+
+# The files transformers saves a chat template to beside tokenizer_config.json.
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+
 class Renderer:
     """Conversations as text: the tokenizer's chat template (``tokenizer``: a model directory whose
     tokenizer_config.json has one), else ``template`` (default ``DEFAULT_TEMPLATE``)."""
@@ -57,6 +65,8 @@ class Renderer:
 
             self.chat = AutoTokenizer.from_pretrained(str(resolve_path(tokenizer)), local_files_only=True)
         self.template = template or DEFAULT_TEMPLATE
+        # which one renders is said once: a template the tokenizer lacks changes every loss
+        log.info("Conversations rendered by %s", f"{tokenizer}'s chat template" if self.chat else repr(self.template))
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
         if self.chat is not None:
@@ -76,10 +86,15 @@ class Renderer:
 
 
 def _has_chat_template(tokenizer: str) -> bool:
+    """Does the tokenizer's directory hold a chat template: in tokenizer_config.json, or in the file
+    of its own that transformers (>= 4.43) saves it to (chat_template.jinja / .json)?"""
     from framework.config.package_paths import resolve_path
 
     path = resolve_path(tokenizer)
-    config = (path if path.is_dir() else path.parent) / "tokenizer_config.json"
+    folder = path if path.is_dir() else path.parent
+    if any((folder / name).is_file() for name in CHAT_TEMPLATE_FILES) or (folder / "chat_templates").is_dir():
+        return True
+    config = folder / "tokenizer_config.json"
     try:
         return bool(json.loads(config.read_text()).get("chat_template")) if config.is_file() else False
     except (OSError, ValueError):

@@ -324,26 +324,26 @@ def check_rank_start(container: dict) -> list[str]:
     from framework.strategies import resolve
 
     try:
-        cls, _, topology = resolve(container)
+        cls, typed, topology = resolve(container)
     except Exception:  # noqa: BLE001 - an invalid strategy or layout is reported by check_strategy
         return []
     if topology.processes_per_node < 2 or detect_environment() is not None:
         return []
-    name = f"strategy={cls.name}"
-    if cls.launcher == "spawn" and needs_main(container) and interactive_main():
+    name, start = f"strategy={typed.name}", cls.start_method(typed)
+    if start == "spawn" and needs_main(container) and interactive_main():
         return [
             f"{name}: starts fresh interpreters, which cannot see the classes defined in this notebook or "
             "session (_target_: __main__...); use strategy=ddp_notebook (or ddp, fsdp, ...: they fork their "
             "ranks from this process here), or move those classes into a module file"
         ]
-    if forks_ranks(container, cls.launcher) and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if forks_ranks(container, start) and torch.cuda.is_available() and torch.cuda.is_initialized():
         return [
             f"{name}: its ranks are forks of this process, which has initialised CUDA already (a CUDA "
             "tensor or call before fit), and a forked process cannot use CUDA; restart the kernel and call "
             "fit before anything touches CUDA, or move the classes of _target_: __main__... into a module "
             "file and use strategy=ddp"
         ]
-    if forks_ranks(container, cls.launcher) and not autograd_survives_fork():
+    if forks_ranks(container, start) and not autograd_survives_fork():
         return [
             f"{name}: its ranks are forks of this process, whose autograd has started threads already (a "
             "compiled model's backward ran here: trainer.compile), and a forked process cannot run backward "

@@ -49,6 +49,11 @@ def candidate_nodes(container: dict, model) -> list[dict]:
     return [dict(ALIASES.get(c, {"name": c})) if isinstance(c, str) else dict(c) for c in listed]
 
 
+def _starts_elastic(name: str, cls) -> bool:
+    """Does strategy=<name> start its ranks through the elastic agent (as auto's probes do)?"""
+    return cls.start_method(cls.schema(name=name)) == "elastic"
+
+
 def candidate_problems(container: dict) -> list[str]:
     """Each entry of ``strategy.candidates``: a strategy that starts one process per device under
     the elastic agent, named by a string or a node with its ``name``."""
@@ -59,9 +64,7 @@ def candidate_problems(container: dict) -> list[str]:
         return []
     if not isinstance(listed, list) or not listed:
         return [f"strategy.candidates: expected a non-empty list of strategy names or nodes, got {listed!r}"]
-    eligible = sorted(
-        [*(n for n, c in STRATEGIES.items() if c.launcher == "elastic" and c.process_per_device), *ALIASES]
-    )
+    eligible = sorted([*(n for n, c in STRATEGIES.items() if _starts_elastic(n, c) and c.process_per_device), *ALIASES])
     problems = []
     for i, entry in enumerate(listed):
         name = entry if isinstance(entry, str) else entry.get("name") if isinstance(entry, dict) else None

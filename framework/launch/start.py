@@ -4,6 +4,8 @@ variables are already set)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import RankEnv, detect_environment
@@ -20,16 +22,17 @@ def launch(cfg: DictConfig) -> dict:
         watch_parent()
         return run(cfg, env)
     container = OmegaConf.to_container(cfg, resolve=True)
-    cls, _, topology = resolve(container)
+    cls, typed, topology = resolve(container)
     if topology.processes_per_node == 1:
         return run(cfg, RankEnv())
-    if cls.launcher == "spawn":
+    start = cls.start_method(typed)
+    if start == "spawn":
         from framework.launch.spawn import launch_spawn
 
         return launch_spawn(container, topology.processes_per_node)
     from framework.launch.elastic import launch_elastic
 
-    return launch_elastic(container, topology.processes_per_node, fork=forks_ranks(container, cls.launcher))
+    return launch_elastic(container, topology.processes_per_node, fork=forks_ranks(container, start))
 
 
 def start_ranks_early(cfg: DictConfig) -> None:
@@ -47,11 +50,14 @@ def start_ranks_early(cfg: DictConfig) -> None:
         }
         known = options["_target_"] or options["name"] in STRATEGIES or options["name"] == "auto"
         cls = selected_class(options, devices) if isinstance(devices, int) and devices > 1 and known else None
+        start = cls and cls.start_method(
+            SimpleNamespace(name=options["name"], start=OmegaConf.select(cfg, "strategy.start", default=None))
+        )
     except Exception:  # a broken interpolation, a target that does not import: validation will say which
         return
-    if cls is None or getattr(cls, "launcher", None) != "elastic" or not getattr(cls, "process_per_device", False):
+    if start != "elastic" or not getattr(cls, "process_per_device", False):
         return
-    if forks_ranks(OmegaConf.to_container(cfg, resolve=False), cls.launcher):
+    if forks_ranks(OmegaConf.to_container(cfg, resolve=False), start):
         return  # the ranks will be forks of this process: no server to start
     from framework.launch.fork_server import start_fork_server
 

@@ -20,6 +20,8 @@ MANIFEST = ".export.json"  # the files an export wrote: a second export replaces
 SOURCE_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
     "special_tokens_map.json",
     "vocab.txt",
     "vocab.json",

@@ -53,13 +53,14 @@ def device_for(accelerator: str, local_rank: int) -> torch.device:
 
 
 class Strategy:
-    """Single process, single device: the defaults every strategy starts from. Subclasses
-    override what differs."""
+    """Single process, single device (strategy=single): the defaults every strategy starts from.
+    Subclasses override what differs."""
 
-    name = ""  # the registry name (strategy.name); every concrete strategy sets it
+    name = "single"  # the registry name (strategy.name); every strategy sets its own
     schema: type = StrategyConfig
     # How a job's local ranks start: "elastic" (torch's elastic agent, as torchrun; forked from a
-    # server process), "fork" (the same agent, forked from this process) or "spawn".
+    # server process), "fork" (the same agent, forked from this process) or "spawn"; a strategy
+    # whose options choose it answers in ``start_method``.
     launcher = "elastic"
     # True when every rank must run every forward together (sharded parameters are
     # all-gathered in forward): evaluation then pads the shorter ranks with extra batches.
@@ -96,6 +97,11 @@ class Strategy:
         self.device = device_for(accelerator, env.local_rank)
 
     # ---- class level: known before any process starts ----
+    @classmethod
+    def start_method(cls, options: StrategyConfig) -> str:
+        """How the local ranks of a run with ``options`` start (see ``launcher``)."""
+        return cls.launcher
+
     @classmethod
     def variant(cls, options: StrategyConfig) -> type["Strategy"]:
         """The class that runs ``options``: this one, or one of its family that an option selects

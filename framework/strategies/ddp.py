@@ -1,9 +1,15 @@
-"""DistributedDataParallel: one process per device, gradients all-reduced in buckets during backward."""
+"""DistributedDataParallel: one process per device, gradients all-reduced in buckets during backward.
+
+``strategy.start`` says how the ranks start; the presets name it as Lightning does: ddp_spawn
+(torch.multiprocessing.spawn, fresh interpreters), ddp_fork and ddp_notebook (forks of the process
+that calls fit, so a notebook's ``_target_: __main__.Net`` comes along; refused where CUDA is
+initialised in that process, which a fork cannot use). strategy=ddp forks its ranks from a server
+process, which is safer and faster to start in a sweep."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
 import torch
 from torch import nn
@@ -28,6 +34,15 @@ class DDPConfig(StrategyConfig):
     powersgd_rank: int = ranged(1, low=1)  # the rank of PowerSGD's low-rank approximation
     # BatchNorm statistics over the global batch instead of each rank's slice.
     sync_batchnorm: bool = False
+    # How the local ranks start: elastic (torch's agent, as torchrun, forked from a server process),
+    # fork (forks of the process that calls fit: a notebook's classes come along) or spawn (fresh
+    # interpreters, torch.multiprocessing.spawn). null: the preset's (ddp_spawn: spawn; ddp_fork and
+    # ddp_notebook: fork; ddp: elastic).
+    start: Optional[Literal["elastic", "fork", "spawn"]] = None
+
+
+# The presets of strategy=ddp that name how their ranks start (Lightning's names).
+PRESET_STARTS = {"ddp_spawn": "spawn", "ddp_fork": "fork", "ddp_notebook": "fork"}
 
 
 def apply_ddp(model: nn.Module, device: torch.device, options: DDPConfig) -> DistributedDataParallel:
@@ -59,8 +74,8 @@ def register_comm_hook(ddp: DistributedDataParallel, hook: str, rank: int) -> No
 
 
 class DDPWrapping:
-    """What ddp, ddp_spawn and zero share (a mixin beside ``Strategy``, not a base of it): the
-    model wrapped in DistributedDataParallel, one process per device."""
+    """What ddp (with its presets ddp_spawn, ddp_fork, ddp_notebook) and zero share (a mixin beside
+    ``Strategy``, not a base of it): the model wrapped in DistributedDataParallel, one process per device."""
 
     schema = DDPConfig
     needs_process_group = True
@@ -77,6 +92,11 @@ class DDPWrapping:
                 "set strategy.sync_batchnorm=false (each rank's BatchNorm then sees its slice of the batch)"
             ]
         return []
+
+    @classmethod
+    def start_method(cls, options: StrategyConfig) -> str:
+        start = getattr(options, "start", None)
+        return start or PRESET_STARTS.get(getattr(options, "name", ""), cls.launcher)
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         self._model = model
@@ -103,6 +123,7 @@ class DDPWrapping:
 
 
 class DDPStrategy(DDPWrapping, Strategy):
-    """DistributedDataParallel: gradients all-reduced in buckets during backward."""
+    """DistributedDataParallel: gradients all-reduced in buckets during backward. Its presets
+    ddp_spawn, ddp_fork and ddp_notebook differ only in how the ranks start (``start``)."""
 
     name = "ddp"

@@ -11,10 +11,8 @@ from framework.config.topology import Topology, accelerator_problems, batch_prob
 from framework.config.validate import check_schema, import_target, known_valid_keys
 from framework.strategies.bagua import BaguaStrategy
 from framework.strategies.base import Strategy
-from framework.strategies.ddp import DDPStrategy
+from framework.strategies.ddp import PRESET_STARTS, DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
-from framework.strategies.ddp_fork import DDPForkStrategy, DDPNotebookStrategy
-from framework.strategies.ddp_spawn import DDPSpawnStrategy
 from framework.strategies.deepspeed.zero import DeepSpeedStrategy
 from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
@@ -23,19 +21,17 @@ from framework.strategies.horovod.strategy import HorovodStrategy
 from framework.strategies.hsdp import HSDPStrategy
 from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.pipeline.strategy import PipelineStrategy
-from framework.strategies.single import SingleDeviceStrategy
 from framework.strategies.tensor_parallel import TensorParallelStrategy
 from framework.strategies.zero import ZeroStrategy
 
+# Each name a user types (strategy=<name>) and the class that runs it; a preset (a YAML of
+# conf/strategy that only sets options of another's class) is its class under a name of its own.
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
     for cls in (
-        SingleDeviceStrategy,
+        Strategy,
         DataParallelStrategy,
         DDPStrategy,
-        DDPSpawnStrategy,
-        DDPForkStrategy,
-        DDPNotebookStrategy,
         DDP2Strategy,
         ZeroStrategy,
         FSDPStrategy,
@@ -48,7 +44,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
         PipelineStrategy,
         DeepSpeedStrategy,
     )
-}
+} | {preset: DDPStrategy for preset in PRESET_STARTS}
 
 
 def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
@@ -78,8 +74,11 @@ def selected_class(options: dict, devices: int = 1, num_nodes: int = 1) -> type[
 
 
 def _options(options: dict, cls: type[Strategy]) -> dict:
-    """The schema's keys of ``options``: its ``_target_`` out, its name the class's own."""
-    return {**{k: v for k, v in options.items() if k != "_target_"}, "name": cls.name or cls.__name__}
+    """The schema's keys of ``options``: its ``_target_`` out; its name the preset's, or the class's
+    own (a class of the user's without a name: its class name)."""
+    preset = options.get("name") if STRATEGIES.get(options.get("name")) is cls else None
+    own = cls.name if cls is Strategy or cls.name != Strategy.name else cls.__name__
+    return {**{k: v for k, v in options.items() if k != "_target_"}, "name": preset or own}
 
 
 def variant_of(cls: type[Strategy], typed: StrategyConfig) -> type[Strategy]:
@@ -185,7 +184,7 @@ def _layout_problems(container: dict, cls: type[Strategy], options: dict, device
     problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, trainer)
     problems += cls.config_problems(typed, topology, container)
     launched = detect_environment()
-    problems += launch_problems(topology, cls.name, launched, cls.launcher == "spawn")
+    problems += launch_problems(topology, typed.name, launched, cls.start_method(typed) == "spawn")
     if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
         problems.append(
             f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "

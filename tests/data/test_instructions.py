@@ -73,6 +73,28 @@ def test_a_chat_templates_conversation_is_trained_on_its_answer_alone(chat_token
         assert loss_of(data, model) == pytest.approx(expected.item(), rel=1e-6)
 
 
+def test_a_template_in_chat_template_jinja_renders_as_in_tokenizer_config(chat_tokenizer, tmp_path):
+    """transformers >= 4.43 saves the template to chat_template.jinja, not tokenizer_config.json."""
+    directory = tmp_path / "jinja"
+    shutil.copytree(chat_tokenizer, directory)
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "chat_template.jinja").write_text(config.pop("chat_template"))
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    rows = tmp_path / "one.jsonl"
+    rows.write_text(json.dumps({"messages": CONVERSATION}) + "\n")
+    data = InstructionsDataModule(str(rows), tokenizer=str(directory), seq_len=64, val_fraction=0, test_fraction=0)
+    rendered = data.renderer.render(CONVERSATION)
+    assert rendered == transformers.AutoTokenizer.from_pretrained(chat_tokenizer).apply_chat_template(
+        CONVERSATION, tokenize=False
+    )
+    assert rendered.startswith("<|im_start|>user")
+    from framework.models.hf_export import replace_export  # an export carries the template along
+
+    (tmp_path / "written").mkdir()
+    replace_export(tmp_path / "written", tmp_path / "model_hf", directory)
+    assert (tmp_path / "model_hf" / "chat_template.jinja").read_text().startswith("{% for m in messages %}")
+
+
 def test_three_examples_packed_in_a_window_give_each_ones_loss_as_if_alone(tmp_path):
     examples = [
         {"prompt": "Name a module for JSON.", "response": "json"},

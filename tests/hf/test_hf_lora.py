@@ -231,3 +231,13 @@ def test_instruction_data_trains_on_the_global_batchs_answers_on_two_ranks_and_i
 def test_a_pipeline_is_refused_instruction_data_before_start():
     with pytest.raises(ConfigError, match=r"strategy.pp: datamodule InstructionsDataModule masks its targets"):
         preflight(compose(["experiment=hf_lora_instructions", "~adapter", "strategy=pp", "trainer.devices=2"]))
+
+
+def test_an_experiments_adapter_keys_left_by_removing_its_adapter_are_refused_or_removed_with_it():
+    base = ["experiment=hf_lora_instructions", "~adapter"]
+    with pytest.raises(ConfigError) as err:
+        preflight(compose(base))
+    [problem] = err.value.problems
+    assert problem.startswith("adapter: adapter.r, adapter.alpha set, but no adapter selected")
+    assert "~adapter ~adapter.r ~adapter.alpha" in problem
+    assert preflight(compose([*base, "~adapter.r", "~adapter.alpha"]))["adapter"] in (None, {})

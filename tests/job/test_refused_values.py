@@ -185,7 +185,7 @@ def test_an_experiments_scheduler_settings_do_not_break_scheduler_none():
 
 
 def test_a_strategy_target_on_the_default_auto_drops_autos_own_keys():
-    target = "+strategy._target_=framework.strategies.single.SingleDeviceStrategy"
+    target = "+strategy._target_=framework.strategies.Strategy"
     container = preflight(compose([*TINY, target]))
     assert not {"candidates", "probe_steps", "memory_margin", "plan"} & set(container["strategy"])
     with pytest.raises(ConfigError) as err:  # one set by the user is meant for auto: named, not dropped
