@@ -13,6 +13,8 @@ import logging
 from pathlib import Path
 from typing import Optional
 
+log = logging.getLogger(__name__)
+
 DEFAULT_TEMPLATE = "### {role}:\n{content}\n\n"
 
 
@@ -46,15 +48,13 @@ def messages_of(example: dict, system: Optional[str] = None) -> list[dict]:
     return ([{"role": "system", "content": system}] if system else []) + messages
 
 
-log = logging.getLogger(__name__)
-
 # The files transformers saves a chat template to beside tokenizer_config.json.
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 
 
 class Renderer:
-    """Conversations as text: the tokenizer's chat template (``tokenizer``: a model directory whose
-    tokenizer_config.json has one), else ``template`` (default ``DEFAULT_TEMPLATE``)."""
+    """Conversations as text: the tokenizer's chat template (``tokenizer``: a model directory with one,
+    in tokenizer_config.json or chat_template.jinja), else ``template`` (default ``DEFAULT_TEMPLATE``)."""
 
     def __init__(self, tokenizer: Optional[str] = None, template: Optional[str] = None):
         self.chat = None
