@@ -193,7 +193,20 @@ def check_adapter(container: dict) -> list[str]:
         settings = AdapterSettings(**node)
     except Exception:  # noqa: BLE001 - an invalid layout or key is named by its own check
         return []
-    name, problems = getattr(options, "name", cls.name), []
+    problems = adapter_layout_problems(getattr(options, "name", cls.name), topology, settings)
+    model = meta_model(container)
+    if model is not None and not problems and not targets(model, settings):
+        linears = [n for n, m in model.named_modules() if type(m).__name__ == "Linear"]
+        problems.append(
+            f"adapter.target_modules: {settings.target_modules or 'the model default'} names no linear layer of "
+            f"{type(model).__name__} (its linear layers: {', '.join(linears[:6])}{' ...' if len(linears) > 6 else ''})"
+        )
+    return problems
+
+
+def adapter_layout_problems(name: str, topology, settings) -> list[str]:
+    """Why strategy ``name`` laid out as ``topology`` cannot run adapters of ``settings`` (AdapterSettings)."""
+    problems = []
     if name not in ADAPTER_STRATEGIES or topology.pp > 1:
         problems.append(
             f"adapter: strategy={name}{' with a pipeline' if topology.pp > 1 else ''} does not run adapters; "
@@ -206,13 +219,6 @@ def check_adapter(container: dict) -> list[str]:
         )
     if settings.use_dora and topology.tp > 1:
         problems.append("adapter.use_dora: DoRA's row norms need whole weights; tensor parallelism splits them")
-    model = meta_model(container)
-    if model is not None and not problems and not targets(model, settings):
-        linears = [n for n, m in model.named_modules() if type(m).__name__ == "Linear"]
-        problems.append(
-            f"adapter.target_modules: {settings.target_modules or 'the model default'} names no linear layer of "
-            f"{type(model).__name__} (its linear layers: {', '.join(linears[:6])}{' ...' if len(linears) > 6 else ''})"
-        )
     return problems
 
 

@@ -127,14 +127,15 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
         layouts["pp"] = ("pp", _pipeline_options(cfg))
     layouts.update(_deepspeed_layouts(cfg))
     layouts.update(_configured_layout(cfg, layouts))
-    if getattr(model, "adapter_settings", None) is not None:  # the layouts that run adapters alone
-        layouts = {label: layout for label, layout in layouts.items() if _runs_adapters(cfg, *layout)}
+    settings = getattr(model, "adapter_settings", None)
     activations: dict[int, Optional[int]] = {}
     traffic_by_batch: dict[int, Optional[dict]] = {}
     rows = []
     for label, (name, extra) in layouts.items():
         options = STRATEGIES[name].schema(name=name, **extra)
         cls = variant_of(STRATEGIES[name], options)
+        if settings is not None and not _runs_adapters(name, cls, options, settings, devices):
+            continue  # (an adapted model: the layouts that run its adapters alone)
         for n in devices:
             row = {
                 "strategy": label,
@@ -192,12 +193,18 @@ def layout_bytes(
     return figures
 
 
-def _runs_adapters(cfg: DictConfig, name: str, extra: dict) -> bool:
-    """Whether strategy ``name`` (with ``extra`` options) runs this config's adapters (check_adapter)."""
-    from framework.job.cross_checks import ADAPTER_STRATEGIES, NF4_STRATEGIES
+def _runs_adapters(name: str, cls, options, settings, devices) -> bool:
+    """Whether layout ``name`` runs adapters of ``settings`` on each device count it can make (check_adapter's rule)."""
+    from framework.job.cross_checks import adapter_layout_problems
 
-    quantized = OmegaConf.select(cfg, "adapter.quantize", default=None)
-    return name in (NF4_STRATEGIES if quantized else ADAPTER_STRATEGIES) and not extra.get("pp")
+    for n in devices:
+        try:
+            topology = cls.make_topology(n, 1, options)
+        except ValueError:  # (a layout this device count cannot make: its row says so)
+            continue
+        if adapter_layout_problems(name, topology, settings):
+            return False
+    return True
 
 
 def adapter_count(model: torch.nn.Module, cls, options, topology) -> int:

@@ -55,8 +55,11 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     strategy, model = trainer.strategy, trainer.model
     peaks = all_gather_object(peak_memory_bytes(strategy.device))
     states = all_gather_object(trainer.model_state_bytes)
-    held = all_gather_object(local_trainable(model) if model is not None else None)
-    predicted = _predicted_state(cfg, strategy, model) if model is not None else None
+    trainable = local_trainable(model) if model is not None else None
+    held = all_gather_object(trainable)
+    predicted = None
+    if model is not None:
+        predicted = _predicted_state(strategy, model, trainable, optimizer_state_bytes(cfg.optimizer))
     if predicted is not None:  # (the same on every rank, but a pipeline's stages and adapters: the largest)
         predicted = max(all_gather_object(predicted))
     shares = source_shares(trainer)
@@ -89,16 +92,16 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     }
 
 
-def _predicted_state(cfg: DictConfig, strategy, model) -> Optional[float]:
-    """This rank's model state as the plan predicts it (adapters: the weights of the whole model,
-    gradients and optimizer state for the adapters this rank holds)."""
-    plain, k = strategy.unwrap(model), optimizer_state_bytes(cfg.optimizer)
+def _predicted_state(strategy, model, held: int, k: int) -> Optional[float]:
+    """This rank's model state as the plan predicts it, ``k`` optimizer bytes a parameter (adapters: the
+    weights of the whole model, gradients and optimizer state for the ``held`` ones this rank trains)."""
+    plain = strategy.unwrap(model)
     layout = (strategy.topology, plain, strategy.options)
     if getattr(plain, "adapter_settings", None) is None:
-        trainable = sum(whole_numel(p) for p in model.parameters() if p.requires_grad)
-        return type(strategy).predict_model_state_bytes(trainable, k, *layout)
+        trained = sum(whole_numel(p) for p in model.parameters() if p.requires_grad)
+        return type(strategy).predict_model_state_bytes(trained, k, *layout)
     params = sum(whole_numel(p) for p in model.parameters())
-    return type(strategy).predict_adapted_state_bytes(params, local_trainable(model), k, *layout)
+    return type(strategy).predict_adapted_state_bytes(params, held, k, *layout)
 
 
 def local_trainable(model) -> int:
