@@ -22,6 +22,7 @@ from framework.launch.fork_server import environment_changes, standard_start_met
 from framework.launch.loopback_stores import stores_listening_on
 from framework.launch.main_module import STARTUP_HINT, needs_main, ranks_without_main
 from framework.launch.process_exit import exit_now
+from framework.rank.logs import rank_log
 from framework.rank.run import run_launched
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def launch_elastic(container: dict, nprocs: int, fork: bool = False) -> dict:
         failed = {r: f for r, f in err.failures.items() if f.exitcode > 0 and not _stopped(f.exitcode)}
         if results.get("status") == "interrupted" and not killed and not failed:  # a signal to the ranks
             raise Interrupted(results["signal_number"], results) from None
-        rank, message = _root_failure(failed or err.failures)
+        rank, message = _root_failure(failed or err.failures, container["output_dir"])
         if needs_main(container) and message.startswith(_STARTED_BADLY):
             message += f"; {STARTUP_HINT}"
         raise job_failed(container, nprocs, rank, message) from None
@@ -131,6 +132,22 @@ def _stop_agent(signum: int, frame) -> None:
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
 
 
+def _fault_stack(log_file) -> str:
+    """Where a rank that died of a fatal signal was: faulthandler's dump in its log (rank/logs.py),
+    the innermost frame of the thread the signal hit, else of the main thread (listed last: a C++
+    thread of a library has no Python frame)."""
+    try:
+        text = log_file.read_text(errors="replace")
+    except OSError:
+        return ""
+    if "Fatal Python error" not in text:
+        return ""
+    threads = text[text.rfind("Fatal Python error") :].split("\n\n")
+    current = [t for t in threads if t.startswith("Current thread")]
+    frames = [line.strip() for t in current + threads[::-1] for line in t.splitlines() if line.startswith("  File ")]
+    return f"; its threads' stacks are in {log_file}" + (f" (last: {frames[0]})" if frames else "")
+
+
 _STARTED_BADLY = "exited while starting, before the framework ran in it"
 
 
@@ -139,14 +156,18 @@ def _stopped(exitcode: int) -> bool:
     return exitcode - 128 in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
-def _root_failure(failures: dict) -> tuple[int, str]:
+def _root_failure(failures: dict, output_dir: str) -> tuple[int, str]:
     """The rank that failed first, and how. A rank killed by a signal is the cause (its peers
     then fail on the broken connection, often before the agent sees the death); otherwise the
     earliest failure."""
     killed = {rank: f for rank, f in failures.items() if f.exitcode < 0}
     rank, failure = min((killed or failures).items(), key=lambda item: (item[1].timestamp, item[0]))
     if failure.exitcode < 0:
-        return rank, f"killed by {signal.Signals(-failure.exitcode).name} (exit code {failure.exitcode})"
+        return (
+            rank,
+            f"killed by {signal.Signals(-failure.exitcode).name} (exit code {failure.exitcode})"
+            + _fault_stack(rank_log(output_dir, rank)),
+        )
     message = (
         failure.message.get("message", str(failure.message))
         if isinstance(failure.message, dict)

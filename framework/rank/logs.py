@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import sys
@@ -16,7 +17,7 @@ CONSOLE_LOG = "FRAMEWORK_CONSOLE_LOG"
 def configure_rank_logging(output_dir: str, rank: int) -> None:
     """Replace this (launched) process's root handlers with the rank's log file (and, on rank 0,
     the console)."""
-    path = Path(output_dir) / "train.log" if rank == 0 else Path(output_dir) / "ranks" / str(rank) / "train.log"
+    path = rank_log(output_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -29,3 +30,11 @@ def configure_rank_logging(output_dir: str, rank: int) -> None:
         handler.setFormatter(formatter)
         root.addHandler(handler)
     root.setLevel(logging.INFO)
+    # a rank that dies of SIGABRT or SIGSEGV (a C++ abort in a library's thread) writes where each
+    # of its threads was into its log: the launcher names the spot (launch/elastic.py)
+    faulthandler.enable(file=handlers[0].stream, all_threads=True)
+
+
+def rank_log(output_dir: str, rank: int) -> Path:
+    """Where rank ``rank`` of a run writes its log."""
+    return Path(output_dir) / "train.log" if rank == 0 else Path(output_dir) / "ranks" / str(rank) / "train.log"

@@ -23,15 +23,29 @@ KILL = [
 ]
 
 
-@pytest.mark.parametrize("rank", [1, 0])
-def test_the_rank_killed_first_is_named_with_the_job_fields(tmp_path, rank):
-    # killed at step 4, after the first epoch's checkpoint (step 3): the error says how to go on
+@pytest.mark.parametrize("rank, kill", [(1, "SIGKILL"), (0, "SIGKILL"), (1, "SIGABRT")])
+def test_the_rank_killed_first_is_named_with_the_job_fields(tmp_path, rank, kill):
+    # killed at step 4, after the first epoch's checkpoint (step 3): the error says how to go on;
+    # a fatal signal it could dump its stack at (a C++ abort) names where it was
+    where = (
+        f"; its threads' stacks are in {tmp_path}/ranks/1/train.log \\(last: File .*probes.py"
+        if kill == "SIGABRT"
+        else ""
+    )
     with pytest.raises(
-        RuntimeError, match=f"rank {rank} failed: killed by SIGKILL.* holds step 3: resume with ckpt_path=last"
+        RuntimeError,
+        match=f"rank {rank} failed: killed by {kill}[^;]*{where}.* holds step 3: resume with ckpt_path=last",
     ):
-        fit(compose([*DDP, *KILL, "callbacks.kill.step=4", f"+callbacks.kill.rank={rank}"]), output_dir=str(tmp_path))
+        overrides = [
+            *DDP,
+            *KILL,
+            "callbacks.kill.step=4",
+            f"+callbacks.kill.rank={rank}",
+            f"callbacks.kill.signal={kill}",
+        ]
+        fit(compose(overrides), output_dir=str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["status"] == "failed" and results["failed_rank"] == rank and "SIGKILL" in results["error"]
+    assert results["status"] == "failed" and results["failed_rank"] == rank and kill in results["error"]
     assert (results["strategy"], results["world_size"], results["devices"]) == ("ddp", 2, 2)
     assert results["checkpoint_step"] == 3 and results["checkpoint"] == str(tmp_path / "checkpoints" / "last")
 
