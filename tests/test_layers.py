@@ -122,3 +122,15 @@ def test_the_check_fails_on_a_deliberately_wrong_import(tmp_path, wrong):
     problems = upward_imports(package)
     assert len(problems) == 1 and problems[0].startswith("framework/strategies/base.py:")
     assert "(strategies) imports framework." in problems[0] and "a layer above it" in problems[0]
+
+
+def test_the_package_never_imports_the_hydra_plugins_beside_it():
+    # hydra_plugins/ builds on framework (its launchers run jobs, write reports); the console finds
+    # them through their entry points (pyproject.toml), so the arrow points one way only
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for path in sorted((ROOT / "framework").rglob("*.py"))
+        for line, target in imported(path, module_name(path, ROOT))
+        if target.split(".")[0] == "hydra_plugins"
+    ]
+    assert found == []

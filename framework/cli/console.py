@@ -16,31 +16,36 @@ from framework.config.environment import detect_environment
 from framework.config.group_choices import null_selections, unknown_options
 from framework.config.overrides import lenient
 from framework.config.writable import unwritable
-from framework.launch.fork_server import asks_for_several_devices, start_fork_server
 from framework.launch.process_exit import exit_now, finish_program
+from framework.launch.servers import start_from_command_line
 
 # Flags with which Hydra answers without running the job.
 _NO_RUN_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
 
 
+# The entry-point group under which a package names the Hydra plugins it brings (this one's:
+# pyproject.toml); each is registered with Hydra before it composes.
+PLUGIN_ENTRY_POINTS = "framework.hydra_plugins"
+
+
 def _register_plugins() -> None:
     """Hydra finds plugins by scanning the ``hydra_plugins`` package, which an editable install
-    (setuptools' import hook) hides from its scan: register ours by hand (harmless when found)."""
+    (setuptools' import hook) hides from its scan: register the plugins that installed packages
+    name under PLUGIN_ENTRY_POINTS by hand (harmless when found). A plugin whose base does not
+    import (the SLURM launcher without hydra-submitit-launcher) is not registered."""
+    from importlib.metadata import entry_points
+
     from hydra.core.plugins import Plugins
-    from hydra.plugins.launcher import Launcher
+    from hydra.plugins.plugin import Plugin
 
     plugins = Plugins.instance()  # first: its scan re-executes Hydra's core plugins, BasicSweeper among them
-    from hydra_plugins.framework_packed.packed_launcher import PackedLauncher
-    from hydra_plugins.framework_sweeper.sweeper import FrameworkSweeper
-
-    plugins.register(PackedLauncher)
-    plugins.register(FrameworkSweeper)
-    try:
-        from hydra_plugins.framework_slurm.slurm_sweep import SlurmSweepLauncher
-    except ImportError:
-        return
-    if issubclass(SlurmSweepLauncher, Launcher):  # hydra-submitit-launcher is installed
-        plugins.register(SlurmSweepLauncher)
+    for entry in entry_points(group=PLUGIN_ENTRY_POINTS):
+        try:
+            plugin = entry.load()
+        except ImportError:
+            continue
+        if isinstance(plugin, type) and issubclass(plugin, Plugin):
+            plugins.register(plugin)
 
 
 def cwd_importable() -> None:
@@ -100,7 +105,8 @@ def console_entry(hydra_main: Callable[[], None]) -> None:
     hydra_fast_paths.install()
     cwd_importable()
     env = detect_environment()
-    _start_early(env, sys.argv[1:])
+    if env is None and not set(sys.argv[1:]) & _NO_RUN_FLAGS:
+        start_from_command_line(sys.argv[1:])
     scratch = None
     if env is not None and env.rank != 0:
         # Every rank runs the entry point. Only rank 0's Hydra run dir is the job's (ranks agree
@@ -112,19 +118,6 @@ def console_entry(hydra_main: Callable[[], None]) -> None:
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _start_early(env, args: list[str]) -> None:
-    """The server that forks the jobs or the ranks, started now: it imports torch while Hydra
-    composes and the config is validated here."""
-    if env is not None or set(args) & _NO_RUN_FLAGS:
-        return
-    from hydra_plugins.framework_packed.job_server import asks_for_packed, start_job_server
-
-    if asks_for_packed(args):  # the jobs start their own ranks' servers
-        start_job_server()
-    elif asks_for_several_devices(args):
-        start_fork_server({})
 
 
 def end_program() -> None:

@@ -1,5 +1,5 @@
 """N local ranks under torch's elastic agent (torchrun's machinery), forked from a server process
-that imported torch and the framework once (launch/fork_server.py).
+that imported torch and the framework once (launch/servers.py).
 
 Ranks get the resolved config as a plain dict: they never re-parse argv or re-run Hydra.
 """
@@ -18,10 +18,10 @@ from framework.engine import signals
 from framework.engine.signals import Interrupted, stop_signals
 from framework.launch.agent_leftovers import RENDEZVOUS_BACKEND, agent_leftovers_taken_back
 from framework.launch.failures import job_failed, read_results
-from framework.launch.fork_server import environment_changes, standard_start_method, use_fork_server
 from framework.launch.loopback_stores import stores_listening_on
 from framework.launch.main_module import STARTUP_HINT, needs_main, ranks_without_main
 from framework.launch.process_exit import exit_now
+from framework.launch.servers import environment_changes, standard_start_method, use_fork_server
 from framework.rank.logs import rank_log
 from framework.rank.run import run_launched
 

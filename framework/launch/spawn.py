@@ -11,9 +11,9 @@ import torch
 from framework.config.environment import detect_environment, free_port
 from framework.engine.signals import Interrupted, StopSignals
 from framework.launch.failures import job_failed, read_results
-from framework.launch.fork_server import standard_start_method
 from framework.launch.main_module import ranks_without_main
 from framework.launch.process_exit import exit_now
+from framework.launch.servers import standard_start_method
 from framework.rank.run import run_launched
 
 

@@ -59,6 +59,6 @@ def start_ranks_early(cfg: DictConfig) -> None:
         return
     if forks_ranks(OmegaConf.to_container(cfg, resolve=False), start):
         return  # the ranks will be forks of this process: no server to start
-    from framework.launch.fork_server import start_fork_server
+    from framework.launch.servers import start_fork_server
 
     start_fork_server(OmegaConf.to_container(cfg, resolve=False))

@@ -2,7 +2,7 @@
 
 The launcher knows this machine's devices (CUDA devices, else CPU cores), starts each job as
 soon as enough of them are free (the largest first, no job starved: schedule.py), and holds
-the job to its devices (devices.py). Hydra's job numbers, job directories and the sweep report
+the job to its devices (framework/launch/packed_devices.py). Hydra's job numbers, job directories and the sweep report
 stay as the basic launcher leaves them; ``<sweep dir>/packing.json`` records which devices each
 job had, when, and which jobs ran beside it (the report flags those jobs' throughput).
 
@@ -29,9 +29,9 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
 
 from framework.launch.main_module import ranks_without_main
-from hydra_plugins.framework_packed.devices import max_skips_problem, pool
-from hydra_plugins.framework_packed.job_process import failed_return, run_packed_job
-from hydra_plugins.framework_packed.job_server import JOB_MODULES, run_served_job, start_job_server, task_name
+from framework.launch.packed_devices import max_skips_problem, pool
+from framework.launch.packed_job import failed_return, run_packed_job, run_served_job, task_name
+from framework.launch.servers import JOB_MODULES, start_job_server
 from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from framework.cli import train
-from hydra_plugins.framework_packed.job_server import asks_for_packed, task_name
+from framework.launch.packed_job import task_name
+from framework.launch.servers import asks_for_packed
 
 
 def _module_level_task(cfg):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hydra_plugins.framework_packed.devices import pool
+from framework.launch.packed_devices import pool
 from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
 
 

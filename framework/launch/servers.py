@@ -1,13 +1,16 @@
-"""The process that forks the local ranks (multiprocessing's fork server), and starting it
-early: it imports torch and the framework once, in a process of its own, which takes seconds;
+"""What starts early, in processes of their own: the server that forks a job's local ranks, and
+the server that forks a packed sweep's jobs (both multiprocessing's fork server, preloaded with
+what their children import). Each imports torch and the framework once, which takes seconds;
 started while this process still composes and validates the config, that time overlaps.
+``start_early`` is where either starts: the console entry calls it from the command line, before
+Hydra composes anything; a job (framework.job.run) from its composed config.
 
-Light on purpose (no torch): the console entry starts it before Hydra composes anything when
-the command line asks for several devices.
+Light on purpose (no torch, no Hydra at import).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 
@@ -100,3 +103,40 @@ def asks_for_several_devices(args: list[str]) -> bool:
         if key.lstrip("+~") == "trainer.devices" and any(int(n) > 1 for n in re.findall(r"\d+", value)):
             return True
     return False
+
+
+# What every job imports: seconds each, paid once by the server instead of by every job.
+JOB_MODULES = [
+    "framework.launch.packed_job",
+    "framework.job.run",
+    "torch._dynamo",
+    "torch.utils.tensorboard",
+]
+PRELOAD = ["framework.launch.quick_server_exit", *JOB_MODULES]
+
+
+def start_from_command_line(args: list[str]) -> None:
+    """The server that forks the jobs (a packed sweep) or the ranks (several devices), started
+    from the command line alone: it imports torch while Hydra composes and the config is checked."""
+    if asks_for_packed(args):  # the jobs start their own ranks' servers
+        start_job_server()
+    elif asks_for_several_devices(args):
+        start_fork_server({})
+
+
+def asks_for_packed(args: list[str]) -> bool:
+    """The command line selects the packed launcher for a multirun (its own config might too:
+    then the server starts at the launch, later)."""
+    return "hydra/launcher=packed" in args and bool({"-m", "--multirun"} & set(args))
+
+
+def start_job_server() -> None:
+    """Start the sweep's job server now; it imports in the background (the first job waits for it).
+    A job from it gets its Hydra state by value (the sweep config, the launcher's environment) and
+    its task function by name; a task function without one (a script's own, a closure) makes the
+    launcher fork its jobs from itself instead (packed_job.run_packed_job)."""
+    from multiprocessing import forkserver
+
+    standard_start_method()
+    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()
