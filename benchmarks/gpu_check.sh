@@ -112,7 +112,7 @@ run_gpt gpt_single_bf16 strategy=single trainer.precision=bf16-mixed
 run_gpt gpt_tp strategy=tp trainer.devices=$NGPU
 run_gpt gpt_tp_bf16 strategy=tp trainer.devices=$NGPU trainer.precision=bf16-mixed
 if [ "$NGPU" -ge 2 ] && [ "$ACCEL" != cpu ]; then
-  run_gpt gpt_fsdp_tp strategy=fsdp_tp trainer.devices=$NGPU strategy.tensor_parallel=2 trainer.precision=bf16-mixed
+  run_gpt gpt_fsdp_tp strategy=fsdp_tp trainer.devices=$NGPU strategy.tp=2 trainer.precision=bf16-mixed
 else
   echo "SKIP gpt_fsdp_tp: needs 2 GPUs ($NGPU here)"
 fi

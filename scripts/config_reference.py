@@ -137,8 +137,18 @@ def page() -> str:
             continue
         seen.add(cls.schema)
         users = ", ".join(f"`{n}`" for n, c in STRATEGIES.items() if c.schema is cls.schema)
-        parts += _section(f"strategy={name}", cls.schema, "strategy.", f"`strategy=` {users}.")
+        parts += _section(f"strategy={name}", cls.schema, "strategy.", f"`strategy=` {users}.{_presets(cls)}")
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _presets(cls) -> str:
+    """What each preset of ``cls`` sets, and the option names it reads as the class's."""
+    said = []
+    for preset, p in vars(cls).get("presets", {}).items():
+        sets = ", ".join(f"`{k}={'null' if v is None else v}`" for k, v in p.sets.items())
+        names = ", ".join(f"`strategy.{old}` for `strategy.{new}`" for old, new in p.names.items())
+        said.append(f"`{preset}` sets {sets}" + (f" and reads {names}" if names else ""))
+    return f" Presets: {'; '.join(said)}." if said else ""
 
 
 if __name__ == "__main__":

@@ -288,7 +288,7 @@ def check_compile_blocks(container: dict) -> list[str]:
     ):
         return [
             "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, "
-            "strategy.tensor_parallel > 1 or strategy.tp > 1): torch's compiled blocks lose DTensor gradients "
+            "strategy.tp > 1 or pp's strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients "
             "in backward; use trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
         ]
     model = meta_model(container) if isinstance(container.get("model"), dict) else None

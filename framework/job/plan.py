@@ -31,12 +31,12 @@ from framework.engine.activation_checkpointing import apply_activation_checkpoin
 from framework.engine.memory import optimizer_state_bytes
 from framework.job.comm_plan import comm_bytes, traffic
 from framework.models.moe import GroupedExperts
-from framework.strategies import STRATEGIES, variant_of
+from framework.strategies import STRATEGIES, typed_options, variant_of
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
 
 COMPARED = ("ddp", "zero", "fsdp")
 # With a model that has a tensor-parallel plan: tp over every device, fsdp_tp with groups of 2.
-TENSOR_PARALLEL = {"tp": {}, "fsdp_tp": {"tensor_parallel": 2}}
+TENSOR_PARALLEL = {"tp": {}, "fsdp_tp": {}}
 # With a model that declares its position tables and a sequence: each sequence split across 2 ranks.
 CONTEXT_PARALLEL = {"parallel/cp": ("parallel", {"cp": 2})}
 # With a mixture of experts: its experts split across 2 ranks.
@@ -132,7 +132,7 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
     traffic_by_batch: dict[int, Optional[dict]] = {}
     rows = []
     for label, (name, extra) in layouts.items():
-        options = STRATEGIES[name].schema(name=name, **extra)
+        options = typed_options({"name": name, **extra}, STRATEGIES[name])
         cls = variant_of(STRATEGIES[name], options)
         if settings is not None and not _runs_adapters(name, cls, options, settings, devices):
             continue  # (an adapted model: the layouts that run its adapters alone)

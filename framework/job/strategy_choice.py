@@ -16,7 +16,7 @@ from framework.engine.memory import optimizer_state_bytes
 from framework.job.model_size import memory_limit
 from framework.job.plan import layout_bytes, meta_model
 from framework.rank.strategy_probe import mib
-from framework.strategies import STRATEGIES, check_strategy, resolved_options
+from framework.strategies import STRATEGIES, check_strategy, resolved_options, typed_options
 
 # In order of preference when nothing is measured: the least communication first, so that with
 # no memory limit auto is ddp, as it always was.
@@ -51,7 +51,7 @@ def candidate_nodes(container: dict, model) -> list[dict]:
 
 def _starts_elastic(name: str, cls) -> bool:
     """Does strategy=<name> start its ranks through the elastic agent (as auto's probes do)?"""
-    return cls.start_method(cls.schema(name=name)) == "elastic"
+    return cls.start_method(typed_options({"name": name}, cls)) == "elastic"
 
 
 def candidate_problems(container: dict) -> list[str]:
@@ -92,7 +92,7 @@ def plan_candidates(container: dict) -> dict:
         cls = STRATEGIES[node["name"]]
         problems = check_strategy({**container, "strategy": node})
         try:
-            options = cls.schema(**node)
+            options = typed_options(node, cls)
             problems = problems or cls.model_problems(model, options, cls.make_topology(devices, 1, options), container)
             figures = {} if problems else layout_bytes(cfg, cls, options, devices, model, k, activations)
         except (TypeError, ValueError) as err:

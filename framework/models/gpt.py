@@ -225,7 +225,7 @@ class GPT(nn.Module):
     def tensor_parallel_problems(self, tp: int, seq_len: Optional[int] = None) -> list[str]:
         """What keeps ``parallelize_plan`` from splitting this model ``tp`` ways (``seq_len``: the
         sequence length, when sequence parallelism splits it too)."""
-        where = f"the tensor-parallel degree {tp} (strategy=tp on {tp} ranks, or fsdp_tp's strategy.tensor_parallel)"
+        where = f"the tensor-parallel degree {tp} (strategy=tp on {tp} ranks, or strategy.tp)"
         c = self.config
         problems = [
             f"model.{key}: {c[key]} is not divisible by {where}"

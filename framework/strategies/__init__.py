@@ -16,6 +16,7 @@ from framework.strategies.registry import (
     resolved_options,
     selected_class,
     strategy_class,
+    typed_options,
     variant_of,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "resolved_options",
     "selected_class",
     "strategy_class",
+    "typed_options",
     "variant_of",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -52,6 +53,16 @@ def device_for(accelerator: str, local_rank: int) -> torch.device:
     return torch.device(accelerator)
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A name a user types for a class with some of its options set (``sets``: what
+    conf/strategy/<name>.yaml shows beside the class's defaults), reading the option names it had
+    as a class of its own as the class's (``names``: {its name: the class's})."""
+
+    sets: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)
+
+
 class Strategy:
     """Single process, single device (strategy=single): the defaults every strategy starts from.
     Subclasses override what differs."""
@@ -62,6 +73,8 @@ class Strategy:
     # server process), "fork" (the same agent, forked from this process) or "spawn"; a strategy
     # whose options choose it answers in ``start_method``.
     launcher = "elastic"
+    # {name: Preset}: the presets of this class (strategy=<name> runs it with those options)
+    presets: dict[str, Preset] = {}
     # True when every rank must run every forward together (sharded parameters are
     # all-gathered in forward): evaluation then pads the shorter ranks with extra batches.
     lockstep_forward = False

@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
-from framework.strategies.base import Strategy
+from framework.strategies.base import Preset, Strategy
 from framework.strategies.comm.bytes import gradient_allreduce_bytes
 
 
@@ -42,7 +42,11 @@ class DDPConfig(StrategyConfig):
 
 
 # The presets of strategy=ddp that name how their ranks start (Lightning's names).
-PRESET_STARTS = {"ddp_spawn": "spawn", "ddp_fork": "fork", "ddp_notebook": "fork"}
+PRESETS = {
+    "ddp_spawn": Preset(sets={"start": "spawn"}),
+    "ddp_fork": Preset(sets={"start": "fork"}),
+    "ddp_notebook": Preset(sets={"start": "fork"}),
+}
 
 
 def apply_ddp(model: nn.Module, device: torch.device, options: DDPConfig) -> DistributedDataParallel:
@@ -95,8 +99,7 @@ class DDPWrapping:
 
     @classmethod
     def start_method(cls, options: StrategyConfig) -> str:
-        start = getattr(options, "start", None)
-        return start or PRESET_STARTS.get(getattr(options, "name", ""), cls.launcher)
+        return getattr(options, "start", None) or cls.launcher
 
     def parallelize(self, model: nn.Module) -> nn.Module:
         self._model = model
@@ -127,3 +130,4 @@ class DDPStrategy(DDPWrapping, Strategy):
     ddp_spawn, ddp_fork and ddp_notebook differ only in how the ranks start (``start``)."""
 
     name = "ddp"
+    presets = PRESETS

@@ -2,8 +2,8 @@
 x ep x cp x tp`` = the world size (torchtitan's ``ParallelDims``).
 
 One parallelize order, torchtitan's: a pipeline's cut first (``pp`` > 1 runs PipelineStrategy, this
-path with the cut and the schedule's runner around it; hsdp and fsdp_tp are this class under their
-own option names), then tensor/sequence parallel within each ``tp`` group (the model's
+path with the cut and the schedule's runner around it; hsdp and fsdp_tp are presets of this class),
+then tensor/sequence parallel within each ``tp`` group (the model's
 plan), context parallel (nothing to wrap: each step runs on the rank's part of the sequences,
 ``strategies/context_parallel.py``), then FSDP2 over the data-parallel ranks with the context-
 parallel ones folded in (``dp_shard x cp`` flattened, HSDP across ``dp_replicate``): parameters are
@@ -23,7 +23,7 @@ from torch import nn
 
 from framework.config.ranges import ranged
 from framework.config.topology import Topology
-from framework.strategies.base import Strategy
+from framework.strategies.base import Preset, Strategy
 from framework.strategies.context_parallel import context_parallel
 from framework.strategies.expert_parallel import (
     apply_expert_parallel,
@@ -40,7 +40,9 @@ from framework.strategies.tensor_parallel import TensorParallelStrategy, apply_t
 class ParallelConfig(ScheduleConfig):
     name: str = "parallel"
     pp: int = ranged(1, low=1)  # pipeline parallel: stages of one pipeline (the schedule's options above)
-    dp_replicate: int = ranged(1, low=1)  # HSDP: replicas of the sharded model
+    # HSDP: replicas of the sharded model; -1: the nodes when dp_shard is -1 too (sharded within a
+    # node, replicated across nodes), else what the others leave
+    dp_replicate: int = ranged(1, low=-1)
     dp_shard: int = ranged(-1, low=-1)  # ranks that shard one replica; -1: what the other degrees leave
     ep: int = ranged(1, low=1)  # expert parallel: data-parallel ranks that split each MoE layer's experts
     cp: int = ranged(1, low=1)  # context parallel: ranks that split each sequence
@@ -49,28 +51,36 @@ class ParallelConfig(ScheduleConfig):
     plan: Optional[dict] = None  # as strategy=tp's
 
 
-def degrees_of(options: ParallelConfig, world: int) -> dict[str, int]:
-    """The degrees of ``options`` on ``world`` ranks, dp_shard inferred where it is -1; ValueError
-    naming every factor when they do not multiply to the world size."""
-    fixed = options.pp * options.dp_replicate * options.ep * options.cp * options.tp
-    shard = options.dp_shard
-    if shard == -1 and fixed > 0 and world % fixed == 0:
-        shard = world // fixed
-    if shard < 1 or fixed < 1 or fixed * shard != world:
+def degrees_of(options: ParallelConfig, world: int, num_nodes: int = 1) -> dict[str, int]:
+    """The degrees of ``options`` on ``world`` ranks, dp_replicate and dp_shard inferred where they
+    are -1; ValueError naming every factor when they do not multiply to the world size."""
+    others = options.pp * options.ep * options.cp * options.tp
+    replicate, shard = options.dp_replicate, options.dp_shard
+    if replicate == -1:
+        replicate = num_nodes if shard == -1 else _left(world, others * shard)
+    if shard == -1:
+        shard = _left(world, others * replicate)
+    if replicate < 1 or shard < 1 or others < 1 or others * replicate * shard != world:
         names = ("pp", "dp_replicate", "dp_shard", "ep", "cp", "tp")
         factors = " x ".join(f"strategy.{k}({getattr(options, k)})" for k in names)
         raise ValueError(
-            f"{factors} cannot make world size {world}; choose degrees whose product is {world} "
-            "(dp_shard=-1 takes what the others leave)"
+            f"{factors} cannot make world size {world} (trainer.devices={world // num_nodes} x "
+            f"trainer.num_nodes={num_nodes}); choose degrees whose product is {world} (dp_shard=-1 takes "
+            "what the others leave, dp_replicate=-1 the nodes)"
         )
     return {
         "pp": options.pp,
-        "dp_replicate": options.dp_replicate,
+        "dp_replicate": replicate,
         "dp_shard": shard,
         "ep": options.ep,
         "cp": options.cp,
         "tp": options.tp,
     }
+
+
+def _left(world: int, product: int) -> int:
+    """What ``product`` ranks leave of ``world`` (-1: they do not divide it)."""
+    return world // product if product > 0 and world % product == 0 else -1
 
 
 def per_context_rank(container: dict, cp: int) -> dict:
@@ -133,6 +143,13 @@ class ParallelStrategy(FSDPSharding, Strategy):
 
     name = "parallel"
     schema = ParallelConfig
+    # HSDP (Lightning's replicate x shard) and 2-D FSDP x TP (Lightning's ModelParallelStrategy:
+    # TP within groups of tensor_parallel ranks, FSDP2 across them, HSDP x TP with replicate > 1),
+    # under the option names they had as classes of their own
+    presets = {
+        "hsdp": Preset(sets={"dp_replicate": -1}, names={"replicate": "dp_replicate", "shard": "dp_shard"}),
+        "fsdp_tp": Preset(sets={"tp": 2}, names={"tensor_parallel": "tp", "replicate": "dp_replicate"}),
+    }
     builds_on_meta = True
     needed_dims: tuple[str, ...] = ()  # mesh dimensions named even at degree 1 (a pipeline's pp)
 
@@ -140,7 +157,7 @@ class ParallelStrategy(FSDPSharding, Strategy):
     def degrees(cls, devices: int, num_nodes: int, options: ParallelConfig) -> dict[str, int]:
         """The degrees of ``options`` (a subclass's own option names read here); a degree left out is 1
         and dp_shard what the others leave."""
-        return degrees_of(options, devices * num_nodes)
+        return degrees_of(options, devices * num_nodes, num_nodes)
 
     @classmethod
     def make_topology(cls, devices: int, num_nodes: int, options: ParallelConfig) -> Topology:

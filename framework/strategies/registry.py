@@ -11,14 +11,12 @@ from framework.config.topology import Topology, accelerator_problems, batch_prob
 from framework.config.validate import check_schema, import_target, known_valid_keys
 from framework.strategies.bagua import BaguaStrategy
 from framework.strategies.base import Strategy
-from framework.strategies.ddp import PRESET_STARTS, DDPStrategy
+from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
 from framework.strategies.deepspeed.zero import DeepSpeedStrategy
 from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.fsdp import FSDPStrategy
-from framework.strategies.fsdp_tp import FSDPTensorParallelStrategy
 from framework.strategies.horovod.strategy import HorovodStrategy
-from framework.strategies.hsdp import HSDPStrategy
 from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.pipeline.strategy import PipelineStrategy
 from framework.strategies.tensor_parallel import TensorParallelStrategy
@@ -26,25 +24,25 @@ from framework.strategies.zero import ZeroStrategy
 
 # Each name a user types (strategy=<name>) and the class that runs it; a preset (a YAML of
 # conf/strategy that only sets options of another's class) is its class under a name of its own.
-STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls
-    for cls in (
-        Strategy,
-        DataParallelStrategy,
-        DDPStrategy,
-        DDP2Strategy,
-        ZeroStrategy,
-        FSDPStrategy,
-        HSDPStrategy,
-        HorovodStrategy,
-        BaguaStrategy,
-        TensorParallelStrategy,
-        FSDPTensorParallelStrategy,
-        ParallelStrategy,
-        PipelineStrategy,
-        DeepSpeedStrategy,
-    )
-} | {preset: DDPStrategy for preset in PRESET_STARTS}
+_CLASSES = (
+    Strategy,
+    DataParallelStrategy,
+    DDPStrategy,
+    DDP2Strategy,
+    ZeroStrategy,
+    FSDPStrategy,
+    HorovodStrategy,
+    BaguaStrategy,
+    TensorParallelStrategy,
+    ParallelStrategy,
+    PipelineStrategy,
+    DeepSpeedStrategy,
+)
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in _CLASSES} | {
+    preset: cls
+    for cls in _CLASSES
+    for preset in vars(cls).get("presets", {})  # a class's own, not inherited
+}
 
 
 def strategy_class(name: str, devices: int = 1, num_nodes: int = 1) -> type[Strategy]:
@@ -75,10 +73,20 @@ def selected_class(options: dict, devices: int = 1, num_nodes: int = 1) -> type[
 
 def _options(options: dict, cls: type[Strategy]) -> dict:
     """The schema's keys of ``options``: its ``_target_`` out; its name the preset's, or the class's
-    own (a class of the user's without a name: its class name)."""
+    own (a class of the user's without a name: its class name); a preset's settings where the node
+    leaves them unset, and its own option names read as the class's (given, they win)."""
     preset = options.get("name") if STRATEGIES.get(options.get("name")) is cls else None
     own = cls.name if cls is Strategy or cls.name != Strategy.name else cls.__name__
-    return {**{k: v for k, v in options.items() if k != "_target_"}, "name": preset or own}
+    sets, names = (cls.presets[preset].sets, cls.presets[preset].names) if preset in cls.presets else ({}, {})
+    node = {k: v for k, v in options.items() if k != "_target_" and k not in names}
+    node |= {k: v for k, v in sets.items() if node.get(k) is None}
+    node |= {names[k]: v for k, v in options.items() if k in names}
+    return {**node, "name": preset or own}
+
+
+def typed_options(options: dict, cls: type[Strategy]) -> StrategyConfig:
+    """The typed options of a strategy node (``{name, ...}``) for ``cls``, a preset's settings in."""
+    return cls.schema(**_options(options, cls))
 
 
 def variant_of(cls: type[Strategy], typed: StrategyConfig) -> type[Strategy]:
@@ -97,7 +105,7 @@ def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
             raise TypeError(f"trainer.{key}: expected int, got {trainer[key]!r}")
     options = dict(concrete(container.get("strategy") or {}))
     cls = selected_class(options, trainer["devices"], trainer["num_nodes"])
-    typed = cls.schema(**_options(options, cls))
+    typed = typed_options(options, cls)
     cls = variant_of(cls, typed)
     return cls, typed, cls.make_topology(trainer["devices"], trainer["num_nodes"], typed)
 
@@ -159,15 +167,27 @@ def check_strategy(container: dict) -> list[str]:
         return problems  # bad devices / num_nodes are reported by the trainer schema
     if options.get("name", "auto") == "auto" and not options.get("_target_"):
         options = concrete(options)  # the candidates are checked one by one (job/strategy_choice.py)
+    renamed = _renamed(options, cls)
     # The remaining checks go on with the options that are valid (the others are reported above).
     options = {
         **known_valid_keys(_options(options, cls), schema),
         **({"_target_": options["_target_"]} if options.get("_target_") else {}),
     }
-    return problems + _layout_problems(container, cls, options, devices, nodes)
+    return problems + _layout_problems(container, cls, options, devices, nodes, renamed)
 
 
-def _layout_problems(container: dict, cls: type[Strategy], options: dict, devices: int, nodes: int) -> list[str]:
+def _renamed(options: dict, cls: type[Strategy]) -> str:
+    """What a preset's own option names given in ``options`` set, said after a layout's refusal."""
+    preset = cls.presets.get(options.get("name")) if STRATEGIES.get(options.get("name")) is cls else None
+    given = [
+        f"strategy.{old} sets strategy.{new}" for old, new in (preset.names if preset else {}).items() if old in options
+    ]
+    return f" (strategy={options['name']}: {', '.join(given)})" if given else ""
+
+
+def _layout_problems(
+    container: dict, cls: type[Strategy], options: dict, devices: int, nodes: int, renamed: str = ""
+) -> list[str]:
     """The accelerator, the strategy's own checks of its topology, the launcher, the batch."""
     trainer = container["trainer"]
     accelerator = trainer.get("accelerator", "auto")
@@ -180,7 +200,7 @@ def _layout_problems(container: dict, cls: type[Strategy], options: dict, device
             {**container, "strategy": options, "trainer": {**trainer, "devices": devices, "num_nodes": nodes}}
         )
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
-        return [str(err)]
+        return [str(err) + renamed]
     problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, trainer)
     problems += cls.config_problems(typed, topology, container)
     launched = detect_environment()

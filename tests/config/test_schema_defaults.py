@@ -50,7 +50,9 @@ def test_each_strategy_yaml_shows_its_schemas_options_and_defaults(path):
     if name == "auto":
         assert node == {**_defaults(AutoStrategyConfig), "name": "auto"}
         return
-    schema = STRATEGIES[name].schema
+    cls = STRATEGIES[name]
+    schema = cls.schema
     assert set(node) <= {f.name for f in dataclasses.fields(schema)}, path
     if "/" not in path:  # a group's own option: every option with its schema's default (--cfg job shows them)
-        assert node == {**_defaults(schema), "name": name}, path
+        preset = cls.presets[name].sets if name in cls.presets else {}  # a preset: its settings over them
+        assert node == {**_defaults(schema), **preset, "name": name}, path

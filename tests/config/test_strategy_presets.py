@@ -1,6 +1,7 @@
 """Presets: a strategy name that only sets options of another's class (single is the base
-Strategy; ddp_spawn, ddp_fork and ddp_notebook are ddp with ``strategy.start``) resolves to that
-class under its own name, and the option alone does what the preset does."""
+Strategy; ddp_spawn, ddp_fork and ddp_notebook are ddp with ``strategy.start``; hsdp and fsdp_tp
+are parallel with their degrees) resolves to that class under its own name, the option alone does
+what the preset does, and the option names a preset had as a class of its own still set them."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 
 from framework.cli.compose import compose
 from framework.job.preflight import preflight
-from framework.strategies import Strategy, resolve
+from framework.strategies import Strategy, resolve, resolved_options
 from framework.strategies.ddp import DDPStrategy
+from framework.strategies.parallel import ParallelStrategy
 
 TWO = ["experiment=digits_mlp", "trainer.devices=2"]
 
@@ -39,3 +41,42 @@ def test_a_start_that_is_none_of_the_three_is_refused_naming_them():
         preflight(compose([*TWO, "strategy=ddp", "strategy.start=thread"]))
     [problem] = err.value.problems
     assert problem.startswith("strategy.start") and all(s in problem for s in ("elastic", "fork", "spawn"))
+
+
+FOUR = ["experiment=gpt_text", "trainer.devices=4", "trainer.oversubscribe=true"]
+
+
+@pytest.mark.parametrize(
+    "overrides, name, degrees",
+    [
+        (["strategy=hsdp"], "hsdp", {"dp_replicate": 1, "dp_shard": 4}),  # one node: sharded across it
+        (["strategy=hsdp", "strategy.replicate=2"], "hsdp", {"dp_replicate": 2, "dp_shard": 2}),
+        (["strategy=hsdp", "strategy.shard=2"], "hsdp", {"dp_replicate": 2, "dp_shard": 2}),
+        (
+            ["strategy=hsdp", "strategy.dp_replicate=2", "strategy.dp_shard=2"],
+            "hsdp",
+            {"dp_replicate": 2, "dp_shard": 2},
+        ),
+        (["strategy=parallel", "strategy.dp_replicate=2"], "parallel", {"dp_replicate": 2, "dp_shard": 2}),
+        (["strategy=fsdp_tp"], "fsdp_tp", {"dp_shard": 2, "tp": 2}),
+        (["strategy=fsdp_tp", "strategy.tensor_parallel=4"], "fsdp_tp", {"dp_shard": 1, "tp": 4}),
+        (["strategy=fsdp_tp", "strategy.replicate=2", "strategy.tp=2"], "fsdp_tp", {"dp_replicate": 2, "tp": 2}),
+        (["strategy=parallel", "strategy.tp=2"], "parallel", {"dp_shard": 2, "tp": 2}),
+    ],
+)
+def test_hsdp_and_fsdp_tp_are_parallel_with_their_degrees(overrides, name, degrees):
+    container = preflight(compose([*FOUR, *overrides]))
+    resolved, typed, topology = resolve(container)
+    assert resolved is ParallelStrategy and typed.name == name
+    assert {k: getattr(topology, k) for k in degrees} == degrees
+    # the ranks (and config.yaml) get the preset's options in the one vocabulary: the degrees, under its name
+    options = resolved_options(container)
+    assert options["name"] == name and not {"replicate", "shard", "tensor_parallel"} & set(options)
+
+
+def test_hsdp_replicates_across_nodes_and_shards_within_each_by_default():
+    from framework.strategies.parallel import ParallelConfig, degrees_of
+
+    hsdp = ParallelConfig(name="hsdp", dp_replicate=-1)
+    assert degrees_of(hsdp, 8, num_nodes=2)["dp_replicate"] == 2 and degrees_of(hsdp, 8, 2)["dp_shard"] == 4
+    assert degrees_of(ParallelConfig(), 8, num_nodes=2)["dp_shard"] == 8  # parallel: one replica, as before

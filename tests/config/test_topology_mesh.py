@@ -12,7 +12,7 @@ import pytest
 import torch.distributed as dist
 
 from framework.config.topology import MESH_ORDER, Topology
-from framework.strategies import STRATEGIES
+from framework.strategies import STRATEGIES, typed_options
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_degrees_multiply_to_the_world_and_are_described_by_name():
 )
 def test_each_sharding_strategy_is_a_product_of_degrees(strategy, options, layout):
     cls = STRATEGIES[strategy]
-    topology = cls.make_topology(4, 1, cls.schema(**options))
+    topology = cls.make_topology(4, 1, typed_options({"name": strategy, **options}, cls))
     assert topology.degrees == layout
 
 

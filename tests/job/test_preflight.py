@@ -124,7 +124,12 @@ def test_hsdp_factors_that_do_not_multiply_state_every_factor():
         "strategy=hsdp", "trainer.devices=4", "strategy.replicate=3", "strategy.shard=2", "trainer.oversubscribe=true"
     )
     assert msg.startswith(
-        "strategy.replicate(3) * strategy.shard(2) != world size 4 (trainer.devices=4 x trainer.num_nodes=1)"
+        "strategy.pp(1) x strategy.dp_replicate(3) x strategy.dp_shard(2) x strategy.ep(1) x strategy.cp(1) x "
+        "strategy.tp(1) cannot make world size 4 (trainer.devices=4 x trainer.num_nodes=1)"
+    )
+    # the option names hsdp had as a class of its own set the degrees, and the refusal says so
+    assert msg.endswith(
+        "(strategy=hsdp: strategy.replicate sets strategy.dp_replicate, strategy.shard sets strategy.dp_shard)"
     )
 
 

@@ -107,7 +107,10 @@ CASES = [
     (["task.label_smoothing=1.5"], "task.label_smoothing: must be in [0, 1], got 1.5"),
     (["strategy=ddp", "trainer.devices=2", "strategy.bucket_cap_mb=0"], "strategy.bucket_cap_mb: must be > 0, got 0"),
     (["strategy=ddp", "trainer.devices=2", "strategy.powersgd_rank=0"], "strategy.powersgd_rank: must be >= 1, got 0"),
-    (["strategy=hsdp", "trainer.devices=2", "strategy.replicate=0"], "strategy.replicate(0) * strategy.shard(-1)"),
+    (
+        ["strategy=hsdp", "trainer.devices=2", "strategy.replicate=0"],
+        "strategy.dp_replicate(0) x strategy.dp_shard(-1)",
+    ),
     (["trainer.oversubscribe=maybe"], "trainer.oversubscribe: expected bool"),
     # keys of ours under a group, given at the top (with or without +): named where they belong
     (["+tokenizer=x"], "tokenizer: not a top-level key; did you mean datamodule.tokenizer?"),

@@ -105,7 +105,8 @@ def test_a_checkpoint_of_any_layout_resumes_under_any_other(saved, tmp_path, sou
         ),
         (
             ["strategy=fsdp_tp", "trainer.devices=2", "strategy.tensor_parallel=4", "trainer.oversubscribe=true"],
-            "strategy.replicate(1) x shard(?) x strategy.tensor_parallel(4) cannot make world size 2",
+            "strategy.dp_replicate(1) x strategy.dp_shard(-1) x strategy.ep(1) x strategy.cp(1) x strategy.tp(4) "
+            "cannot make world size 2",
         ),
         (
             ["strategy=tp", "trainer.devices=2", "strategy.plan={layers.*.nope: colwise}"],
