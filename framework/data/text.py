@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_dataset, split_indices, split_problems
+from framework.data.base import BaseDataModule, split_dataset, split_problems
 from framework.data.batched import GatheringTensorDataset
 from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
 from framework.data.tokenizer_files import load_tokenizer, special_tokens, tokenizer_problems
@@ -175,25 +175,6 @@ class TextDataModule(BaseDataModule):
         else:
             problems += _window_problems(data_dir, seq_len, val_fraction, test_fraction)
         return problems + vocabulary_problems(tokenizer, vocab_size)
-
-    @classmethod
-    def train_samples(
-        cls,
-        data_dir: Optional[str] = None,
-        tokenizer: Optional[str] = None,
-        seq_len: int = 128,
-        val_fraction: float = 0.05,
-        test_fraction: float = 0.05,
-        **_,
-    ) -> Optional[int]:
-        """The training windows, known before start by reading and encoding the corpus as ``setup``
-        does (None where the corpus cannot be split: its own check names why)."""
-        if not isinstance(seq_len, int) or seq_len < 2:
-            return None
-        windows = (len(Codec(tokenizer).encode(read_corpus(data_dir))) - 1) // seq_len
-        if windows < 1 or split_problems(windows, val_fraction, test_fraction):
-            return None
-        return len(split_indices(windows, [val_fraction, test_fraction], 0)[-1])
 
     def setup(self, stage: str) -> None:
         if self.predict_set is None:

@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
+from framework.config.errors import ConfigError
 from framework.config.intervals import validation_interval_problem
 from framework.config.schemas import TrainerConfig
 from framework.engine.callback_list import CallbackList
@@ -201,9 +202,11 @@ class Trainer:
         if self.config.limit_val_batches != 0:
             val_loader = self.loaders.make(datamodule.val_dataloader(), train=False)
         self.num_training_batches = limit_batches(len(train_loader), self.config.limit_train_batches)
-        problem = validation_interval_problem(self.config.val_check_interval, self.num_training_batches)
+        problem = validation_interval_problem(
+            self.config.val_check_interval, self.num_training_batches, " (the epoch as the data loads it)"
+        )
         if problem and val_loader is not None and not self.config.fast_dev_run:
-            raise ValueError(problem)  # the epoch's length is the data's: known only now
+            raise ConfigError([problem])  # the epoch's length is the data's: known only now, before the first step
         self._warn_if_nothing_logged()
         if scheduler is not None:
             self.scheduler = scheduler.build(self.optimizer, self._scheduler_intervals(scheduler.interval))

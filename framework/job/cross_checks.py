@@ -323,8 +323,9 @@ def check_prepared_tokenizer(container: dict) -> list[str]:
 
 def check_validation_interval(container: dict) -> list[str]:
     """An int ``trainer.val_check_interval`` within an epoch, for a datamodule that knows its training
-    samples before start (``train_samples``: datamodule=tokens from its index, text by reading its
-    corpus, only for an int interval)."""
+    samples before start from its files' headers (``train_samples``: datamodule=tokens from its
+    index); the others' epochs are known once the ranks load the data, which checks it before the
+    first step (engine/trainer.py)."""
     from framework.config.intervals import validation_interval_problem
     from framework.config.validate import import_target
     from framework.engine.data_loaders import limit_batches

@@ -7,6 +7,7 @@ import json
 import logging
 from pathlib import Path
 
+from framework.config.errors import ConfigError
 from framework.engine.attempts import attempt_dir
 from framework.engine.checkpoint_files import resolve_ckpt_path, saved_step
 from framework.engine.results import job_record, write_results
@@ -29,9 +30,10 @@ class JobFailed(RuntimeError):
     message, not a traceback through the launcher: the rank's own traceback is in its log)."""
 
 
-def job_failed(container: dict, nprocs: int, rank: int, message: str) -> JobFailed:
+def job_failed(container: dict, nprocs: int, rank: int, message: str) -> JobFailed | ConfigError:
     """Record in results.json which rank failed first and why (with the job's fields, whichever
-    rank wrote what before); return the error to raise."""
+    rank wrote what before); return the error to raise (the config's problems, where a rank's work
+    found them before its first step)."""
     run_dir = Path(container["output_dir"])
     written = read_results(container)  # rank 0's record of this run, unless it kept a finished one's
     if written.get("status") in ("completed", "diverged") and not container.get("attempt"):
@@ -47,5 +49,7 @@ def job_failed(container: dict, nprocs: int, rank: int, message: str) -> JobFail
         message += f"; {last} holds step {step}: resume with ckpt_path=last"
     results.update(status="failed", failed_rank=rank, error=message)
     write_results(run_dir, results, container.get("attempt"))
+    if written.get("problems"):  # refused where the ranks' work found it (the data as read): as before start
+        return ConfigError(written["problems"])
     log.error("rank %d failed first: %s", rank, message)  # the verdict, in the job's train.log too
     return JobFailed(f"rank {rank} failed: {message}")

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import PARALLEL_JOBS, RankEnv, available_cores
+from framework.config.errors import ConfigError
 from framework.config.relocate import relocate
 from framework.engine import signals
 from framework.engine.checkpoint_files import CheckpointError
@@ -121,8 +122,10 @@ def _run_stages_and_clean_up(
             failed_rank=env.rank,
             traceback=traceback.format_exc(),
         )
-        # a checkpoint that cannot be used says why in one line (its traceback is in results.json)
-        said = "" if isinstance(err, CheckpointError) else "\n" + results["traceback"].rstrip()
+        if isinstance(err, ConfigError):  # a check where the work found it: the job says it as before start
+            results["problems"] = err.problems
+        # a checkpoint that cannot be used, a refused config: why in a line (the traceback is in results.json)
+        said = "" if isinstance(err, (CheckpointError, ConfigError)) else "\n" + results["traceback"].rstrip()
         log.error("rank %d failed: %s%s", env.rank, results["error"], said)
         if env.world_size > 1 and lost_peer(err):
             # A broken connection usually means a peer died. Exit a moment later, so that the

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -79,20 +81,23 @@ def test_the_tokenizers_vocabulary_against_the_data_and_the_model_is_checked_bef
     preflight(compose([*base, f"datamodule.tokenizer={tmp_path / 'tokenizer.json'}", "datamodule.vocab_size=9"]))
 
 
-def test_a_validation_interval_beyond_the_epoch_is_refused_before_start():
-    from framework import compose
+@pytest.mark.parametrize("ranks", [[], ["strategy=ddp", "trainer.devices=2"]])
+def test_a_validation_interval_beyond_the_epoch_is_refused_before_the_first_step(tmp_path, ranks):
+    # the epoch's length is the encoded corpus's: known where the ranks read it, not before start (no
+    # check reads a whole corpus); refused there with the same kind of message, before any step
+    from framework import compose, fit
     from framework.config import ConfigError
-    from framework.job.preflight import preflight
 
     dm = TextDataModule(seq_len=64, batch_size=32)
     dm.setup("fit")
     epoch = len(dm.train_set) // 32  # the trainer's batches per epoch, from the corpus as setup reads it
-    assert TextDataModule.train_samples(seq_len=64) == len(dm.train_set)
-    run = ["experiment=gpt_text", "datamodule.seq_len=64", "datamodule.batch_size=32"]
-    preflight(compose([*run, f"trainer.val_check_interval={epoch}"]))
+    run = ["experiment=gpt_text", "datamodule.seq_len=64", "datamodule.batch_size=32", "trainer.max_steps=1"]
     with pytest.raises(ConfigError) as err:
-        preflight(compose([*run, f"trainer.val_check_interval={epoch + 1}"]))
+        fit(compose([*run, *ranks, f"trainer.val_check_interval={epoch + 1}"]), output_dir=str(tmp_path))
     assert any(
         p.startswith(f"trainer.val_check_interval: every {epoch + 1} training batches, but an epoch has {epoch} (")
         for p in err.value.problems
     ), err.value.problems
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "failed" and results["problems"] == err.value.problems
+    assert not (tmp_path / "checkpoints").exists() and "traceback" not in (tmp_path / "train.log").read_text().lower()
