@@ -23,7 +23,7 @@ import inspect
 import re
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Union
+from typing import Any, Callable, Iterable, Literal, Optional, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
@@ -58,11 +58,14 @@ RUNTIME_ARGS = {
 _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 
 
-def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()) -> dict:
+def validate(
+    cfg: DictConfig, checks: Iterable[Callable[[Any], list[str]]] = (), subject: Optional[Callable[[dict], Any]] = None
+) -> dict:
     """Raise ``ConfigError`` listing every problem in ``cfg``; return its resolved container when valid.
 
-    ``checks``: further checks of the resolved container, each returning its problems (the
-    layers above config add theirs: strategy topology, checkpoints, the run directory)."""
+    ``checks``: further checks, each returning its problems (the layers above config add theirs:
+    strategy topology, checkpoints, the run directory), of ``subject(container)``: built once from
+    the resolved container for them all (job/experiment.py's Experiment; else the container)."""
     problems: list[str] = []
     container = _resolve(cfg, problems)
     settle_leftover_keys(container, problems)
@@ -81,8 +84,9 @@ def validate(cfg: DictConfig, checks: Iterable[Callable[[dict], list[str]]] = ()
     problems.extend(p for p in oversized_integers(container) if p.split(":")[0] not in named)
     _check_component_values(container, problems)
     _check_components(container, problems)
+    checked = subject(container) if subject else container
     for check in checks:
-        problems.extend(check(container))
+        problems.extend(check(checked))
     if problems:
         raise ConfigError(problems)
     return container

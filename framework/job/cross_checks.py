@@ -7,34 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from framework.config.writable import unwritable
+from framework.job.experiment import Experiment
 
 _LANGUAGE_MODELING = "LanguageModelingTask"
-# The last model built on meta and the model node it was built from: the checks of one preflight
-# (parameter groups, the strategy's plan, init names) share one build.
-_built: list = [None, None]
-
-
-def meta_model(container: dict):
-    """The configured model on the meta device (no memory, no weights), or None when it does not build
-    (its own errors surface when the ranks build it)."""
-    import torch
-    from hydra.utils import instantiate
-
-    from framework.job.model_size import too_large
-
-    node = container["model"]
-    if _built[0] is node:
-        return _built[1]
-    if too_large(container):  # (named by check_model_fits; not even built on the meta device)
-        _built[:] = [node, None]
-        return None
-    try:
-        with torch.device("meta"):
-            model = instantiate(node, _convert_="all")
-    except Exception:  # noqa: BLE001
-        model = None
-    _built[:] = [node, model]
-    return model
 
 
 def _declared_sizes(model: dict):
@@ -178,23 +153,22 @@ ADAPTER_STRATEGIES = (
 NF4_STRATEGIES = ("single", "fsdp")
 
 
-def check_adapter(container: dict) -> list[str]:
+def check_adapter(run: Experiment) -> list[str]:
     """``adapter=lora|qlora``: a strategy that runs adapters (QLoRA: one that holds 4-bit weights; DoRA:
     one that does not split the adapted weights), and target modules that name linear layers of the
     model (built on the meta device)."""
     from framework.models.lora import AdapterSettings, targets
-    from framework.strategies import resolve
 
-    node = container.get("adapter")
-    if not isinstance(node, dict) or not isinstance(container.get("model"), dict):
+    node = run.get("adapter")
+    if not isinstance(node, dict) or not isinstance(run.get("model"), dict) or run.layout is None:
         return []
     try:
-        cls, options, topology = resolve(container)
         settings = AdapterSettings(**node)
-    except Exception:  # noqa: BLE001 - an invalid layout or key is named by its own check
+    except Exception:  # noqa: BLE001 - an invalid key is named by its own check
         return []
+    cls, options, topology = run.layout
     problems = adapter_layout_problems(getattr(options, "name", cls.name), topology, settings)
-    model = meta_model(container)
+    model = run.model
     if model is not None and not problems and not targets(model, settings):
         linears = [n for n, m in model.named_modules() if type(m).__name__ == "Linear"]
         problems.append(
@@ -271,7 +245,7 @@ def check_document_boundaries(container: dict) -> list[str]:
     ]
 
 
-def check_compile_blocks(container: dict) -> list[str]:
+def check_compile_blocks(run: Experiment) -> list[str]:
     """``trainer.compile=blocks`` runs with data parallelism, FSDP and pipelines; with tensor
     parallelism, this torch's compiled blocks hand DTensor's backward plain gradients on the CPU
     ("'Tensor' object has no attribute '_local_tensor'", seen with and without sequence
@@ -279,19 +253,15 @@ def check_compile_blocks(container: dict) -> list[str]:
     is refused before start too."""
     from framework.engine.compiling import blocks_problem
 
-    strategy = container.get("strategy") or {}
-    if (container.get("trainer") or {}).get("compile") != "blocks":
-        return []
-    if (
-        strategy.get("name") in ("tp", "fsdp_tp")
-        or max(strategy.get("tensor_parallel") or 1, strategy.get("tp") or 1) > 1
-    ):
+    if (run.get("trainer") or {}).get("compile") != "blocks" or run.layout is None:
+        return []  # (an invalid layout is named by check_strategy)
+    if run.layout[2].tp > 1:
         return [
             "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, "
             "strategy.tp > 1 or pp's strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients "
             "in backward; use trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
         ]
-    model = meta_model(container) if isinstance(container.get("model"), dict) else None
+    model = run.model
     problem = blocks_problem(model) if model is not None else None
     return [problem] if problem else []
 
@@ -469,22 +439,20 @@ def check_data_kinds(container: dict) -> list[str]:
     return problems
 
 
-def check_masked_targets(container: dict) -> list[str]:
+def check_masked_targets(run: Experiment) -> list[str]:
     """A datamodule that masks a varying number of targets (``masks_targets``, instruction data)
     trains on the mean over the global batch's counted targets, which a pipeline's schedule (a mean
     of its micro-batches' means) does not compute."""
     from framework.config.validate import import_target
-    from framework.strategies import resolve
 
     try:
-        masks = getattr(import_target(str(container["datamodule"]["_target_"])), "masks_targets", False)
-        topology = resolve(container)[2]
-    except Exception:  # noqa: BLE001 - an unknown target or layout is named by its own check
+        masks = getattr(import_target(str(run["datamodule"]["_target_"])), "masks_targets", False)
+    except Exception:  # noqa: BLE001 - an unknown target is named by its own check
         return []
-    if not masks or topology.pp == 1 or not container.get("train", True):
+    if not masks or run.layout is None or run.layout[2].pp == 1 or not run.get("train", True):
         return []
     return [
-        f"strategy.pp: datamodule {_name(container, 'datamodule')} masks its targets (the loss is a mean "
+        f"strategy.pp: datamodule {_name(run, 'datamodule')} masks its targets (the loss is a mean "
         "over the global batch's response tokens), which a pipeline's schedule does not compute; "
         "use a strategy without strategy.pp (ddp, fsdp, tp, fsdp_tp)"
     ]
@@ -530,17 +498,15 @@ def check_harness(container: dict) -> list[str]:
     ]
 
 
-def check_init_names(container: dict) -> list[str]:
+def check_init_names(run: Experiment) -> list[str]:
     """``init.reset`` / ``init.freeze`` name submodules of the model (built on the meta device)."""
-    init = container.get("init") or {}
+    init = run.get("init") or {}
     named = {
         key: [str(n) for n in init.get(key) or []]
         for key in ("reset", "freeze")
         if isinstance(init.get(key), list) and init.get(key)
     }
-    if not named or not isinstance(container.get("model"), dict):
-        return []
-    model = meta_model(container)
+    model = run.model if named else None
     if model is None:
         return []
     modules = {name for name, _ in model.named_modules() if name}

@@ -13,8 +13,6 @@ from framework.config.sizes import parse_bytes
 from framework.engine.memory import optimizer_state_bytes
 from framework.models.sizes import SIZE_KEYS, gpt_parameters, hf_parameters
 
-_checked: dict = {}  # id of the model node -> its problems (the checks of one preflight ask several times)
-
 
 def declared_parameters(model: dict) -> tuple[Optional[int], str]:
     """(parameters, the keys that size them) of a built-in GPT or a Hugging Face model's config;
@@ -60,22 +58,11 @@ def memory_per_rank(container: dict, processes: int) -> tuple[Optional[int], str
     return total // max(1, processes), f"this machine's {_gib(total)} over {processes} process(es)"
 
 
-def check_model_fits(container: dict) -> list[str]:
+def model_size_problems(container: dict) -> list[str]:
     """The model state per rank (weights; training: with gradients and optimizer state, as the strategy
     lays them out) within the memory a rank has."""
     model = container.get("model")
-    if not isinstance(model, dict):
-        return []
-    if id(model) in _checked:
-        return _checked[id(model)]
-    _checked.clear()
-    _checked[id(model)] = problems = _size_problems(container, model)
-    return problems
-
-
-def too_large(container: dict) -> bool:
-    """Whether the model is too large to build here, even on the meta device."""
-    return bool(check_model_fits(container))
+    return _size_problems(container, model) if isinstance(model, dict) else []
 
 
 def _size_problems(container: dict, model: dict) -> list[str]:

@@ -46,9 +46,9 @@ EXPERT_PARALLEL = {"parallel/ep": ("parallel", {"ep": 2})}
 def meta_model(cfg: DictConfig) -> torch.nn.Module:
     """The configured model on the meta device (no memory, no init cost); ValueError for one this machine
     could not hold (its Python objects alone could exhaust the memory)."""
-    from framework.job.model_size import check_model_fits
+    from framework.job.model_size import model_size_problems
 
-    problems = check_model_fits(OmegaConf.to_container(cfg, resolve=True))
+    problems = model_size_problems(OmegaConf.to_container(cfg, resolve=True))
     if problems:
         raise ValueError(problems[0])
     with torch.device("meta"):

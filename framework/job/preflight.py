@@ -37,13 +37,11 @@ from framework.job.cross_checks import (
     check_tokens,
     check_validation_interval,
     check_writable,
-    meta_model,
 )
-from framework.job.model_size import check_model_fits
+from framework.job.experiment import Experiment
 from framework.job.overwrite import check_output_dir
 from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
-from framework.strategies import check_strategy
 
 
 def preflight(cfg: DictConfig) -> dict:
@@ -51,9 +49,10 @@ def preflight(cfg: DictConfig) -> dict:
     container when it can run."""
     return validate(
         cfg,
+        subject=Experiment,  # the run's layout and meta-device model, worked out once for every check
         checks=[
-            check_model_fits,  # first: the others must not build a model this machine cannot hold
-            check_strategy,
+            lambda run: run.size_problems,  # the model too large to build here is not built, even on meta
+            lambda run: run.strategy_problems,
             candidate_problems,
             check_strategy_on_model,
             check_rank_start,
@@ -164,11 +163,12 @@ def _records_problems(container: dict, datamodule: type) -> list[str]:
     )
 
 
-def check_model_names(container: dict) -> list[str]:
+def check_model_names(run: Experiment) -> list[str]:
     """What names the model's parameters and submodule classes: ``optimizer.param_groups`` (each
     entry must take some parameter), ``trainer.activation_checkpointing`` and
     ``strategy.wrap_classes`` (each class must be one of a submodule). The model is built on the
     meta device (no memory, no weights read)."""
+    container = run.config
     specs = (container.get("optimizer") or {}).get("param_groups")
     specs = None if not specs or structure_problems(specs, None) else specs
     checkpointed = (container.get("trainer") or {}).get("activation_checkpointing")
@@ -179,7 +179,7 @@ def check_model_names(container: dict) -> list[str]:
         return []
     from framework.engine.activation_checkpointing import checkpoint_problems, compiled_norm_problems
 
-    model = meta_model(container)  # only a run that names parameters or classes pays for it before its ranks start
+    model = run.model  # only a run that names parameters or classes pays for it before its ranks start
     if model is None:
         return []
     problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
@@ -296,24 +296,20 @@ def check_checkpoint_data(container: dict) -> list[str]:
     return found
 
 
-def check_strategy_on_model(container: dict) -> list[str]:
+def check_strategy_on_model(run: Experiment) -> list[str]:
     """What the strategy says of the model itself (a tensor-parallel plan and the sizes it splits),
     on the model built on the meta device; only for a strategy that checks models."""
-    from framework.strategies import Strategy, resolve
+    from framework.strategies import Strategy
 
-    try:
-        cls, options, topology = resolve(container)
-    except Exception:  # noqa: BLE001 - an invalid strategy or layout is reported by check_strategy
+    if run.layout is None or run.strategy_problems:
+        return []  # an invalid strategy, layout or option (strategy.microbatches=abc): named by check_strategy
+    cls, options, topology = run.layout
+    if cls.model_problems.__func__ is Strategy.model_problems.__func__ or run.model is None:
         return []
-    if cls.model_problems.__func__ is Strategy.model_problems.__func__ or not isinstance(container.get("model"), dict):
-        return []
-    if check_strategy(container):
-        return []  # options of the wrong type or range (strategy.microbatches=abc): reported by check_strategy
-    model = meta_model(container)
-    return cls.model_problems(model, options, topology, container) if model is not None else []
+    return cls.model_problems(run.model, options, topology, run.config)
 
 
-def check_rank_start(container: dict) -> list[str]:
+def check_rank_start(run: Experiment) -> list[str]:
     """Local ranks that can start from here: classes defined in a notebook reach forked ranks only,
     and a fork cannot use CUDA once this process initialised it, nor autograd once its threads started."""
     import torch
@@ -321,12 +317,11 @@ def check_rank_start(container: dict) -> list[str]:
     from framework.config.environment import detect_environment
     from framework.launch.fork_probe import autograd_survives_fork
     from framework.launch.main_module import forks_ranks, interactive_main, needs_main
-    from framework.strategies import resolve
 
-    try:
-        cls, typed, topology = resolve(container)
-    except Exception:  # noqa: BLE001 - an invalid strategy or layout is reported by check_strategy
+    if run.layout is None:  # an invalid strategy or layout is named by check_strategy
         return []
+    cls, typed, topology = run.layout
+    container = run.config
     if topology.processes_per_node < 2 or detect_environment() is not None:
         return []
     name, start = f"strategy={typed.name}", cls.start_method(typed)

@@ -21,6 +21,7 @@ EVERY_MODEL_CHECK = [
     "trainer.devices=4",
     "trainer.oversubscribe=true",
     "+optimizer.param_groups=[{params: '*norm*', weight_decay: 0}]",  # names matched against the model
+    "init.freeze=[tok_embeddings]",  # submodule names
 ]
 
 
@@ -41,7 +42,10 @@ def counted(monkeypatch):
     return counts
 
 
-@pytest.mark.parametrize("extra", [[], ["trainer.compile=blocks", "strategy=fsdp"]])
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["trainer.compile=blocks", "strategy=fsdp"], ["adapter=lora"]],  # (lora: its target modules)
+)
 def test_the_checks_before_start_read_no_corpus_fork_nothing_and_build_the_model_once(counted, extra):
     preflight(compose([*EVERY_MODEL_CHECK, *extra]))
     assert counted == {"builds": 1, "corpus_reads": 0, "forks": 0}
