@@ -80,3 +80,18 @@ def test_hsdp_replicates_across_nodes_and_shards_within_each_by_default():
     hsdp = ParallelConfig(name="hsdp", dp_replicate=-1)
     assert degrees_of(hsdp, 8, num_nodes=2)["dp_replicate"] == 2 and degrees_of(hsdp, 8, 2)["dp_shard"] == 4
     assert degrees_of(ParallelConfig(), 8, num_nodes=2)["dp_shard"] == 8  # parallel: one replica, as before
+
+
+@pytest.mark.multiprocess
+def test_hsdp_by_its_defaults_trains_on_two_ranks_as_fsdp_does(tmp_path):
+    # dp_replicate=-1 on one node: one replica sharded across both ranks, FSDP's losses
+    from framework import fit
+    from tests.helpers.configs import BASE, train_losses
+
+    runs = {}
+    for name in ("hsdp", "fsdp"):
+        out = tmp_path / name
+        runs[name] = fit(compose([*BASE, f"strategy={name}", "trainer.devices=2"]), output_dir=str(out))
+        assert runs[name]["status"] == "completed"
+    assert runs["hsdp"]["degrees"]["dp_replicate"] == 1 and runs["hsdp"]["degrees"]["dp_shard"] == 2
+    assert train_losses(tmp_path / "hsdp") == pytest.approx(train_losses(tmp_path / "fsdp"), rel=1e-5)
