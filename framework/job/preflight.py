@@ -315,8 +315,7 @@ def check_rank_start(run: Experiment) -> list[str]:
     import torch
 
     from framework.config.environment import detect_environment
-    from framework.launch.fork_probe import autograd_survives_fork
-    from framework.launch.main_module import forks_ranks, interactive_main, needs_main
+    from framework.launch.main_module import autograd_survives_fork, forks_ranks, interactive_main, needs_main
 
     if run.layout is None:  # an invalid strategy or layout is named by check_strategy
         return []

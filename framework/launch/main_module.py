@@ -1,4 +1,5 @@
-"""Keep the ranks from re-running the user's script.
+"""Keep the ranks from re-running the user's script, and ask whether ranks forked from this process
+can run autograd (``autograd_survives_fork``, at the end).
 
 Python starts a forkserver or spawn child by importing the parent's ``__main__`` again (as
 ``__mp_main__``), so that objects defined there unpickle. A script that calls
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
+import time
 
 # What a rank that failed while importing the user's script is told (its traceback is on the console).
 STARTUP_HINT = (
@@ -61,3 +64,30 @@ def needs_main(container: dict) -> bool:
 def reimported_by_a_rank(caller_globals: dict) -> bool:
     """Is this call running inside a child's re-import of the user's script?"""
     return caller_globals.get("__name__") == "__mp_main__"
+
+
+# Can a process forked from this one run autograd? Not once this process's autograd engine has
+# started its threads (a compiled model's backward starts them, even on the CPU): the fork's first
+# backward then fails ("Unable to handle autograd's threading in combination with fork-based
+# multiprocessing"), or hangs. Torch gives no way to ask, so a throwaway fork tries one backward.
+def autograd_survives_fork(timeout_s: float = 20.0) -> bool:
+    """True when a fork of this process ran a backward and exited cleanly within ``timeout_s``."""
+    import torch
+
+    pid = os.fork()
+    if pid == 0:  # the probe: one backward, then out without the parent's exit handlers
+        code = 1
+        try:
+            torch.ones(1, requires_grad=True).sum().backward()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        time.sleep(0.01)
+    os.kill(pid, 9)  # a hung backward counts as a failed one
+    os.waitpid(pid, 0)
+    return False

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -20,12 +21,12 @@ from framework.config.environment import RankEnv
 from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import SchedulerConfig, TrainerConfig
 from framework.config.validate import FRAMEWORK_KEYS, import_target
+from framework.engine.attempts import promote
 from framework.engine.scheduler import SchedulerSpec
 from framework.engine.seed import seed_everything, set_debug_flags, set_deterministic
 from framework.engine.trainer import Trainer
 from framework.engine.transfer_learning import apply_init
 from framework.models.lora import base_fingerprint
-from framework.rank.attempt_record import AttemptRecord
 from framework.strategies import Strategy, build_strategy
 
 log = logging.getLogger(__name__)
@@ -200,3 +201,17 @@ def apply_configured_init(cfg: DictConfig, model) -> dict | None:
         list(init.get("freeze") or []),
         trust=bool(cfg.get("trust_checkpoint")),
     )
+
+
+# The moment a later attempt in a run's directory takes the top record: when it trains.
+class AttemptRecord:
+    """A callback (added by build_trainer for a later attempt): at the start of the fit loop, once
+    the checkpoint loaded, rank 0 makes this attempt's config the run's (engine/attempts.py).
+    Anything that fails before that point leaves the run's record as it was."""
+
+    def __init__(self, run_dir: str, attempt: int):
+        self.run_dir, self.attempt = Path(run_dir), attempt
+
+    def on_fit_start(self, trainer) -> None:
+        if trainer.is_global_zero:
+            promote(self.run_dir, self.attempt)

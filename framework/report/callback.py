@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +17,6 @@ from omegaconf import OmegaConf
 from framework.engine.results import update_json, write_json
 from framework.engine.run_directory import DirectoryBusy, DirectoryLock, previous_run
 from framework.report.rows import SWEEP_FILE, collect, job_dirs
-from framework.report.signals_held import signals_held
 from framework.report.table import write_report
 
 log = logging.getLogger(__name__)
@@ -77,3 +79,28 @@ def finish_sweep(sweep_dir: Path, stopped_by: int | None = None, never_started: 
         path = write_report(sweep_dir, rows)
     log.info("Sweep report: %s", Path(path).resolve())
     return rows
+
+
+# A sweep's report written whole: SIGTERM and SIGINT held while it is written (a second or two, the
+# plots), then delivered as they came, so a sweep stopped as it ends still leaves report.md.
+HELD = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def signals_held(signums=HELD):
+    """Within it, ``signums`` wait; after it, each one that came is raised again, for the handler the
+    process had (the default one: the launcher ends with its status, 128 + the signal)."""
+    if threading.current_thread() is not threading.main_thread():  # (only the main thread handles signals)
+        yield
+        return
+    came: list[int] = []
+    previous = {s: signal.getsignal(s) for s in signums}
+    for signum in signums:
+        signal.signal(signum, lambda number, frame: came.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(came):
+            signal.raise_signal(signum)

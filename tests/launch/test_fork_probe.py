@@ -12,7 +12,7 @@ SCRIPT = textwrap.dedent("""
     import sys, torch
     from framework import compose, fit
     from framework.config.errors import ConfigError
-    from framework.launch.fork_probe import autograd_survives_fork
+    from framework.launch.main_module import autograd_survives_fork
 
     print("CLEAN", autograd_survives_fork())
     model = torch.nn.Linear(4, 1)
