@@ -29,6 +29,7 @@ class their `_target_` names: their YAML files in `conf/` list them.
 BASES = {
     "StrategyConfig": "[every strategy's](#strategy-every-strategy)",
     "FSDPConfig": "[strategy=fsdp's](#strategyfsdp)",
+    "ScheduleConfig": "[a pipeline's schedule](#strategy-a-pipelines-schedule)",
 }
 
 
@@ -118,6 +119,8 @@ def page() -> str:
         StrategyConfig,
         TrainerConfig,
     )
+    from framework.strategies.fsdp import FSDPConfig
+    from framework.strategies.pipeline.options import ScheduleConfig
     from framework.strategies.registry import STRATEGIES
 
     parts = [
@@ -130,8 +133,17 @@ def page() -> str:
         *_section("scheduler", SchedulerConfig, "scheduler.", "Besides the scheduler class's own arguments."),
         *_section("strategy (every strategy)", StrategyConfig, "strategy."),
         *_section("strategy=auto", AutoStrategyConfig, "strategy."),
+        # the schemas that strategies extend without a class of their own
+        *_section(
+            "strategy=fsdp",
+            FSDPConfig,
+            "strategy.",
+            "FSDP2's options: fsdp (a preset of parallel) and every strategy that shards with it "
+            "(hsdp, fsdp_tp, parallel, pp).",
+        ),
+        *_section("strategy: a pipeline's schedule", ScheduleConfig, "strategy.", "parallel's with pp > 1, and pp's."),
     ]
-    seen = {StrategyConfig}
+    seen = {StrategyConfig, FSDPConfig, ScheduleConfig}
     for name, cls in STRATEGIES.items():
         if cls.schema in seen:
             continue
@@ -147,7 +159,11 @@ def _presets(cls) -> str:
     for preset, p in vars(cls).get("presets", {}).items():
         sets = ", ".join(f"`{k}={'null' if v is None else v}`" for k, v in p.sets.items())
         names = ", ".join(f"`strategy.{old}` for `strategy.{new}`" for old, new in p.names.items())
-        said.append(f"`{preset}` sets {sets}" + (f" and reads {names}" if names else ""))
+        said.append(
+            f"`{preset}` "
+            + (f"sets {sets}" if sets else "keeps the defaults")
+            + (f" and reads {names}" if names else "")
+        )
     return f" Presets: {'; '.join(said)}." if said else ""
 
 

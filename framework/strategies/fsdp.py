@@ -15,7 +15,6 @@ from torch import nn
 
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
-from framework.strategies.base import Strategy
 
 _DTYPES = {None: None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -69,8 +68,9 @@ def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig, ignored: set | None 
 
 
 class FSDPSharding:
-    """What fsdp and hsdp share (a mixin beside ``Strategy``, not a base of it): FSDP2 over the
-    mesh that ``mesh()`` builds, one process per device."""
+    """FSDP2 over the mesh that ``mesh()`` builds, one process per device: a mixin beside ``Strategy``
+    (not a base of it) for strategy=parallel, whose presets fsdp and hsdp are, and a strategy of
+    the user's own."""
 
     needs_process_group = True
     process_per_device = True
@@ -88,7 +88,7 @@ class FSDPSharding:
                 f"trainer.accelerator=cuda (here: {accelerator})"
             )
         if accelerator == "mps":
-            problems.append(f"strategy={cls.name}: FSDP needs cuda or cpu (gloo), not mps")
+            problems.append(f"strategy={options.name}: FSDP needs cuda or cpu (gloo), not mps")
         return problems
 
     @classmethod
@@ -110,8 +110,3 @@ class FSDPSharding:
             yield
         finally:
             model.set_requires_gradient_sync(True)
-
-
-class FSDPStrategy(FSDPSharding, Strategy):
-    name = "fsdp"
-    schema = FSDPConfig

@@ -143,10 +143,11 @@ class ParallelStrategy(FSDPSharding, Strategy):
 
     name = "parallel"
     schema = ParallelConfig
-    # HSDP (Lightning's replicate x shard) and 2-D FSDP x TP (Lightning's ModelParallelStrategy:
+    # FSDP2, HSDP (Lightning's replicate x shard) and 2-D FSDP x TP (Lightning's ModelParallelStrategy:
     # TP within groups of tensor_parallel ranks, FSDP2 across them, HSDP x TP with replicate > 1),
     # under the option names they had as classes of their own
     presets = {
+        "fsdp": Preset(),  # every rank shards one replica: parallel's defaults
         "hsdp": Preset(sets={"dp_replicate": -1}, names={"replicate": "dp_replicate", "shard": "dp_shard"}),
         "fsdp_tp": Preset(sets={"tp": 2}, names={"tensor_parallel": "tp", "replicate": "dp_replicate"}),
     }

@@ -15,7 +15,6 @@ from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
 from framework.strategies.deepspeed.zero import DeepSpeedStrategy
 from framework.strategies.dp import DataParallelStrategy
-from framework.strategies.fsdp import FSDPStrategy
 from framework.strategies.horovod.strategy import HorovodStrategy
 from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.pipeline.strategy import PipelineStrategy
@@ -30,7 +29,6 @@ _CLASSES = (
     DDPStrategy,
     DDP2Strategy,
     ZeroStrategy,
-    FSDPStrategy,
     HorovodStrategy,
     BaguaStrategy,
     TensorParallelStrategy,
