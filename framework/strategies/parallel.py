@@ -33,7 +33,7 @@ from framework.strategies.expert_parallel import (
 )
 from framework.strategies.fsdp import FSDPSharding, apply_fsdp
 from framework.strategies.pipeline.options import ScheduleConfig
-from framework.strategies.tensor_parallel import TensorParallelStrategy, apply_tp, plan_problems
+from framework.strategies.tensor_parallel import apply_tp, plan_problems, tensor_parallel_state_bytes
 
 
 @dataclass
@@ -46,16 +46,22 @@ class ParallelConfig(ScheduleConfig):
     dp_shard: int = ranged(-1, low=-1)  # ranks that shard one replica; -1: what the other degrees leave
     ep: int = ranged(1, low=1)  # expert parallel: data-parallel ranks that split each MoE layer's experts
     cp: int = ranged(1, low=1)  # context parallel: ranks that split each sequence
-    tp: int = ranged(1, low=1)  # tensor parallel: ranks that split each layer (the innermost dimension)
-    sequence_parallel: bool = True  # as strategy=tp's
-    plan: Optional[dict] = None  # as strategy=tp's
+    # tensor parallel: ranks that split each layer (the innermost dimension); -1: what the others
+    # leave (with dp_shard given: strategy=tp, every rank)
+    tp: int = ranged(1, low=-1)
+    # Shard the norms and the residual stream along the sequence between the parallel layers.
+    sequence_parallel: bool = True
+    # null: the model's own parallelize_plan(); else {module-name pattern: colwise|rowwise|sequence}.
+    plan: Optional[dict] = None
 
 
 def degrees_of(options: ParallelConfig, world: int, num_nodes: int = 1) -> dict[str, int]:
-    """The degrees of ``options`` on ``world`` ranks, dp_replicate and dp_shard inferred where they
+    """The degrees of ``options`` on ``world`` ranks, tp, dp_replicate and dp_shard inferred where they
     are -1; ValueError naming every factor when they do not multiply to the world size."""
-    others = options.pp * options.ep * options.cp * options.tp
-    replicate, shard = options.dp_replicate, options.dp_shard
+    replicate, shard, tp = options.dp_replicate, options.dp_shard, options.tp
+    if tp == -1:  # every rank the others leave (strategy=tp: all of them)
+        tp = _left(world, options.pp * options.ep * options.cp * max(replicate, 1) * shard) if shard > 0 else -1
+    others = options.pp * options.ep * options.cp * tp
     if replicate == -1:
         replicate = num_nodes if shard == -1 else _left(world, others * shard)
     if shard == -1:
@@ -74,7 +80,7 @@ def degrees_of(options: ParallelConfig, world: int, num_nodes: int = 1) -> dict[
         "dp_shard": shard,
         "ep": options.ep,
         "cp": options.cp,
-        "tp": options.tp,
+        "tp": tp,
     }
 
 
@@ -143,11 +149,12 @@ class ParallelStrategy(FSDPSharding, Strategy):
 
     name = "parallel"
     schema = ParallelConfig
-    # FSDP2, HSDP (Lightning's replicate x shard) and 2-D FSDP x TP (Lightning's ModelParallelStrategy:
-    # TP within groups of tensor_parallel ranks, FSDP2 across them, HSDP x TP with replicate > 1),
-    # under the option names they had as classes of their own
+    # FSDP2, tensor parallelism over every rank, HSDP (Lightning's replicate x shard) and 2-D FSDP x
+    # TP (Lightning's ModelParallelStrategy: TP within groups of tp ranks, FSDP2 across them, HSDP x
+    # TP with dp_replicate > 1), under the option names they had as classes of their own
     presets = {
         "fsdp": Preset(),  # every rank shards one replica: parallel's defaults
+        "tp": Preset(sets={"dp_shard": 1, "tp": -1}),  # every rank in one tensor-parallel group
         "hsdp": Preset(sets={"dp_replicate": -1}, names={"replicate": "dp_replicate", "shard": "dp_shard"}),
         "fsdp_tp": Preset(sets={"tp": 2}, names={"tensor_parallel": "tp", "replicate": "dp_replicate"}),
     }
@@ -172,7 +179,8 @@ class ParallelStrategy(FSDPSharding, Strategy):
     @classmethod
     def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
         problems = []
-        if topology.tp > 1:  # sequence parallelism splits each rank's part of the sequence again
+        # (strategy=tp asks for tensor parallelism even on one rank: its plan is checked there too)
+        if topology.tp > 1 or options.tp == -1:  # sequence parallelism splits each rank's part of the sequence again
             problems += plan_problems(model, options, topology, per_context_rank(container, topology.cp))
         if topology.cp > 1:
             problems += context_parallel_problems(model, topology, container)
@@ -186,7 +194,7 @@ class ParallelStrategy(FSDPSharding, Strategy):
     ) -> float:
         per_tp = (8 + optimizer_bytes) * params
         if topology.tp > 1:
-            per_tp = TensorParallelStrategy.predict_model_state_bytes(params, optimizer_bytes, topology, model, options)
+            per_tp = tensor_parallel_state_bytes(params, optimizer_bytes, topology, model, options)
         if topology.ep > 1:  # everything sharded across an ep group, replicated across the rest
             return per_tp / topology.ep
         return per_tp / (topology.dp_shard * topology.cp)

@@ -18,7 +18,6 @@ from framework.strategies.dp import DataParallelStrategy
 from framework.strategies.horovod.strategy import HorovodStrategy
 from framework.strategies.parallel import ParallelStrategy
 from framework.strategies.pipeline.strategy import PipelineStrategy
-from framework.strategies.tensor_parallel import TensorParallelStrategy
 from framework.strategies.zero import ZeroStrategy
 
 # Each name a user types (strategy=<name>) and the class that runs it; a preset (a YAML of
@@ -31,7 +30,6 @@ _CLASSES = (
     ZeroStrategy,
     HorovodStrategy,
     BaguaStrategy,
-    TensorParallelStrategy,
     ParallelStrategy,
     PipelineStrategy,
     DeepSpeedStrategy,

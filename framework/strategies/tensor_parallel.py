@@ -1,38 +1,25 @@
-"""Tensor parallelism (``strategy=tp``; with FSDP: ``strategy=fsdp_tp`` or ``parallel``), through DTensor's
+"""Tensor parallelism (``strategy=parallel strategy.tp``, and its presets tp and fsdp_tp), through DTensor's
 ``parallelize_module``: each linear layer's weight is split across the ranks of a tensor-parallel
 group (column-wise or row-wise), with sequence parallelism between them.
 
 The plan is declared, not written per run: the model's own ``parallelize_plan(sequence_parallel)``
 (the built-in GPT ships torchtitan's), or ``strategy.plan``, a mapping of module-name patterns
 (``fnmatch``) to ``colwise``, ``rowwise`` or ``sequence``. Order (torchtitan's): tensor parallel
-first, then FSDP over the data-parallel part of the mesh. A model built on the meta device (a
-strategy of this module builds it there) is materialised on each rank after both, by its
+first, then FSDP over the data-parallel part of the mesh. A model built on the meta device (as
+strategy=parallel builds it) is materialised on each rank after both, by its
 ``init_weights``, so a model larger than one rank's memory can be set up.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import nn
 
-from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
-from framework.strategies.base import Strategy
 
 STYLES = ("colwise", "rowwise", "sequence")
-
-
-@dataclass
-class TPConfig(StrategyConfig):
-    name: str = "tp"
-    # Shard the norms and the residual stream along the sequence between the parallel layers.
-    sequence_parallel: bool = True
-    # null: the model's own parallelize_plan(); else {module-name pattern: colwise|rowwise|sequence}.
-    plan: Optional[dict] = None
 
 
 def plan_of(model: nn.Module, options) -> dict:
@@ -143,31 +130,10 @@ def split_parameters(model: nn.Module, options) -> int:
     )
 
 
-class TensorParallelStrategy(Strategy):
-    """Every rank of the job in one tensor-parallel group (no data parallelism)."""
-
-    name = "tp"
-    schema = TPConfig
-    needs_process_group = True
-    process_per_device = True
-    lockstep_forward = True
-    builds_on_meta = True
-
-    @classmethod
-    def make_topology(cls, devices: int, num_nodes: int, options: TPConfig) -> Topology:
-        return Topology(num_nodes=num_nodes, processes_per_node=devices, tp=devices * num_nodes)
-
-    @classmethod
-    def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
-        return plan_problems(model, options, topology, container)
-
-    @classmethod
-    def predict_model_state_bytes(
-        cls, params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
-    ) -> float:
-        """The parameters the plan of ``model`` splits are 1/TP per rank; the rest (norms) whole."""
-        split = split_parameters(model, options) if model is not None and options is not None else params
-        return (8 + optimizer_bytes) * ((params - split) + split / topology.tp)
-
-    def parallelize(self, model: nn.Module) -> nn.Module:
-        return apply_tp(model, self.mesh("tp")["tp"], self.options)
+def tensor_parallel_state_bytes(
+    params: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+) -> float:
+    """The model state per rank of a tensor-parallel group: the parameters the plan of ``model``
+    splits are 1/TP per rank; the rest (norms) whole."""
+    split = split_parameters(model, options) if model is not None and options is not None else params
+    return (8 + optimizer_bytes) * ((params - split) + split / topology.tp)
