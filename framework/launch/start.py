@@ -4,15 +4,13 @@ variables are already set)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import RankEnv, detect_environment
 from framework.engine.signals import watch_parent
 from framework.launch.main_module import forks_ranks
 from framework.rank.run import run
-from framework.strategies import STRATEGIES, resolve, selected_class
+from framework.strategies import resolve
 
 
 def launch(cfg: DictConfig) -> dict:
@@ -42,20 +40,14 @@ def start_ranks_early(cfg: DictConfig) -> None:
     this one."""
     if detect_environment() is not None:
         return
-    try:
-        devices = OmegaConf.select(cfg, "trainer.devices", default=None)
-        options = {
-            "name": OmegaConf.select(cfg, "strategy.name", default="auto"),
-            "_target_": OmegaConf.select(cfg, "strategy._target_", default=None),
-        }
-        known = options["_target_"] or options["name"] in STRATEGIES or options["name"] == "auto"
-        cls = selected_class(options, devices) if isinstance(devices, int) and devices > 1 and known else None
-        start = cls and cls.start_method(
-            SimpleNamespace(name=options["name"], start=OmegaConf.select(cfg, "strategy.start", default=None))
-        )
+    try:  # the one resolution of a strategy (strategies/registry.py), on the raw config's strategy and devices
+        trainer = {k: OmegaConf.select(cfg, f"trainer.{k}", default=1) for k in ("devices", "num_nodes")}
+        strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if "strategy" in cfg else {}
+        cls, typed, topology = resolve({"strategy": strategy, "trainer": trainer})
     except Exception:  # a broken interpolation, a target that does not import: validation will say which
         return
-    if start != "elastic" or not getattr(cls, "process_per_device", False):
+    start = cls.start_method(typed)
+    if topology.processes_per_node < 2 or start != "elastic" or not cls.process_per_device:
         return
     if forks_ranks(OmegaConf.to_container(cfg, resolve=False), start):
         return  # the ranks will be forks of this process: no server to start
