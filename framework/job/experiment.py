@@ -55,7 +55,7 @@ class Experiment(Mapping):
     def size_problems(self) -> list[str]:
         """Why the model does not fit a rank of this machine (empty: it fits, or its size is unknown)."""
         if self._size_problems is _UNSET:
-            self._size_problems = model_size_problems(self.config)
+            self._size_problems = model_size_problems(self.config, self.layout)
         return self._size_problems
 
     @property

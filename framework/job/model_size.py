@@ -58,23 +58,18 @@ def memory_per_rank(container: dict, processes: int) -> tuple[Optional[int], str
     return total // max(1, processes), f"this machine's {_gib(total)} over {processes} process(es)"
 
 
-def model_size_problems(container: dict) -> list[str]:
+def model_size_problems(container: dict, layout: Optional[tuple]) -> list[str]:
     """The model state per rank (weights; training: with gradients and optimizer state, as the strategy
     lays them out) within the memory a rank has."""
     model = container.get("model")
-    return _size_problems(container, model) if isinstance(model, dict) else []
+    return _size_problems(container, model, layout) if isinstance(model, dict) and layout is not None else []
 
 
-def _size_problems(container: dict, model: dict) -> list[str]:
-    from framework.strategies import resolve
-
+def _size_problems(container: dict, model: dict, layout: tuple) -> list[str]:
     params, keys = declared_parameters(model)
     if params is None:
         return []
-    try:
-        cls, _, topology = resolve(container)
-    except Exception:  # noqa: BLE001 - an invalid layout is named by the strategy's check
-        return []
+    cls, _, topology = layout
     optimizer = optimizer_state_bytes(container["optimizer"]) if container.get("optimizer") else 8
     state = cls.predict_model_state_bytes(params, optimizer, topology)
     if (container.get("strategy") or {}).get("name") == "auto":  # its plan chooses: the most sharded it could

@@ -7,10 +7,8 @@ and the task function without pickling either; from the server, it gets them by 
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import signal
-import sys
 from typing import Callable, Optional
 
 from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
@@ -18,6 +16,7 @@ from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from framework.config.environment import PACKED_JOB
 from framework.engine.signals import watch_parent
 from framework.launch.packed_devices import hold_to
+from framework.launch.process_exit import exit_now
 from framework.launch.servers import forget_parents_server
 
 
@@ -47,10 +46,7 @@ def run_packed_job(
         code = stop.code if isinstance(stop.code, int) else 1
         ret = failed_return(sweep_config, RuntimeError(f"the job exited with status {code}"))
     _send(conn, ret, sweep_config)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # not the launcher's atexit handlers, inherited by the fork
+    exit_now(code)  # not the launcher's atexit handlers, inherited by the fork
 
 
 def failed_return(sweep_config, error: BaseException) -> JobReturn:

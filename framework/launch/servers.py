@@ -2,8 +2,9 @@
 the server that forks a packed sweep's jobs (both multiprocessing's fork server, preloaded with
 what their children import). Each imports torch and the framework once, which takes seconds;
 started while this process still composes and validates the config, that time overlaps.
-``start_early`` is where either starts: the console entry calls it from the command line, before
-Hydra composes anything; a job (framework.job.run) from its composed config.
+The console entry starts either from the command line, before Hydra composes anything
+(``start_from_command_line``); a job starts the ranks' from its composed config (launch/start.py
+``start_ranks_early``), and a packed launcher its job server at the launch.
 
 Light on purpose (no torch, no Hydra at import).
 """
@@ -52,8 +53,6 @@ def environment_changes() -> dict:
 def standard_start_method() -> None:
     # Spawned children inherit the parent's start-method name; inside a joblib (loky) worker
     # that is "loky", which a fresh child cannot set up. Use plain spawn there.
-    import multiprocessing
-
     if multiprocessing.get_start_method(allow_none=True) not in (None, "spawn", "fork", "forkserver"):
         multiprocessing.set_start_method("spawn", force=True)
 
@@ -61,8 +60,6 @@ def standard_start_method() -> None:
 def use_fork_server() -> None:
     """Ranks fork from a server that preloaded the framework (the user's script stays out: see
     main_module)."""
-    import multiprocessing
-
     multiprocessing.get_context("forkserver").set_forkserver_preload(
         ["framework.launch.quick_server_exit", "__main__", "framework.rank.run"]
     )

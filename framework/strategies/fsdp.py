@@ -69,8 +69,8 @@ def apply_fsdp(model: nn.Module, mesh, options: FSDPConfig, ignored: set | None 
 
 class FSDPSharding:
     """FSDP2 over the mesh that ``mesh()`` builds, one process per device: a mixin beside ``Strategy``
-    (not a base of it) for strategy=parallel, whose presets fsdp and hsdp are, and a strategy of
-    the user's own."""
+    (not a base of it) for strategy=parallel (and its presets fsdp, hsdp, fsdp_tp) and a strategy
+    of the user's own."""
 
     needs_process_group = True
     process_per_device = True

@@ -2,7 +2,7 @@
 x ep x cp x tp`` = the world size (torchtitan's ``ParallelDims``).
 
 One parallelize order, torchtitan's: a pipeline's cut first (``pp`` > 1 runs PipelineStrategy, this
-path with the cut and the schedule's runner around it; hsdp and fsdp_tp are presets of this class),
+path with the cut and the schedule's runner around it; fsdp, tp, hsdp and fsdp_tp are presets of this class),
 then tensor/sequence parallel within each ``tp`` group (the model's
 plan), context parallel (nothing to wrap: each step runs on the rank's part of the sequences,
 ``strategies/context_parallel.py``), then FSDP2 over the data-parallel ranks with the context-

@@ -73,11 +73,17 @@ def _options(options: dict, cls: type[Strategy]) -> dict:
     leaves them unset, and its own option names read as the class's (given, they win)."""
     preset = options.get("name") if STRATEGIES.get(options.get("name")) is cls else None
     own = cls.name if cls is Strategy or cls.name != Strategy.name else cls.__name__
-    sets, names = (cls.presets[preset].sets, cls.presets[preset].names) if preset in cls.presets else ({}, {})
+    sets, names = _preset(options, cls)
     node = {k: v for k, v in options.items() if k != "_target_" and k not in names}
     node |= {k: v for k, v in sets.items() if node.get(k) is None}
     node |= {names[k]: v for k, v in options.items() if k in names}
     return {**node, "name": preset or own}
+
+
+def _preset(options: dict, cls: type[Strategy]) -> tuple[dict, dict]:
+    """(what it sets, its own option names) of the preset ``options`` name, when it is one of ``cls``'s."""
+    preset = cls.presets.get(options.get("name")) if STRATEGIES.get(options.get("name")) is cls else None
+    return (preset.sets, preset.names) if preset else ({}, {})
 
 
 def typed_options(options: dict, cls: type[Strategy]) -> StrategyConfig:
@@ -174,10 +180,7 @@ def check_strategy(container: dict) -> list[str]:
 
 def _renamed(options: dict, cls: type[Strategy]) -> str:
     """What a preset's own option names given in ``options`` set, said after a layout's refusal."""
-    preset = cls.presets.get(options.get("name")) if STRATEGIES.get(options.get("name")) is cls else None
-    given = [
-        f"strategy.{old} sets strategy.{new}" for old, new in (preset.names if preset else {}).items() if old in options
-    ]
+    given = [f"strategy.{old} sets strategy.{new}" for old, new in _preset(options, cls)[1].items() if old in options]
     return f" (strategy={options['name']}: {', '.join(given)})" if given else ""
 
 
