@@ -1,6 +1,6 @@
 """Presets: a strategy name that only sets options of another's class (single is the base
-Strategy; ddp_spawn, ddp_fork and ddp_notebook are ddp with ``strategy.start``; hsdp and fsdp_tp
-are parallel with their degrees) resolves to that class under its own name, the option alone does
+Strategy; ddp_spawn, ddp_fork and ddp_notebook are ddp with ``strategy.start``; fsdp, tp, hsdp
+and fsdp_tp are parallel with their degrees) resolves to that class under its own name, the option alone does
 what the preset does, and the option names a preset had as a class of its own still set them."""
 
 from __future__ import annotations
