@@ -88,6 +88,7 @@ def _print_activations(cfg, rows: list[dict], width: int) -> None:
 def print_choice(cfg) -> int:
     """``--choose``: what strategy=auto decides for this config before the probe, without training."""
     from framework.config import ConfigError
+    from framework.config.experiment import Experiment
     from framework.job.strategy_choice import candidate_problems, plan_candidates
     from framework.rank.strategy_probe import decision_lines
 
@@ -98,7 +99,7 @@ def print_choice(cfg) -> int:
         print("strategy=auto on 1 device is single; give trainer.devices=N to see the choice among N-device layouts")
         return 0
     try:
-        problems = candidate_problems(container)
+        problems = candidate_problems(Experiment(container))
         plan = None if problems else plan_candidates(container)
     except ConfigError as err:
         problems = err.problems

@@ -6,34 +6,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from framework.config.experiment import Experiment, Spec
 from framework.config.writable import unwritable
-from framework.job.experiment import Experiment
+from framework.job.experiment import ResolvedExperiment
 
 _LANGUAGE_MODELING = "LanguageModelingTask"
 
 
-def _declared_sizes(model: dict):
+def _declared_sizes(model: Spec):
     """The model class's ``declared_sizes`` (a Hugging Face model's: read from its config), or None."""
-    from framework.config.validate import import_target
-
-    try:
-        declared = getattr(import_target(str(model.get("_target_"))), "declared_sizes", None)
-    except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
-        return None
+    declared = model.declared("declared_sizes")
     return declared if callable(declared) else None
 
 
-def _model_sizes(model: dict) -> dict:
+def _model_sizes(model: Spec) -> dict:
     """The model node's keys, with the sizes a model declares of itself where the node does not say them."""
     declared = _declared_sizes(model)
     try:
-        sizes = declared(**{k: v for k, v in model.items() if k != "_target_"}) if declared else {}
+        sizes = declared(**model.options) if declared else {}
     except Exception:  # noqa: BLE001 - a model that does not load is reported by its own check
         sizes = {}
-    return {**sizes, **model}
+    return {**sizes, **model.node}
 
 
-def _data_vocabulary(data: dict):
+def _data_vocabulary(data: Spec | dict):
     """``datamodule.vocab_size``, or the size of its ``tokenizer`` when it names one and no vocab_size."""
     if "vocab_size" in data or not data.get("tokenizer"):
         return data.get("vocab_size")
@@ -45,12 +41,12 @@ def _data_vocabulary(data: dict):
         return None
 
 
-def check_tokens(container: dict) -> list[str]:
+def check_tokens(run: Experiment) -> list[str]:
     """A model's embedding holds every token id the data has, and its positions every token of a
     window (``model.vocab_size`` / ``max_seq_len``, or what a Hugging Face model's config says,
     against ``datamodule.vocab_size`` or its tokenizer's / ``seq_len``): a larger id or a longer
     window fails inside the ranks."""
-    model, data = (container.get(g) or {} for g in ("model", "datamodule"))
+    model, data = run.model, run.datamodule
     sizes, problems = _model_sizes(model), []
     ours, theirs = sizes.get("vocab_size"), _data_vocabulary(data)
     if _ints(theirs) and data.get("tokenizer") and _data_vocabulary({"tokenizer": data["tokenizer"]}) != theirs:
@@ -65,8 +61,7 @@ def check_tokens(container: dict) -> list[str]:
             "give the model's own tokenizer (its directory)"
         )
     longest, window = sizes.get("max_seq_len"), data.get("seq_len")
-    windowed = container.get("train", True) or container.get("test", True)  # (prediction reads prompts, not windows)
-    if _ints(longest, window) and window > longest and windowed:
+    if _ints(longest, window) and window > longest and run.windowed:
         held, fix = (
             ("model.max_seq_len", f"set model.max_seq_len={window} or datamodule.seq_len={longest}")
             if "max_seq_len" in model
@@ -79,13 +74,13 @@ def check_tokens(container: dict) -> list[str]:
     return problems
 
 
-def check_token_ids(container: dict) -> list[str]:
+def check_token_ids(run: Experiment) -> list[str]:
     """A prepared corpus's largest token id (its index records each shard's) within the model's
     embedding: a larger one failed inside the ranks ("index out of range"), naming no file."""
     from framework.data.token_shards import max_token_id, read_index
 
-    model, data = (container.get(g) or {} for g in ("model", "datamodule"))
-    vocabulary = _model_sizes(model).get("vocab_size")
+    data = run.datamodule
+    vocabulary = _model_sizes(run.model).get("vocab_size")
     declared = _data_vocabulary(data)
     if not data.get("path") or not _ints(vocabulary) or (_ints(declared) and declared > vocabulary):
         return []  # (a vocabulary larger than the embedding is check_tokens's to name)
@@ -102,27 +97,27 @@ def check_token_ids(container: dict) -> list[str]:
     ]
 
 
-def _manifest(container: dict) -> tuple[Path, dict]:
+def _manifest(run: Experiment) -> tuple[Path, dict]:
     """The checkpoint ``ckpt_path`` names (relative to the run's directory) and its manifest."""
     import json
 
     from framework.engine.checkpoint_files import MANIFEST, resolve_ckpt_path
 
-    path = resolve_ckpt_path(str(container["ckpt_path"]), str(container.get("output_dir") or "."))
+    path = resolve_ckpt_path(str(run.ckpt_path), str(run.output_dir or "."))
     return path, json.loads((path / MANIFEST).read_text())
 
 
-def check_resumed_corpus(container: dict) -> list[str]:
+def check_resumed_corpus(run: Experiment) -> list[str]:
     """A resume (``ckpt_path`` with ``train``) on the prepared corpus its checkpoint trained on, or on
     that corpus grown by appending: any other change is named before start (the checkpoint's
     manifest records the corpus's shards and checksums)."""
     from framework.data.token_shards import corpus_change, identity, read_index
 
-    data, ckpt = container.get("datamodule") or {}, container.get("ckpt_path")
-    if not ckpt or not data.get("path") or not container.get("train", True):
+    data = run.datamodule
+    if not run.ckpt_path or not data.get("path") or not run.train:
         return []
     try:
-        path, manifest = _manifest(container)
+        path, manifest = _manifest(run)
         saved = manifest.get("datamodule") or {}
         now = identity(read_index(str(data["path"])))
     except (OSError, ValueError):
@@ -153,14 +148,14 @@ ADAPTER_STRATEGIES = (
 NF4_STRATEGIES = ("single", "fsdp")
 
 
-def check_adapter(run: Experiment) -> list[str]:
+def check_adapter(run: ResolvedExperiment) -> list[str]:
     """``adapter=lora|qlora``: a strategy that runs adapters (QLoRA: one that holds 4-bit weights; DoRA:
     one that does not split the adapted weights), and target modules that name linear layers of the
     model (built on the meta device)."""
     from framework.models.lora import AdapterSettings, targets
 
-    node = run.get("adapter")
-    if not isinstance(node, dict) or not isinstance(run.get("model"), dict) or run.layout is None:
+    node = run.config.get("adapter")
+    if not isinstance(node, dict) or not run.model.given or run.layout is None:
         return []
     try:
         settings = AdapterSettings(**node)
@@ -168,7 +163,7 @@ def check_adapter(run: Experiment) -> list[str]:
         return []
     cls, options, topology = run.layout
     problems = adapter_layout_problems(getattr(options, "name", cls.name), topology, settings)
-    model = run.model
+    model = run.meta_model
     if model is not None and not problems and not targets(model, settings):
         linears = [n for n, m in model.named_modules() if type(m).__name__ == "Linear"]
         problems.append(
@@ -196,21 +191,21 @@ def adapter_layout_problems(name: str, topology, settings) -> list[str]:
     return problems
 
 
-def check_adapter_base(container: dict) -> list[str]:
+def check_adapter_base(run: Experiment) -> list[str]:
     """An adapter checkpoint (``ckpt_path``) continues or is evaluated on the base it trained on: its
     manifest records the base's fingerprint (a saved model's weight files, or the config and seed
     that draw it)."""
     from framework.models.lora import base_fingerprint
 
-    ckpt, model = container.get("ckpt_path"), container.get("model")
-    if not ckpt or not container.get("adapter") or not isinstance(model, dict):
+    model = run.model
+    if not run.ckpt_path or not run.config.get("adapter") or not model.given:
         return []
     try:
-        path, manifest = _manifest(container)
+        path, manifest = _manifest(run)
         saved = manifest.get("adapter_base")
-        if saved is None or (container.get("seed") is None and not model.get("path")):
+        if saved is None or (run.seed is None and not model.get("path")):
             return []  # (no base recorded; or one drawn from a seed this config does not fix)
-        now = base_fingerprint(model, container.get("seed"), (container.get("init") or {}).get("weights"))
+        now = base_fingerprint(model.node, run.seed, run.init.weights)
     except (OSError, ValueError, KeyError):
         return []  # a missing checkpoint or model is named by its own check
     if now["fingerprint"] == saved["fingerprint"]:
@@ -222,30 +217,27 @@ def check_adapter_base(container: dict) -> list[str]:
     ]
 
 
-def check_document_boundaries(container: dict) -> list[str]:
+def check_document_boundaries(run: Experiment) -> list[str]:
     """``datamodule.document_boundaries`` gives the model each token's position in its document: its
     forward must take ``positions`` (the built-in GPT's and a Hugging Face causal LM's do)."""
     import inspect
 
-    from framework.config.validate import import_target
-
-    if not (container.get("datamodule") or {}).get("document_boundaries"):
+    if not run.datamodule.get("document_boundaries"):
         return []
-    target = str((container.get("model") or {}).get("_target_", "?"))
     try:
-        forward = inspect.signature(import_target(target).forward).parameters
+        forward = inspect.signature(run.model.cls.forward).parameters
     except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
         return []
     if "positions" in forward or any(p.kind is p.VAR_KEYWORD for p in forward.values()):
         return []
     return [
         f"datamodule.document_boundaries: the batches carry each token's position in its document, but "
-        f"{target.rsplit('.', 1)[-1]}.forward takes no 'positions'; set document_boundaries=false, or use "
+        f"{run.model.name}.forward takes no 'positions'; set document_boundaries=false, or use "
         "model=gpt or hf/causal_lm (or give your model's forward a positions argument)"
     ]
 
 
-def check_compile_blocks(run: Experiment) -> list[str]:
+def check_compile_blocks(run: ResolvedExperiment) -> list[str]:
     """``trainer.compile=blocks`` runs with data parallelism, FSDP and pipelines; with tensor
     parallelism, this torch's compiled blocks hand DTensor's backward plain gradients on the CPU
     ("'Tensor' object has no attribute '_local_tensor'", seen with and without sequence
@@ -253,7 +245,7 @@ def check_compile_blocks(run: Experiment) -> list[str]:
     is refused before start too."""
     from framework.engine.compiling import blocks_problem
 
-    if (run.get("trainer") or {}).get("compile") != "blocks" or run.layout is None:
+    if run.trainer.compile != "blocks" or run.layout is None:
         return []  # (an invalid layout is named by check_strategy)
     if run.layout[2].tp > 1:
         return [
@@ -261,18 +253,18 @@ def check_compile_blocks(run: Experiment) -> list[str]:
             "strategy.tp > 1 or pp's strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients "
             "in backward; use trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
         ]
-    model = run.model
+    model = run.meta_model
     problem = blocks_problem(model) if model is not None else None
     return [problem] if problem else []
 
 
-def check_prepared_tokenizer(container: dict) -> list[str]:
+def check_prepared_tokenizer(run: Experiment) -> list[str]:
     """A prepared corpus (``datamodule.path``) was tokenized by the tokenizer of a Hugging Face model
     that names its directory (``model.path`` holding tokenizer.json)."""
     from framework.data.token_shards import read_index, tokenizer_fingerprint
     from framework.data.tokenizer_files import tokenizer_file
 
-    data, model = (container.get(g) or {} for g in ("datamodule", "model"))
+    data, model = run.datamodule, run.model
     if not data.get("path") or not model.get("path") or not model.get("pretrained", True):
         return []
     try:
@@ -291,82 +283,67 @@ def check_prepared_tokenizer(container: dict) -> list[str]:
     ]
 
 
-def check_validation_interval(container: dict) -> list[str]:
+def check_validation_interval(run: Experiment) -> list[str]:
     """An int ``trainer.val_check_interval`` within an epoch, for a datamodule that knows its training
     samples before start from its files' headers (``train_samples``: datamodule=tokens from its
     index); the others' epochs are known once the ranks load the data, which checks it before the
     first step (engine/trainer.py)."""
     from framework.config.intervals import validation_interval_problem
-    from framework.config.validate import import_target
     from framework.engine.data_loaders import limit_batches
 
-    data, trainer = (container.get(g) or {} for g in ("datamodule", "trainer"))
-    batch, limit = data.get("batch_size"), trainer.get("limit_train_batches", 1.0)
+    data, trainer = run.datamodule, run.trainer
+    batch, limit, interval = data.get("batch_size"), trainer.limit_train_batches, trainer.val_check_interval
     if (
-        not container.get("train", True)
-        or trainer.get("fast_dev_run")
-        or not _ints(trainer.get("val_check_interval"))
-        or trainer.get("limit_val_batches") == 0
+        not run.train
+        or trainer.fast_dev_run
+        or not _ints(interval)
+        or trainer.limit_val_batches == 0
         or not _ints(batch)
         or batch < 1
         or isinstance(limit, bool)
-        or not isinstance(limit, (int, float))
     ):
         return []
-    if _ints(limit) and validation_interval_problem(trainer.get("val_check_interval"), limit):
+    if _ints(limit) and validation_interval_problem(interval, limit):
         return []  # named against trainer.limit_train_batches by the trainer's own check
     try:
-        counter = getattr(import_target(str(data.get("_target_"))), "train_samples", None)
-        samples = counter(**{k: v for k, v in data.items() if k != "_target_"}) if callable(counter) else None
-    except Exception:  # noqa: BLE001 - an unknown target or bad data is reported by its own check
+        counter = data.declared("train_samples")
+        samples = counter(**data.options) if callable(counter) else None
+    except Exception:  # noqa: BLE001 - bad data is reported by its own check
         return []
     if not _ints(samples):
         return []
     batches = limit_batches(samples // batch, limit)
     problem = validation_interval_problem(
-        trainer.get("val_check_interval"), batches, f" ({samples:,} training samples in global batches of {batch})"
+        interval, batches, f" ({samples:,} training samples in global batches of {batch})"
     )
     return [problem] if problem else []
 
 
-def check_export_format(container: dict) -> list[str]:
+def check_export_format(run: Experiment) -> list[str]:
     """``export_format=hf`` needs a model that knows its Hugging Face form (``save_hf``)."""
-    from framework.config.validate import import_target
-
-    if container.get("export_format") != "hf":
-        return []
-    target = str((container.get("model") or {}).get("_target_", "?"))
-    try:
-        known = callable(getattr(import_target(target), "save_hf", None))
-    except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
-        return []
-    return (
-        []
-        if known
-        else [
-            f"export_format: hf writes a directory transformers loads, from a Hugging Face model "
-            f"(model=hf/causal_lm, hf/sequence_classification); {target.rsplit('.', 1)[-1]} is "
-            "not one: choose export_format=pt or safetensors"
-        ]
-    )
+    if run.export_format != "hf" or run.model.cls is None or callable(run.model.declared("save_hf")):
+        return []  # (an unknown target is reported by the target check)
+    return [
+        f"export_format: hf writes a directory transformers loads, from a Hugging Face model "
+        f"(model=hf/causal_lm, hf/sequence_classification); {run.model.name} is "
+        "not one: choose export_format=pt or safetensors"
+    ]
 
 
-def check_task_fits_data(container: dict) -> list[str]:
+def check_task_fits_data(run: Experiment) -> list[str]:
     """task=language_modeling needs windows of tokens and a model that returns logits per token."""
-    task, data, model = (container.get(g) or {} for g in ("task", "datamodule", "model"))
-    if not str(task.get("_target_", "")).endswith(_LANGUAGE_MODELING):
+    task, data, model = run.task, run.datamodule, run.model
+    if not str(task.target or "").endswith(_LANGUAGE_MODELING):
         return []
-    problems, key = [], f"task._target_: {task['_target_']}"
+    problems, key = [], f"task._target_: {task.target}"
     if "vocab_size" not in data:
         problems.append(
-            f"{key} trains on windows of tokens, but datamodule "
-            f"{str(data.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
+            f"{key} trains on windows of tokens, but datamodule {data.name} has no vocabulary (no vocab_size); "
             "choose datamodule=text (or a datamodule of tokens of your own)"
         )
     if "vocab_size" not in model and _declared_sizes(model) is None:
         problems.append(
-            f"{key} needs logits per token, but model "
-            f"{str(model.get('_target_', '?')).rsplit('.', 1)[-1]} has no vocabulary (no vocab_size); "
+            f"{key} needs logits per token, but model {model.name} has no vocabulary (no vocab_size); "
             "choose model=gpt (or a language model of your own)"
         )
     return problems
@@ -393,78 +370,63 @@ _MODELS = {
 }
 
 
-def _declared(container: dict, group: str, attribute: str):
-    """What ``group``'s class declares of itself (``inputs``, ``targets``, ``outputs``), or None."""
-    from framework.config.validate import import_target
-
-    try:
-        value = getattr(import_target(str((container.get(group) or {}).get("_target_"))), attribute, None)
-    except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
-        return None
+def _kind(spec: Spec, attribute: str):
+    """The kind of inputs, targets or outputs the class declares of itself (``inputs``, ...), or None."""
+    value = spec.declared(attribute)
     return value if value in _KINDS else None
 
 
-def _name(container: dict, group: str) -> str:
-    return str((container.get(group) or {}).get("_target_", "?")).rsplit(".", 1)[-1]
-
-
-def check_data_kinds(container: dict) -> list[str]:
+def check_data_kinds(run: Experiment) -> list[str]:
     """The data's inputs are what the model takes, its targets what the task trains on, and the model's
     outputs what the task scores, as each class declares (``inputs``, ``targets``, ``outputs``,
     ``model_outputs``): a model of token ids on images, or a classification of windows of tokens,
     fails inside the ranks. A language-modelling task's own check names its mismatches
     (``check_task_fits_data``)."""
     problems = []
-    takes, gives = _declared(container, "model", "inputs"), _declared(container, "datamodule", "inputs")
+    takes, gives = _kind(run.model, "inputs"), _kind(run.datamodule, "inputs")
     if takes and gives and takes != gives:
         problems.append(
-            f"model._target_: {_name(container, 'model')} takes {_KINDS[takes][0]}, but datamodule "
-            f"{_name(container, 'datamodule')} gives {_KINDS[gives][0]}; choose a datamodule of {takes} "
+            f"model._target_: {run.model.name} takes {_KINDS[takes][0]}, but datamodule "
+            f"{run.datamodule.name} gives {_KINDS[gives][0]}; choose a datamodule of {takes} "
             f"({_OPTIONS[takes][0]}) or a model of {gives} ({_OPTIONS[gives][1]})"
         )
-    if _declared(container, "task", "targets") == "next tokens":
+    if _kind(run.task, "targets") == "next tokens":
         return problems
-    trains, labels = _declared(container, "task", "targets"), _declared(container, "datamodule", "targets")
+    trains, labels = _kind(run.task, "targets"), _kind(run.datamodule, "targets")
     if trains and labels and trains != labels:
         problems.append(
-            f"task._target_: {_name(container, 'task')} trains on {_KINDS[trains][0]}, but datamodule "
-            f"{_name(container, 'datamodule')} gives {_KINDS[labels][0]}; choose {_KINDS[labels][1]}"
+            f"task._target_: {run.task.name} trains on {_KINDS[trains][0]}, but datamodule "
+            f"{run.datamodule.name} gives {_KINDS[labels][0]}; choose {_KINDS[labels][1]}"
         )
-    needs, outputs = _declared(container, "task", "model_outputs"), _declared(container, "model", "outputs")
+    needs, outputs = _kind(run.task, "model_outputs"), _kind(run.model, "outputs")
     if needs and outputs and needs != outputs:
         problems.append(
-            f"task._target_: {_name(container, 'task')} scores {needs}, but model {_name(container, 'model')} "
+            f"task._target_: {run.task.name} scores {needs}, but model {run.model.name} "
             f"gives {outputs}; choose {_MODELS[needs]}, or {_KINDS[outputs][1]}"
         )
     return problems
 
 
-def check_masked_targets(run: Experiment) -> list[str]:
+def check_masked_targets(run: ResolvedExperiment) -> list[str]:
     """A datamodule that masks a varying number of targets (``masks_targets``, instruction data)
     trains on the mean over the global batch's counted targets, which a pipeline's schedule (a mean
     of its micro-batches' means) does not compute."""
-    from framework.config.validate import import_target
-
-    try:
-        masks = getattr(import_target(str(run["datamodule"]["_target_"])), "masks_targets", False)
-    except Exception:  # noqa: BLE001 - an unknown target is named by its own check
-        return []
-    if not masks or run.layout is None or run.layout[2].pp == 1 or not run.get("train", True):
+    masks = run.datamodule.declared("masks_targets", False)
+    if not masks or run.layout is None or run.layout[2].pp == 1 or not run.train:
         return []
     return [
-        f"strategy.pp: datamodule {_name(run, 'datamodule')} masks its targets (the loss is a mean "
+        f"strategy.pp: datamodule {run.datamodule.name} masks its targets (the loss is a mean "
         "over the global batch's response tokens), which a pipeline's schedule does not compute; "
         "use a strategy without strategy.pp (ddp, fsdp, tp, fsdp_tp)"
     ]
 
 
-def check_harness(container: dict) -> list[str]:
+def check_harness(run: Experiment) -> list[str]:
     """``harness.tasks`` name tasks lm-eval finds (shipped, in ``harness.include_path``, or its own),
     for a language model (logits per token) and a datamodule that knows its tokenizer."""
     import importlib.util
 
-    harness = container.get("harness") or {}
-    names, include = harness.get("tasks") or [], harness.get("include_path")
+    names, include = run.harness.tasks, run.harness.include_path
     if not names or not isinstance(names, list):
         return []
     if importlib.util.find_spec("lm_eval") is None:
@@ -475,16 +437,16 @@ def check_harness(container: dict) -> list[str]:
     problems = []
     if include and not Path(str(include)).is_dir():
         problems.append(f"harness.include_path: '{include}' is not a directory (of lm-eval task YAMLs)")
-    outputs = _declared(container, "model", "outputs")
+    outputs = _kind(run.model, "outputs")
     if outputs and outputs != "logits per token":
         problems.append(
             f"harness.tasks: lm-evaluation-harness scores a language model (logits per token); model "
-            f"{_name(container, 'model')} gives {outputs}; choose model=gpt or hf/causal_lm"
+            f"{run.model.name} gives {outputs}; choose model=gpt or hf/causal_lm"
         )
-    if _declared(container, "datamodule", "targets") != "next tokens":
+    if _kind(run.datamodule, "targets") != "next tokens":
         problems.append(
             f"harness.tasks: scoring encodes the questions with the datamodule's tokenizer; datamodule "
-            f"{_name(container, 'datamodule')} has none: choose datamodule=text or tokens"
+            f"{run.datamodule.name} has none: choose datamodule=text or tokens"
         )
     if problems:
         return problems
@@ -498,15 +460,10 @@ def check_harness(container: dict) -> list[str]:
     ]
 
 
-def check_init_names(run: Experiment) -> list[str]:
+def check_init_names(run: ResolvedExperiment) -> list[str]:
     """``init.reset`` / ``init.freeze`` name submodules of the model (built on the meta device)."""
-    init = run.get("init") or {}
-    named = {
-        key: [str(n) for n in init.get(key) or []]
-        for key in ("reset", "freeze")
-        if isinstance(init.get(key), list) and init.get(key)
-    }
-    model = run.model if named else None
+    named = {key: [str(n) for n in getattr(run.init, key)] for key in ("reset", "freeze") if getattr(run.init, key)}
+    model = run.meta_model if named else None
     if model is None:
         return []
     modules = {name for name, _ in model.named_modules() if name}
@@ -519,12 +476,12 @@ def check_init_names(run: Experiment) -> list[str]:
     ]
 
 
-def check_writable(container: dict) -> list[str]:
+def check_writable(run: Experiment) -> list[str]:
     """The run's directory and the checkpoint callback's can be created and written."""
-    places = [("output_dir", container.get("output_dir"))]
-    for name, node in (container.get("callbacks") or {}).items():
-        if isinstance(node, dict) and str(node.get("_target_", "")).endswith("ModelCheckpoint"):
-            places.append((f"callbacks.{name}.dirpath", node.get("dirpath")))
+    places = [("output_dir", run.output_dir)]
+    for spec in run.callbacks.values():
+        if str(spec.target or "").endswith("ModelCheckpoint"):
+            places.append((f"{spec.key}.dirpath", spec.get("dirpath")))
     return [problem for key, path in places if path for problem in [unwritable(key, Path(str(path)))] if problem]
 
 

@@ -46,9 +46,9 @@ EXPERT_PARALLEL = {"parallel/ep": ("parallel", {"ep": 2})}
 def meta_model(cfg: DictConfig) -> torch.nn.Module:
     """The configured model on the meta device (no memory, no init cost); ValueError for one this machine
     could not hold (its Python objects alone could exhaust the memory)."""
-    from framework.job.experiment import Experiment
+    from framework.job.experiment import ResolvedExperiment
 
-    problems = Experiment(OmegaConf.to_container(cfg, resolve=True)).size_problems
+    problems = ResolvedExperiment(OmegaConf.to_container(cfg, resolve=True)).size_problems
     if problems:
         raise ValueError(problems[0])
     with torch.device("meta"):

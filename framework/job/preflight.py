@@ -8,13 +8,13 @@ loggers, datamodule and task, the checkpoint to resume, and the run directory.
 
 from __future__ import annotations
 
-import inspect
 import zipfile
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from framework.config import validate
+from framework.config.experiment import Experiment
 from framework.config.param_groups import match_problems, structure_problems
 from framework.config.validate import check_target, import_target
 from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, resolve_ckpt_path
@@ -38,7 +38,7 @@ from framework.job.cross_checks import (
     check_validation_interval,
     check_writable,
 )
-from framework.job.experiment import Experiment
+from framework.job.experiment import ResolvedExperiment
 from framework.job.overwrite import check_output_dir
 from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
@@ -49,7 +49,7 @@ def preflight(cfg: DictConfig) -> dict:
     container when it can run."""
     return validate(
         cfg,
-        subject=Experiment,  # the run's layout and meta-device model, worked out once for every check
+        subject=ResolvedExperiment,  # the typed run, its layout and meta-device model worked out once for every check
         checks=[
             lambda run: run.size_problems,  # the model too large to build here is not built, even on meta
             lambda run: run.strategy_problems,
@@ -76,7 +76,7 @@ def preflight(cfg: DictConfig) -> dict:
             check_export_format,
             check_task_metrics,
             test_ckpt_problems,
-            lambda c: check_ckpt_path(c.get("ckpt_path"), c.get("output_dir") or "."),
+            lambda run: check_ckpt_path(run.ckpt_path, run.output_dir or "."),
             check_init_weights,
             check_checkpoint_data,
             check_adapter,
@@ -86,114 +86,95 @@ def preflight(cfg: DictConfig) -> dict:
     )
 
 
-def check_contracts(container: dict) -> list[str]:
+def check_contracts(run: Experiment) -> list[str]:
     """Each configured class against the contract the engine calls it by (engine/protocols.py)."""
-    nodes = [(group, group, container.get(group)) for group in ("datamodule", "task")]
-    for group in ("callbacks", "logger"):
-        nodes += [(group, f"{group}.{name}", node) for name, node in (container.get(group) or {}).items()]
+    specs = [("datamodule", run.datamodule), ("task", run.task)]
+    specs += [("callbacks", spec) for spec in run.callbacks.values()]
+    specs += [("logger", spec) for spec in run.loggers.values()]
     problems = []
-    for group, key, node in nodes:
-        if not isinstance(node, dict) or not isinstance(node.get("_target_"), str):
-            continue  # reported by the config checks
-        try:
-            obj = import_target(node["_target_"])
-        except Exception:  # noqa: BLE001 - an import failure is reported by the config checks
-            continue
-        problems += contract_problems(obj, group, key)
+    for group, spec in specs:
+        if spec.cls is not None:  # (a missing or failing import is reported by the config checks)
+            problems += contract_problems(spec.cls, group, spec.key)
     return problems
 
 
-def _datamodule_class(container: dict):
-    """The datamodule's class (None when it does not import, which the config checks report, or is a
-    function or other factory: what it returns is unknown before it runs)."""
-    try:
-        target = import_target(str((container.get("datamodule") or {}).get("_target_")))
-    except Exception:  # noqa: BLE001 - reported by the config checks
-        return None
-    return target if inspect.isclass(target) else None
-
-
-def check_test(container: dict) -> list[str]:
+def check_test(run: Experiment) -> list[str]:
     """``test=true`` (the default, and framework-evaluate's) needs a datamodule with ``test_dataloader()``."""
-    target = (container.get("datamodule") or {}).get("_target_")
-    cls = _datamodule_class(container) if container.get("test") else None
-    if cls is None or callable(getattr(cls, "test_dataloader", None)):
-        return []
-    other = " or set test=false" if container.get("train") else ""
+    data = run.datamodule
+    if not run.test or not data.is_class or callable(data.declared("test_dataloader")):
+        return []  # (a factory's product is unknown before it runs)
+    target = data.target
+    other = " or set test=false" if run.train else ""
     return [
         f"test: true, but datamodule._target_ {target} has no test_dataloader(); add one (it returns the "
         f"DataLoader of the test samples, or None), choose a datamodule that has one{other}"
     ]
 
 
-def check_predict(container: dict) -> list[str]:
+def check_predict(run: Experiment) -> list[str]:
     """``predict=true`` needs a datamodule with ``predict_dataloader()``."""
-    target = (container.get("datamodule") or {}).get("_target_")
-    cls = _datamodule_class(container) if container.get("predict") else None
-    if cls is None:
+    data = run.datamodule
+    if not run.predict or not data.is_class:
         return []
-    if callable(getattr(cls, "predict_dataloader", None)):
-        return _records_problems(container, cls)
-    other = " or set predict=false" if container.get("train") or container.get("test") else ""
+    if callable(data.declared("predict_dataloader")):
+        return _records_problems(run)
+    target = data.target
+    other = " or set predict=false" if run.train or run.test else ""
     return [
         f"predict: true, but datamodule._target_ {target} has no predict_dataloader(); add one (it returns "
         f"the DataLoader of the samples to predict), choose a datamodule that has one{other}"
     ]
 
 
-def _records_problems(container: dict, datamodule: type) -> list[str]:
+def _records_problems(run: Experiment) -> list[str]:
     """``predict_format=jsonl`` of a datamodule with ``prediction_records`` (a text's prompts and
     their continuations) needs the token ids a task's ``predict_step`` generates, not the model's
     outputs (logits: every continuation would be empty)."""
-    task = str((container.get("task") or {}).get("_target_", ""))
-    if container.get("predict_format") != "jsonl" or not callable(getattr(datamodule, "prediction_records", None)):
-        return []
-    try:
-        generates = callable(getattr(import_target(task), "predict_step", None))
-    except Exception:  # noqa: BLE001 - reported by the config checks
-        return []
-    return (
-        []
-        if generates
-        else [
-            f"predict_format: jsonl writes each prompt's continuation, generated by the task's predict_step; "
-            f"task._target_ {task} has none (its predictions would be the model's logits): give it a "
-            "predict_step that returns token ids, choose task=language_modeling, or predict_format=pt or csv"
-        ]
-    )
+    records = callable(run.datamodule.declared("prediction_records"))
+    if (
+        run.predict_format != "jsonl"
+        or not records
+        or run.task.cls is None
+        or callable(run.task.declared("predict_step"))
+    ):
+        return []  # (a task that does not import is reported by the config checks)
+    return [
+        f"predict_format: jsonl writes each prompt's continuation, generated by the task's predict_step; "
+        f"task._target_ {run.task.target} has none (its predictions would be the model's logits): give it a "
+        "predict_step that returns token ids, choose task=language_modeling, or predict_format=pt or csv"
+    ]
 
 
-def check_model_names(run: Experiment) -> list[str]:
+def check_model_names(run: ResolvedExperiment) -> list[str]:
     """What names the model's parameters and submodule classes: ``optimizer.param_groups`` (each
     entry must take some parameter), ``trainer.activation_checkpointing`` and
     ``strategy.wrap_classes`` (each class must be one of a submodule). The model is built on the
     meta device (no memory, no weights read)."""
-    container = run.config
-    specs = (container.get("optimizer") or {}).get("param_groups")
+    specs = run.optimizer.get("param_groups")
     specs = None if not specs or structure_problems(specs, None) else specs
-    checkpointed = (container.get("trainer") or {}).get("activation_checkpointing")
+    checkpointed = run.trainer.activation_checkpointing
     checkpointed = checkpointed if isinstance(checkpointed, list) and checkpointed else None
-    wrapped = (container.get("strategy") or {}).get("wrap_classes")
+    wrapped = run.strategy.get("wrap_classes")
     wrapped = wrapped if isinstance(wrapped, list) and wrapped else None
-    if not (specs or checkpointed or wrapped) or not isinstance(container.get("model"), dict):
+    if not (specs or checkpointed or wrapped):
         return []
     from framework.engine.activation_checkpointing import checkpoint_problems, compiled_norm_problems
 
-    model = run.model  # only a run that names parameters or classes pays for it before its ranks start
+    model = run.meta_model  # only a run that names parameters or classes pays for it before its ranks start
     if model is None:
         return []
     problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
     problems += checkpoint_problems(model, [str(c) for c in checkpointed]) if checkpointed else []
-    if checkpointed and (container.get("trainer") or {}).get("compile"):
+    if checkpointed and run.trainer.compile:
         problems += compiled_norm_problems(model, [str(c) for c in checkpointed])
     return problems + (
         checkpoint_problems(model, [str(c) for c in wrapped], "strategy.wrap_classes") if wrapped else []
     )
 
 
-def check_task_metrics(container: dict) -> list[str]:
+def check_task_metrics(run: Experiment) -> list[str]:
     """Each ``task.metrics`` entry imports, builds (on the CPU, no data) and is a metric."""
-    metrics = (container.get("task") or {}).get("metrics")
+    metrics = run.task.get("metrics")
     if not metrics:
         return []
     if not isinstance(metrics, dict):
@@ -240,10 +221,9 @@ def _misspelled_arguments(node: dict, key: str) -> list[str]:
     return out
 
 
-def check_init_weights(container: dict) -> list[str]:
+def check_init_weights(run: Experiment) -> list[str]:
     """``init.weights`` is a checkpoint directory or a file torch.save wrote (a model.pt)."""
-    weights = (container.get("init") or {}).get("weights")
-    path = Path(str(weights)) if weights else None
+    path = Path(str(run.init.weights)) if run.init.weights else None
     if path is None or not path.exists():
         return []  # (a missing path is reported by the config checks)
     if path.is_dir():
@@ -275,28 +255,28 @@ def _safetensors_problems(path: Path) -> list[str]:
         return [f"init.weights: '{path}' is not a readable .safetensors file: {err}"]
 
 
-def check_checkpoint_data(container: dict) -> list[str]:
+def check_checkpoint_data(run: Experiment) -> list[str]:
     """The checkpoint to resume or evaluate and the initial weights load as data (engine/safe_load.py),
     unless ``trust_checkpoint`` says to load them anyway."""
-    if container.get("trust_checkpoint"):
+    if run.trust_checkpoint:
         return []
     found = []
-    ckpt, output_dir = container.get("ckpt_path"), str(container.get("output_dir") or ".")
+    ckpt, output_dir = run.ckpt_path, str(run.output_dir or ".")
     if ckpt and not check_ckpt_path(ckpt, output_dir):  # (one not whole is named by that check)
         path = resolve_ckpt_path(str(ckpt), output_dir)
         found += [f"ckpt_path: {p}" for p in (scan_checkpoint(path) if path.exists() else [])]
-    weights = (container.get("init") or {}).get("weights")
+    weights = run.init.weights
     if (
         weights
         and Path(str(weights)).exists()
-        and not check_init_weights(container)
+        and not check_init_weights(run)
         and Path(str(weights)).suffix != ".safetensors"
     ):  # (tensors only: nothing to scan)
         found += [f"init.weights: {p}" for p in scan_checkpoint(Path(str(weights)))]
     return found
 
 
-def check_strategy_on_model(run: Experiment) -> list[str]:
+def check_strategy_on_model(run: ResolvedExperiment) -> list[str]:
     """What the strategy says of the model itself (a tensor-parallel plan and the sizes it splits),
     on the model built on the meta device; only for a strategy that checks models."""
     from framework.strategies import Strategy
@@ -304,12 +284,12 @@ def check_strategy_on_model(run: Experiment) -> list[str]:
     if run.layout is None or run.strategy_problems:
         return []  # an invalid strategy, layout or option (strategy.microbatches=abc): named by check_strategy
     cls, options, topology = run.layout
-    if cls.model_problems.__func__ is Strategy.model_problems.__func__ or run.model is None:
+    if cls.model_problems.__func__ is Strategy.model_problems.__func__ or run.meta_model is None:
         return []
-    return cls.model_problems(run.model, options, topology, run.config)
+    return cls.model_problems(run.meta_model, options, topology, run.config)
 
 
-def check_rank_start(run: Experiment) -> list[str]:
+def check_rank_start(run: ResolvedExperiment) -> list[str]:
     """Local ranks that can start from here: classes defined in a notebook reach forked ranks only,
     and a fork cannot use CUDA once this process initialised it, nor autograd once its threads started."""
     import torch

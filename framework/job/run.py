@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
 from framework.config.environment import detect_environment
+from framework.config.experiment import Experiment
 from framework.engine.attempts import attempt_dir, next_attempt
 from framework.engine.run_directory import DirectoryLock
 from framework.engine.signals import Interrupted
@@ -97,7 +98,7 @@ def _remove_previous_run(container: dict) -> None:
     checkpoints do not mix into this run's."""
     from framework.models.hf_export import remove_export
 
-    replaced = replaces_previous_run(container)
+    replaced = replaces_previous_run(Experiment(container))
     for name in replaced:
         path = Path(container["output_dir"]) / name
         if name == "model_hf" and path.is_dir():  # an export's own files: a file of the user's in it stays

@@ -11,6 +11,7 @@ from dataclasses import fields
 from omegaconf import OmegaConf
 
 from framework.config import ConfigError
+from framework.config.experiment import Experiment
 from framework.config.schemas import AutoStrategyConfig
 from framework.engine.memory import optimizer_state_bytes
 from framework.job.model_size import memory_limit
@@ -54,12 +55,12 @@ def _starts_elastic(name: str, cls) -> bool:
     return cls.start_method(typed_options({"name": name}, cls)) == "elastic"
 
 
-def candidate_problems(container: dict) -> list[str]:
+def candidate_problems(run: Experiment) -> list[str]:
     """Each entry of ``strategy.candidates``: a strategy that starts one process per device under
     the elastic agent, named by a string or a node with its ``name``."""
-    if not is_auto(container):
+    if not is_auto(run.config):
         return []
-    listed = (container.get("strategy") or {}).get("candidates")
+    listed = run.strategy.get("candidates")
     if listed is None:
         return []
     if not isinstance(listed, list) or not listed:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from framework.config.experiment import Experiment
 from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
 from framework.engine.predictions import write_predictions
 from framework.engine.trainer import Trainer
@@ -91,7 +92,7 @@ def test(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | None
     if not cfg.train:
         trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
         return {}
-    which, path = test_checkpoint(OmegaConf.to_container(cfg, resolve=True))
+    which, path = test_checkpoint(Experiment(OmegaConf.to_container(cfg, resolve=True)))
     trainer.test(parts.datamodule, ckpt_path=path)
     return {"test_ckpt": record(which, path)}
 

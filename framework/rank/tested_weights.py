@@ -8,42 +8,34 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from framework.config.experiment import Experiment, Spec
 from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path, saved_step
 
 log = logging.getLogger(__name__)
 
 
-def _checkpoint_callbacks(container: dict) -> list[dict]:
+def _checkpoint_callbacks(run: Experiment) -> list[Spec]:
     """The checkpoint callbacks that run (fast_dev_run runs none, as Lightning's)."""
-    trainer = container.get("trainer") or {}
-    if trainer.get("enable_checkpointing") is False or trainer.get("fast_dev_run"):
+    if run.trainer.enable_checkpointing is False or run.trainer.fast_dev_run:
         return []
-    return [
-        node
-        for node in (container.get("callbacks") or {}).values()
-        if isinstance(node, dict) and str(node.get("_target_", "")).endswith("ModelCheckpoint")
-    ]
+    return [spec for spec in run.callbacks.values() if str(spec.target or "").endswith("ModelCheckpoint")]
 
 
-def requested(container: dict) -> str:
+def requested(run: Experiment) -> str:
     """best | last | final, with null resolved."""
-    choice = container.get("test_ckpt")
-    if choice is not None:
-        return choice
-    if any(
-        isinstance(node, dict) and str(node.get("_target_", "")).endswith("SWA")
-        for node in (container.get("callbacks") or {}).values()
-    ):
+    if run.test_ckpt is not None:
+        return run.test_ckpt
+    if any(str(spec.target or "").endswith("SWA") for spec in run.callbacks.values()):
         return "final"  # the model holds the average once training ends: that is what to test
-    return "best" if any(node.get("monitor") for node in _checkpoint_callbacks(container)) else "final"
+    return "best" if any(spec.get("monitor") for spec in _checkpoint_callbacks(run)) else "final"
 
 
-def test_ckpt_problems(container: dict) -> list[str]:
+def test_ckpt_problems(run: Experiment) -> list[str]:
     """best needs a checkpoint callback with a monitor, last one that saves last."""
-    choice = container.get("test_ckpt")
-    if choice not in ("best", "last") or not container.get("test") or not container.get("train", True):
+    choice = run.test_ckpt
+    if choice not in ("best", "last") or not run.test or not run.train:
         return []
-    nodes = _checkpoint_callbacks(container)
+    nodes = _checkpoint_callbacks(run)
     if choice == "best" and not any(node.get("monitor") for node in nodes):
         return [
             "test_ckpt: best needs a checkpoint callback that monitors a metric (callbacks.model_checkpoint."
@@ -57,14 +49,14 @@ def test_ckpt_problems(container: dict) -> list[str]:
     return []
 
 
-def test_checkpoint(container: dict) -> tuple[str, Path | None]:
+def test_checkpoint(run: Experiment) -> tuple[str, Path | None]:
     """(the weights to test, the checkpoint holding them; None = the weights in memory). A
     missing best/last (no validation ran, say) falls back to final, with a warning."""
-    choice = requested(container)
+    choice = requested(run)
     if choice == "final":
         return "final", None
-    nodes = _checkpoint_callbacks(container)  # its dirpath, when the callback was given another
-    path = resolve_ckpt_path(choice, str(container["output_dir"]), nodes[0].get("dirpath") if nodes else None)
+    nodes = _checkpoint_callbacks(run)  # its dirpath, when the callback was given another
+    path = resolve_ckpt_path(choice, str(run.output_dir), nodes[0].get("dirpath") if nodes else None)
     if not is_checkpoint(path):
         log.warning("test_ckpt=%s: no such checkpoint (%s); testing the final weights", choice, path)
         return "final", None

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from framework import compose
 from framework.cli import plan as plan_cli
 from framework.config.errors import ConfigError
+from framework.config.experiment import Experiment
 from framework.config.sizes import parse_bytes
 from framework.job.preflight import preflight
 from framework.job.strategy_choice import auto_node, candidate_problems
@@ -69,7 +70,9 @@ def test_tensor_parallel_candidates_for_a_model_with_a_plan():
 
 
 def test_bad_candidates_and_limits_are_named_before_start():
-    problems = candidate_problems(OmegaConf.to_container(compose([*TWO, "strategy.candidates=[ddp,dp,nope]"])))
+    problems = candidate_problems(
+        Experiment(OmegaConf.to_container(compose([*TWO, "strategy.candidates=[ddp,dp,nope]"])))
+    )
     assert len(problems) == 2 and problems[0].startswith("strategy.candidates[1]: 'dp'") and "valid: " in problems[0]
     with pytest.raises(ConfigError, match=r"trainer.memory_limit: expected bytes"):
         preflight(compose([*TWO, "trainer.memory_limit=lots"]))

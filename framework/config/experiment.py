@@ -1,0 +1,107 @@
+"""One run, typed and read-only, built once from its resolved config after the schema check: the
+top-level keys (RootConfig's), the trainer's, init's, harness's and adapter's options as their
+schemas' dataclasses, and each component as a ``Spec`` (its class and its arguments). The layers
+above read a run from it; the raw dict stays at the boundaries (Hydra in; config.yaml out)."""
+
+from __future__ import annotations
+
+import inspect
+from functools import cached_property
+from typing import Any, Optional
+
+from framework.config.schemas import ROOT_KEYS, AdapterConfig, HarnessConfig, InitConfig, RootConfig, TrainerConfig
+from framework.config.validate import import_target, known_valid_keys
+
+COMPONENTS = ("model", "datamodule", "task", "optimizer", "scheduler")
+_HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
+
+
+class Spec:
+    """One component's config node: the class its ``_target_`` names, and its arguments."""
+
+    def __init__(self, key: str, node: Any):
+        self.key = key  # where it sits in the config: model, callbacks.checkpoint, ...
+        self.given = isinstance(node, dict)
+        self.node: dict = node if self.given else {}
+
+    def __repr__(self) -> str:
+        return f"Spec({self.key}: {self.target})"
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.node
+
+    def __getitem__(self, key: str) -> Any:
+        return self.node[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.node.get(key, default)
+
+    @property
+    def target(self) -> Optional[str]:
+        target = self.node.get("_target_")
+        return target if isinstance(target, str) else None
+
+    @property
+    def name(self) -> str:
+        """The class's own name (GPT for framework.models.gpt.GPT), or ? without a target."""
+        return str(self.target or "?").rsplit(".", 1)[-1]
+
+    @property
+    def options(self) -> dict:
+        """The arguments the class is built with."""
+        return {k: v for k, v in self.node.items() if k not in _HYDRA_KEYS}
+
+    @cached_property
+    def cls(self) -> Any:
+        """What ``_target_`` names, or None where it names nothing that imports (the target check says why)."""
+        try:
+            return import_target(self.target) if self.target else None
+        except Exception:  # noqa: BLE001 - reported by the config checks
+            return None
+
+    @property
+    def is_class(self) -> bool:
+        """Whether the target is a class (a function or other factory: what it returns is unknown before it runs)."""
+        return inspect.isclass(self.cls)
+
+    def declared(self, attribute: str, default: Any = None) -> Any:
+        """What the class declares of itself (``inputs``, ``train_samples``, ...), or ``default``."""
+        return getattr(self.cls, attribute, default) if self.cls is not None else default
+
+
+class Experiment:
+    """One run's config, typed and read-only: ``run.trainer.devices``, ``run.model.cls``, ``run.train``."""
+
+    def __init__(self, container: dict):
+        self.config = container  # the boundary form (config.yaml's)
+        self._root = RootConfig(**known_valid_keys(container, RootConfig))
+        self.trainer = TrainerConfig(**known_valid_keys(_node(container, "trainer"), TrainerConfig))
+        self.init = InitConfig(**known_valid_keys(_node(container, "init"), InitConfig))
+        self.harness = HarnessConfig(**known_valid_keys(_node(container, "harness"), HarnessConfig))
+        adapter = container.get("adapter")
+        self.adapter = AdapterConfig(**known_valid_keys(adapter, AdapterConfig)) if isinstance(adapter, dict) else None
+        for group in COMPONENTS:
+            setattr(self, group, Spec(group, container.get(group)))
+        self.strategy: dict = _node(container, "strategy")  # named, not targeted: strategies/registry.py reads it
+        self.callbacks = _specs(container, "callbacks")
+        self.loggers = _specs(container, "logger")
+
+    def __getattr__(self, name: str) -> Any:
+        """The other top-level keys, typed as RootConfig has them (``run.ckpt_path``, ``run.seed``)."""
+        if name in ROOT_KEYS and not name.startswith("_"):
+            return getattr(self.__dict__["_root"], name)
+        raise AttributeError(name)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the run reads windows of tokens (training or testing; prediction reads prompts)."""
+        return bool(self.train or self.test)
+
+
+def _node(container: dict, key: str) -> dict:
+    node = container.get(key)
+    return node if isinstance(node, dict) else {}
+
+
+def _specs(container: dict, group: str) -> dict[str, Spec]:
+    return {name: Spec(f"{group}.{name}", node) for name, node in _node(container, group).items()}
