@@ -15,6 +15,7 @@ from framework.rank.known_warnings import quiet_known_warnings
 
 def main() -> None:
     from framework.engine.memory import optimizer_state_bytes
+    from framework.job.experiment import as_run
     from framework.job.plan import __doc__ as plan_doc
     from framework.job.plan import plan, plan_problems
 
@@ -31,7 +32,7 @@ def main() -> None:
     cfg = compose(args)
     if choose:
         sys.exit(print_choice(cfg))
-    problems = plan_problems(cfg)
+    problems = plan_problems(as_run(cfg))
     if problems:
         print("\n".join(problems), file=sys.stderr)
         sys.exit(2)
@@ -88,7 +89,7 @@ def _print_activations(cfg, rows: list[dict], width: int) -> None:
 def print_choice(cfg) -> int:
     """``--choose``: what strategy=auto decides for this config before the probe, without training."""
     from framework.config import ConfigError
-    from framework.config.experiment import Experiment
+    from framework.job.experiment import as_run
     from framework.job.strategy_choice import candidate_problems, plan_candidates
     from framework.rank.strategy_probe import decision_lines
 
@@ -99,8 +100,8 @@ def print_choice(cfg) -> int:
         print("strategy=auto on 1 device is single; give trainer.devices=N to see the choice among N-device layouts")
         return 0
     try:
-        problems = candidate_problems(Experiment(container))
-        plan = None if problems else plan_candidates(container)
+        problems = candidate_problems(as_run(container))
+        plan = None if problems else plan_candidates(as_run(container))
     except ConfigError as err:
         problems = err.problems
     if problems:

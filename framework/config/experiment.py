@@ -92,6 +92,10 @@ class Experiment:
             return getattr(self.__dict__["_root"], name)
         raise AttributeError(name)
 
+    def with_config(self, **changes: Any) -> Experiment:
+        """This run with top-level keys replaced (``strategy={...}``): a new run, this one unchanged."""
+        return type(self)({**self.config, **changes})
+
     @property
     def windowed(self) -> bool:
         """Whether the run reads windows of tokens (training or testing; prediction reads prompts)."""

@@ -61,11 +61,12 @@ _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 def validate(
     cfg: DictConfig, checks: Iterable[Callable[[Any], list[str]]] = (), subject: Optional[Callable[[dict], Any]] = None
 ) -> dict:
-    """Raise ``ConfigError`` listing every problem in ``cfg``; return its resolved container when valid.
+    """Raise ``ConfigError`` listing every problem in ``cfg``; return its resolved container when valid
+    (given ``subject``: ``subject(container)``, the typed run the checks read).
 
     ``checks``: further checks, each returning its problems (the layers above config add theirs:
     strategy topology, checkpoints, the run directory), of ``subject(container)``: built once from
-    the resolved container for them all (job/experiment.py's Experiment; else the container)."""
+    the resolved container for them all (job/experiment.py's ResolvedExperiment; else the container)."""
     problems: list[str] = []
     container = _resolve(cfg, problems)
     settle_leftover_keys(container, problems)
@@ -89,7 +90,7 @@ def validate(
         problems.extend(check(checked))
     if problems:
         raise ConfigError(problems)
-    return container
+    return checked
 
 
 def _unselected_adapter(node) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from framework.config.environment import resolve_accelerator
+from framework.config.experiment import Experiment
 from framework.engine.attempts import attempt_dir, holds_the_top
 
 if TYPE_CHECKING:
@@ -56,19 +57,19 @@ def throughput(step_times: list[float], samples: int, windows: int = 5) -> dict:
     }
 
 
-def job_record(container: dict, strategy: str, world_size: int) -> dict:
-    """What results.json says of a job whatever its outcome (``container``: the resolved config)."""
-    trainer = container["trainer"]
+def job_record(run: Experiment, strategy: str, world_size: int) -> dict:
+    """What results.json says of a job whatever its outcome."""
+    trainer = run.trainer
     return {
         "status": "running",
-        "experiment": container.get("name"),
+        "experiment": run.name,
         "strategy": strategy,
-        "accelerator": resolve_accelerator(trainer.get("accelerator") or "auto"),
-        "devices": trainer.get("devices"),
-        "num_nodes": trainer.get("num_nodes"),
+        "accelerator": resolve_accelerator(trainer.accelerator or "auto"),
+        "devices": trainer.devices,
+        "num_nodes": trainer.num_nodes,
         "world_size": world_size,
-        "precision": trainer.get("precision"),
-        "output_dir": str(container.get("output_dir")),
+        "precision": trainer.precision,
+        "output_dir": str(run.output_dir),
     }
 
 

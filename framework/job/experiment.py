@@ -22,7 +22,7 @@ class ResolvedExperiment(Experiment):
         from framework.strategies import resolve
 
         try:
-            return resolve(self.config)
+            return resolve(self)
         except Exception:  # noqa: BLE001 - named by check_strategy
             return None
 
@@ -31,12 +31,12 @@ class ResolvedExperiment(Experiment):
         """What is wrong with the strategy, its options and its layout on these devices (check_strategy)."""
         from framework.strategies import check_strategy
 
-        return check_strategy(self.config)
+        return check_strategy(self)
 
     @cached_property
     def size_problems(self) -> list[str]:
         """Why the model does not fit a rank of this machine (empty: it fits, or its size is unknown)."""
-        return model_size_problems(self.config, self.layout)
+        return model_size_problems(self, self.layout)
 
     @cached_property
     def meta_model(self):
@@ -54,3 +54,15 @@ def _built_on_meta(node: dict):
             return instantiate(node, _convert_="all")
     except Exception:  # noqa: BLE001
         return None
+
+
+def as_run(cfg) -> ResolvedExperiment:
+    """The typed run of a composed config (a DictConfig or its resolved container: the public
+    functions' boundary), or ``cfg`` itself when it is one."""
+    if isinstance(cfg, ResolvedExperiment):
+        return cfg
+    if isinstance(cfg, Experiment):
+        return ResolvedExperiment(cfg.config)
+    from omegaconf import DictConfig, OmegaConf
+
+    return ResolvedExperiment(OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg)

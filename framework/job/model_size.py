@@ -9,6 +9,8 @@ import os
 from typing import Optional
 
 from framework.config.environment import resolve_accelerator
+from framework.config.experiment import Experiment
+from framework.config.schemas import TrainerConfig
 from framework.config.sizes import parse_bytes
 from framework.engine.memory import optimizer_state_bytes
 from framework.models.sizes import SIZE_KEYS, gpt_parameters, hf_parameters
@@ -33,22 +35,21 @@ def declared_parameters(model: dict) -> tuple[Optional[int], str]:
     return hf_parameters(config), keys
 
 
-def memory_limit(container: dict) -> tuple[int | None, str]:
+def memory_limit(trainer: TrainerConfig) -> tuple[int | None, str]:
     """The bytes per device to plan against, and where the figure comes from."""
-    trainer = container["trainer"]
-    if trainer.get("memory_limit") is not None:
-        return parse_bytes(trainer["memory_limit"]), "trainer.memory_limit"
-    if resolve_accelerator(trainer.get("accelerator") or "auto") == "cuda":
+    if trainer.memory_limit is not None:
+        return parse_bytes(trainer.memory_limit), "trainer.memory_limit"
+    if resolve_accelerator(trainer.accelerator or "auto") == "cuda":
         import torch
 
         return torch.cuda.get_device_properties(0).total_memory, "the CUDA device's total memory"
     return None, "trainer.memory_limit is not set; on CPU every candidate fits"
 
 
-def memory_per_rank(container: dict, processes: int) -> tuple[Optional[int], str]:
+def memory_per_rank(trainer: TrainerConfig, processes: int) -> tuple[Optional[int], str]:
     """The bytes one rank may hold, and where the figure comes from: ``trainer.memory_limit``, the CUDA
     device's, or this machine's memory shared by its ``processes``."""
-    limit, source = memory_limit(container)
+    limit, source = memory_limit(trainer)
     if limit is not None:
         return limit, source
     try:
@@ -58,29 +59,24 @@ def memory_per_rank(container: dict, processes: int) -> tuple[Optional[int], str
     return total // max(1, processes), f"this machine's {_gib(total)} over {processes} process(es)"
 
 
-def model_size_problems(container: dict, layout: Optional[tuple]) -> list[str]:
+def model_size_problems(run: Experiment, layout: Optional[tuple]) -> list[str]:
     """The model state per rank (weights; training: with gradients and optimizer state, as the strategy
     lays them out) within the memory a rank has."""
-    model = container.get("model")
-    return _size_problems(container, model, layout) if isinstance(model, dict) and layout is not None else []
-
-
-def _size_problems(container: dict, model: dict, layout: tuple) -> list[str]:
-    params, keys = declared_parameters(model)
+    params, keys = declared_parameters(run.model.node) if layout is not None else (None, "")
     if params is None:
         return []
     cls, _, topology = layout
-    optimizer = optimizer_state_bytes(container["optimizer"]) if container.get("optimizer") else 8
+    optimizer = optimizer_state_bytes(run.optimizer.node) if run.optimizer.node else 8
     state = cls.predict_model_state_bytes(params, optimizer, topology)
-    if (container.get("strategy") or {}).get("name") == "auto":  # its plan chooses: the most sharded it could
+    if run.strategy.get("name") == "auto":  # its plan chooses: the most sharded it could
         state = (8 + optimizer) * params / topology.world_size
-    if not container.get("train", True):
+    if not run.train:
         state = state * 4 / (8 + optimizer)  # weights only
-    budget, source = memory_per_rank(container, topology.processes_per_node)
+    budget, source = memory_per_rank(run.trainer, topology.processes_per_node)
     if budget is None or state <= budget:
         return []
-    what = "weights, gradients and optimizer state" if container.get("train", True) else "weights"
-    name = (container.get("strategy") or {}).get("name") or cls.name
+    what = "weights, gradients and optimizer state" if run.train else "weights"
+    name = run.strategy.get("name") or cls.name
     return [
         f"model: its config makes about {params:.3g} parameters ({keys}): {_gib(state)} of {what} per rank "
         f"under strategy={name} on {topology.world_size} rank(s), more than the {_gib(budget)} a rank has "

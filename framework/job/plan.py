@@ -25,11 +25,12 @@ from typing import Optional
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
 from framework.engine.memory import optimizer_state_bytes
 from framework.job.comm_plan import comm_bytes, traffic
+from framework.job.experiment import ResolvedExperiment, as_run
 from framework.models.moe import GroupedExperts
 from framework.strategies import STRATEGIES, typed_options, variant_of
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
@@ -43,28 +44,25 @@ CONTEXT_PARALLEL = {"parallel/cp": ("parallel", {"cp": 2})}
 EXPERT_PARALLEL = {"parallel/ep": ("parallel", {"ep": 2})}
 
 
-def meta_model(cfg: DictConfig) -> torch.nn.Module:
-    """The configured model on the meta device (no memory, no init cost); ValueError for one this machine
-    could not hold (its Python objects alone could exhaust the memory)."""
-    from framework.job.experiment import ResolvedExperiment
-
-    problems = ResolvedExperiment(OmegaConf.to_container(cfg, resolve=True)).size_problems
-    if problems:
-        raise ValueError(problems[0])
+def meta_model(run: ResolvedExperiment) -> torch.nn.Module:
+    """A model of the run's on the meta device (no memory, no init cost), with its adapters, for the
+    plan to change as it measures; ValueError for one this machine could not hold (its Python objects
+    alone could exhaust the memory)."""
+    if run.size_problems:
+        raise ValueError(run.size_problems[0])
     with torch.device("meta"):
-        model = instantiate(cfg.model, _convert_="all")
-    if cfg.get("adapter"):  # the adapters on the frozen model, as the ranks build it
+        model = instantiate(run.model.node, _convert_="all")
+    if run.config.get("adapter"):  # the adapters on the frozen model, as the ranks build it
         from framework.models.lora import AdapterSettings, inject_adapters
 
-        inject_adapters(model, AdapterSettings(**OmegaConf.to_container(cfg.adapter, resolve=True)), 0)
+        inject_adapters(model, AdapterSettings(**run.config["adapter"]), 0)
     return model
 
 
-def meta_inputs(cfg: DictConfig, batch: int) -> Optional[torch.Tensor]:
+def meta_inputs(run: ResolvedExperiment, batch: int) -> Optional[torch.Tensor]:
     """A batch of ``batch`` meta inputs: token ids for a language model (datamodule.seq_len), else
     floats of datamodule.input_shape; None when neither is known."""
-    shape = OmegaConf.select(cfg, "datamodule.input_shape", default=None)
-    seq_len = OmegaConf.select(cfg, "datamodule.seq_len", default=None)
+    shape, seq_len = run.datamodule.get("input_shape"), run.datamodule.get("seq_len")
     if not (shape or seq_len) or batch < 1:
         return None
     if seq_len:
@@ -72,16 +70,19 @@ def meta_inputs(cfg: DictConfig, batch: int) -> Optional[torch.Tensor]:
     return torch.randn(batch, *shape, device="meta")
 
 
-def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Module] = None) -> Optional[int]:
+def activation_bytes(
+    cfg: DictConfig | ResolvedExperiment, batch: int, model: Optional[torch.nn.Module] = None
+) -> Optional[int]:
     """Bytes one forward of the configured model (``model``: its meta model, when built already)
     saves for backward at ``batch`` samples (the parameters themselves not counted), or None when
-    ``datamodule.input_shape`` is unknown."""
-    inputs = meta_inputs(cfg, batch)
+    ``datamodule.input_shape`` is unknown. ``cfg``: a composed config, or its typed run."""
+    run = as_run(cfg)
+    inputs = meta_inputs(run, batch)
     if inputs is None:
         return None
-    model = meta_model(cfg) if model is None else model
+    model = meta_model(run) if model is None else model
     model.to("meta")  # buffers a model keeps on the CPU while on meta (the GPT's rotary tables) too
-    apply_activation_checkpointing(model, list(cfg.trainer.get("activation_checkpointing") or []))
+    apply_activation_checkpointing(model, list(run.trainer.activation_checkpointing))
     params = {id(p) for p in model.parameters()}
     saved = [0]
 
@@ -96,37 +97,38 @@ def activation_bytes(cfg: DictConfig, batch: int, model: Optional[torch.nn.Modul
     return saved[0]
 
 
-def plan_problems(cfg: DictConfig) -> list[str]:
+def plan_problems(run: ResolvedExperiment) -> list[str]:
     """What keeps the plan from describing the run: a model that does not build, an
     activation_checkpointing class that is no submodule's."""
     try:
-        model = meta_model(cfg)
+        model = meta_model(run)
     except Exception as err:  # noqa: BLE001 - the plan is a report; say what failed, briefly
         cause = err.__cause__ or err
-        return [f"model: {cfg.model.get('_target_')} does not build: {type(cause).__name__}: {cause}"]
-    return checkpoint_problems(model, list(cfg.trainer.get("activation_checkpointing") or []))
+        return [f"model: {run.model.target} does not build: {type(cause).__name__}: {cause}"]
+    return checkpoint_problems(model, list(run.trainer.activation_checkpointing))
 
 
-def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
+def plan(cfg: DictConfig | ResolvedExperiment, devices=(1, 2, 4, 8)) -> list[dict]:
     """Per-rank model-state and activation bytes of each compared strategy on each device count
     (one node; the global batch split across the data-parallel ranks). Tensor parallelism with
     sequence parallelism splits every activation across its group, context parallelism every
     sequence: estimated as the data-parallel rank's activations / (tp x cp). A layout a device
-    count cannot make has None."""
-    model = meta_model(cfg)
+    count cannot make has None. ``cfg``: a composed config, or its typed run."""
+    run = as_run(cfg)
+    model = meta_model(run)
     params = sum(p.numel() for p in model.parameters())
-    k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
+    k = optimizer_state_bytes(run.optimizer.node)
     layouts = {name: (name, {}) for name in COMPARED}
     if callable(getattr(model, "parallelize_plan", None)):
         layouts.update({name: (name, extra) for name, extra in TENSOR_PARALLEL.items()})
-    if hasattr(model, "context_parallel_buffers") and OmegaConf.select(cfg, "datamodule.seq_len", default=None):
+    if hasattr(model, "context_parallel_buffers") and run.datamodule.get("seq_len"):
         layouts.update(CONTEXT_PARALLEL)
     if any(isinstance(m, GroupedExperts) for m in model.modules()):
         layouts.update(EXPERT_PARALLEL)
     if getattr(model, "pipeline_splittable", False):
-        layouts["pp"] = ("pp", _pipeline_options(cfg))
-    layouts.update(_deepspeed_layouts(cfg))
-    layouts.update(_configured_layout(cfg, layouts))
+        layouts["pp"] = ("pp", _pipeline_options(run))
+    layouts.update(_deepspeed_layouts(run))
+    layouts.update(_configured_layout(run, layouts))
     settings = getattr(model, "adapter_settings", None)
     activations: dict[int, Optional[int]] = {}
     traffic_by_batch: dict[int, Optional[dict]] = {}
@@ -146,14 +148,14 @@ def plan(cfg: DictConfig, devices=(1, 2, 4, 8)) -> list[dict]:
             }
             rows.append(row)
             try:
-                row.update(layout_bytes(cfg, cls, options, n, model, k, activations, traffic_by_batch))
+                row.update(layout_bytes(run, cls, options, n, model, k, activations, traffic_by_batch))
             except ValueError:  # a layout this device count (or this model) cannot make
                 continue
     return rows
 
 
 def layout_bytes(
-    cfg: DictConfig,
+    run: ResolvedExperiment,
     cls,
     options,
     devices: int,
@@ -175,17 +177,17 @@ def layout_bytes(
         state = cls.predict_adapted_state_bytes(params, trainable, k, topology, model, options)
     else:
         state = cls.predict_model_state_bytes(params, k, topology, model, options)
-    batch = int(OmegaConf.select(cfg, "datamodule.batch_size", default=0) or 0)
+    batch = int(run.datamodule.get("batch_size") or 0)
     dp = topology.data_parallel_size
     if dp not in activations:
-        activations[dp] = activation_bytes(cfg, batch // dp, model)
+        activations[dp] = activation_bytes(run, batch // dp, model)
     # tensor (sequence) and context parallelism split each activation across their groups
     acts = activations[dp] if activations[dp] is None else activations[dp] / (topology.tp * topology.cp)
     figures = {"model_state_bytes_per_rank": state, "activation_bytes_per_rank": acts}
     if adapted:  # what trains, and its state, per rank
         figures["trainable_parameters_per_rank"] = trainable
         figures["optimizer_state_bytes_per_rank"] = trainable * k
-    sizes = None if traffic_by_batch is None else _traffic(cfg, model, batch // dp, traffic_by_batch)
+    sizes = None if traffic_by_batch is None else _traffic(run, model, batch // dp, traffic_by_batch)
     if sizes is not None:
         figures["comm_bytes_per_rank"] = comm_bytes(options, topology, params, sizes)
     if cls.name == "pp":
@@ -229,24 +231,19 @@ def adapter_count(model: torch.nn.Module, cls, options, topology) -> int:
     return trainable_per_rank(model, topology.tp, shard, splits)
 
 
-def _traffic(cfg: DictConfig, model: torch.nn.Module, batch: int, cache: dict) -> Optional[dict]:
+def _traffic(run: ResolvedExperiment, model: torch.nn.Module, batch: int, cache: dict) -> Optional[dict]:
     """What a data-parallel rank's forward of ``batch`` samples passes between ranks (comm_plan.py),
     once per batch size (kept in ``cache``)."""
     if batch not in cache:
-        inputs = meta_inputs(cfg, batch)
+        inputs = meta_inputs(run, batch)
         cache[batch] = None if inputs is None else traffic(model.to("meta"), inputs)
     return cache[batch]
 
 
-def _strategy_node(cfg: DictConfig) -> dict:
-    """The config's strategy options as a plain dict ({} without one)."""
-    return OmegaConf.to_container(cfg.strategy, resolve=True) if cfg.get("strategy") else {}
-
-
-def _configured_layout(cfg: DictConfig, layouts: dict) -> dict:
+def _configured_layout(run: ResolvedExperiment, layouts: dict) -> dict:
     """The config's own strategy as a row of its own (``strategy=parallel``'s degrees, a preset, an
     option changed) where no compared row is the same layout."""
-    strategy = _strategy_node(cfg)
+    strategy = run.strategy
     name = strategy.get("name")
     if name not in STRATEGIES or strategy.get("_target_"):
         return {}  # auto (its candidates are the compared rows), or a class of the user's own
@@ -257,20 +254,20 @@ def _configured_layout(cfg: DictConfig, layouts: dict) -> dict:
     return {f"{name} (config)": (name, extra)}
 
 
-def _deepspeed_layouts(cfg: DictConfig) -> dict:
+def _deepspeed_layouts(run: ResolvedExperiment) -> dict:
     """With strategy=deepspeed: its ZeRO stages 1-3 (``deepspeed_<stage>``), with the config's offload."""
-    strategy = _strategy_node(cfg)
+    strategy = run.strategy
     if strategy.get("name") != "deepspeed":
         return {}
     offload = {"offload_optimizer": strategy.get("offload_optimizer")}
     return {f"deepspeed_{stage}": ("deepspeed", {"stage": stage, **offload}) for stage in (1, 2, 3)}
 
 
-def _pipeline_options(cfg: DictConfig) -> dict:
+def _pipeline_options(run: ResolvedExperiment) -> dict:
     """A pipeline of one stage per device (stages_per_rank per device, interleaved), with the
     config's schedule, micro-batches and split points when its strategy is pp (else 1F1B with as
     many micro-batches as stages)."""
-    strategy = _strategy_node(cfg)
+    strategy = run.strategy
     if strategy.get("name") != "pp":
         return {}
     keys = ("schedule", "microbatches", "split_points", "stages_per_rank")

@@ -44,9 +44,9 @@ from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
 
 
-def preflight(cfg: DictConfig) -> dict:
-    """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its resolved
-    container when it can run."""
+def preflight(cfg: DictConfig) -> ResolvedExperiment:
+    """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its typed run
+    when it can run."""
     return validate(
         cfg,
         subject=ResolvedExperiment,  # the typed run, its layout and meta-device model worked out once for every check
@@ -286,7 +286,7 @@ def check_strategy_on_model(run: ResolvedExperiment) -> list[str]:
     cls, options, topology = run.layout
     if cls.model_problems.__func__ is Strategy.model_problems.__func__ or run.meta_model is None:
         return []
-    return cls.model_problems(run.meta_model, options, topology, run.config)
+    return cls.model_problems(run.meta_model, options, topology, run)
 
 
 def check_rank_start(run: ResolvedExperiment) -> list[str]:
@@ -300,24 +300,23 @@ def check_rank_start(run: ResolvedExperiment) -> list[str]:
     if run.layout is None:  # an invalid strategy or layout is named by check_strategy
         return []
     cls, typed, topology = run.layout
-    container = run.config
     if topology.processes_per_node < 2 or detect_environment() is not None:
         return []
     name, start = f"strategy={typed.name}", cls.start_method(typed)
-    if start == "spawn" and needs_main(container) and interactive_main():
+    if start == "spawn" and needs_main(run) and interactive_main():
         return [
             f"{name}: starts fresh interpreters, which cannot see the classes defined in this notebook or "
             "session (_target_: __main__...); use strategy=ddp_notebook (or ddp, fsdp, ...: they fork their "
             "ranks from this process here), or move those classes into a module file"
         ]
-    if forks_ranks(container, start) and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if forks_ranks(run, start) and torch.cuda.is_available() and torch.cuda.is_initialized():
         return [
             f"{name}: its ranks are forks of this process, which has initialised CUDA already (a CUDA "
             "tensor or call before fit), and a forked process cannot use CUDA; restart the kernel and call "
             "fit before anything touches CUDA, or move the classes of _target_: __main__... into a module "
             "file and use strategy=ddp"
         ]
-    if forks_ranks(container, start) and not autograd_survives_fork():
+    if forks_ranks(run, start) and not autograd_survives_fork():
         return [
             f"{name}: its ranks are forks of this process, whose autograd has started threads already (a "
             "compiled model's backward ran here: trainer.compile), and a forked process cannot run backward "

@@ -41,35 +41,37 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[Path], None]] 
     quiet_known_warnings(0 if owner else 1)  # (the checks import what warns too: transformers, torchao)
     # Taken first: a run already writing there is named at once, before anything is checked or written.
     with DirectoryLock(Path(cfg.output_dir)) if owner else contextlib.nullcontext():
-        container = preflight(cfg)
+        run = preflight(cfg)
+        container = run.config
         # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
         # strategy's options in full (its schema's defaults filled in; `auto` on several devices:
         # the candidates that fit, for the ranks to choose from).
-        container["strategy"] = auto_node(container) or resolved_options(container)
+        container["strategy"] = auto_node(run) or resolved_options(run)
         if owner:
-            _remove_previous_run(container)
+            _remove_previous_run(run)
             # A later attempt in a run's directory (a resume) records itself beside the run's record,
             # which it replaces only once it trains (engine/attempts.py).
-            container["attempt"] = next_attempt(Path(container["output_dir"]))
-        cfg = OmegaConf.create(container)
-        output_dir = Path(cfg.output_dir)
+            container["attempt"] = next_attempt(Path(run.output_dir))
+        run = Experiment(container)  # the run as launched: its strategy in full, its attempt
+        output_dir = Path(run.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         if owner:
-            _write_record(cfg, attempt_dir(output_dir, cfg.get("attempt")), after_validation)
-        log.info("Experiment '%s', output in %s", cfg.name, output_dir)
-        results = launch(cfg)
-    _log_outcome(cfg, results, output_dir)
+            _write_record(container, attempt_dir(output_dir, run.attempt), after_validation)
+        log.info("Experiment '%s', output in %s", run.name, output_dir)
+        results = launch(run)
+    _log_outcome(run.name, results, output_dir)
     if results.get("status") == "interrupted":
         raise Interrupted(results["signal_number"], results)
     return results
 
 
-def _write_record(cfg: DictConfig, record: Path, after_validation: Optional[Callable[[Path], None]]) -> None:
-    """This attempt's config.yaml (and what ``after_validation`` writes) into ``record``; a disk that
-    is full or read-only from the start is named before any process starts, not a traceback."""
+def _write_record(config: dict, record: Path, after_validation: Optional[Callable[[Path], None]]) -> None:
+    """This attempt's config.yaml (the run's config, at the boundary out) and what ``after_validation``
+    writes into ``record``; a disk that is full or read-only from the start is named before any
+    process starts, not a traceback."""
     try:
         record.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, record / "config.yaml")
+        OmegaConf.save(OmegaConf.create(config), record / "config.yaml")
         if after_validation is not None:
             after_validation(record)
     except OSError as err:
@@ -81,26 +83,26 @@ def _write_record(cfg: DictConfig, record: Path, after_validation: Optional[Call
         ) from None
 
 
-def _log_outcome(cfg: DictConfig, results: dict, output_dir: Path) -> None:
+def _log_outcome(name: str, results: dict, output_dir: Path) -> None:
     metrics = results.get("metrics", {})
     shown = ", ".join(
         f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
         for k, v in sorted(metrics.items())
         if k.startswith(("val/", "test/", "harness/"))
     )
-    log.info("Finished '%s' (%s): %s", cfg.name, results.get("status"), shown or "no metrics")
+    log.info("Finished '%s' (%s): %s", name, results.get("status"), shown or "no metrics")
     written = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in output_dir.iterdir()))
     log.info("Outputs: %s (%s)", output_dir.resolve(), written)
 
 
-def _remove_previous_run(container: dict) -> None:
+def _remove_previous_run(run: Experiment) -> None:
     """overwrite=true: the previous run's outputs go, so that its TensorBoard events, metrics and
     checkpoints do not mix into this run's."""
     from framework.models.hf_export import remove_export
 
-    replaced = replaces_previous_run(Experiment(container))
+    replaced = replaces_previous_run(run)
     for name in replaced:
-        path = Path(container["output_dir"]) / name
+        path = Path(run.output_dir) / name
         if name == "model_hf" and path.is_dir():  # an export's own files: a file of the user's in it stays
             kept = remove_export(path)
             if kept:
@@ -108,6 +110,4 @@ def _remove_previous_run(container: dict) -> None:
             continue
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     if replaced:
-        log.warning(
-            "overwrite=true: removed the previous run's %s from %s", ", ".join(replaced), container["output_dir"]
-        )
+        log.warning("overwrite=true: removed the previous run's %s from %s", ", ".join(replaced), run.output_dir)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from omegaconf import OmegaConf
-
 from framework.config import ConfigError
 from framework.config.experiment import Experiment
 from framework.config.schemas import AutoStrategyConfig
 from framework.engine.memory import optimizer_state_bytes
+from framework.job.experiment import ResolvedExperiment
 from framework.job.model_size import memory_limit
 from framework.job.plan import layout_bytes, meta_model
 from framework.rank.strategy_probe import mib
@@ -26,9 +25,8 @@ TENSOR_PARALLEL_CANDIDATES = ("fsdp_tp", "tp")  # for a model with a tensor-para
 ALIASES = {"fsdp_grad_op": {"name": "fsdp", "sharding": "grad_op"}}
 
 
-def is_auto(container: dict) -> bool:
-    options = container.get("strategy") or {}
-    return options.get("name", "auto") == "auto" and not options.get("_target_")
+def is_auto(run: Experiment) -> bool:
+    return run.strategy.get("name", "auto") == "auto" and not run.strategy.get("_target_")
 
 
 def label(node: dict) -> str:
@@ -41,9 +39,9 @@ def label(node: dict) -> str:
     return name
 
 
-def candidate_nodes(container: dict, model) -> list[dict]:
+def candidate_nodes(run: Experiment, model) -> list[dict]:
     """The configured candidates as strategy nodes ({name, ...options}), or the default ones."""
-    listed = (container.get("strategy") or {}).get("candidates")
+    listed = run.strategy.get("candidates")
     if listed is None:
         with_plan = callable(getattr(model, "parallelize_plan", None))
         listed = list(DEFAULT_CANDIDATES) + (list(TENSOR_PARALLEL_CANDIDATES) if with_plan else [])
@@ -58,7 +56,7 @@ def _starts_elastic(name: str, cls) -> bool:
 def candidate_problems(run: Experiment) -> list[str]:
     """Each entry of ``strategy.candidates``: a strategy that starts one process per device under
     the elastic agent, named by a string or a node with its ``name``."""
-    if not is_auto(run.config):
+    if not is_auto(run):
         return []
     listed = run.strategy.get("candidates")
     if listed is None:
@@ -77,25 +75,24 @@ def candidate_problems(run: Experiment) -> list[str]:
     return problems
 
 
-def plan_candidates(container: dict) -> dict:
+def plan_candidates(run: ResolvedExperiment) -> dict:
     """The decision's table before anything runs: each candidate's predicted bytes per rank and
     whether it fits, or why it was dropped."""
-    cfg = OmegaConf.create(container)
-    model = meta_model(cfg)
-    limit, source = memory_limit(container)
-    margin = float((container.get("strategy") or {}).get("memory_margin", 0.1))
+    model = meta_model(run)
+    limit, source = memory_limit(run.trainer)
+    margin = float(run.strategy.get("memory_margin", 0.1))
     budget = None if limit is None else int(limit * (1 - margin))
-    k = optimizer_state_bytes(container.get("optimizer") or {})
-    devices, activations, rows = container["trainer"]["devices"], {}, []
-    for node in candidate_nodes(container, model):
+    k = optimizer_state_bytes(run.optimizer.node)
+    devices, activations, rows = run.trainer.devices, {}, []
+    for node in candidate_nodes(run, model):
         row = {"strategy": label(node), "options": node, "predicted_bytes": None, "fits": False, "dropped": None}
         rows.append(row)
         cls = STRATEGIES[node["name"]]
-        problems = check_strategy({**container, "strategy": node})
+        problems = check_strategy(run.with_config(strategy=node))
         try:
             options = typed_options(node, cls)
-            problems = problems or cls.model_problems(model, options, cls.make_topology(devices, 1, options), container)
-            figures = {} if problems else layout_bytes(cfg, cls, options, devices, model, k, activations)
+            problems = problems or cls.model_problems(model, options, cls.make_topology(devices, 1, options), run)
+            figures = {} if problems else layout_bytes(run, cls, options, devices, model, k, activations)
         except (TypeError, ValueError) as err:
             problems = problems or [str(err)]
         if problems:
@@ -118,14 +115,13 @@ def plan_candidates(container: dict) -> dict:
     }
 
 
-def auto_node(container: dict) -> dict | None:
+def auto_node(run: ResolvedExperiment) -> dict | None:
     """The strategy node the ranks get for ``strategy=auto`` on several processes (None: not auto,
     or one process, which is single as always). ConfigError when no candidate fits, naming each
     candidate's figure."""
-    trainer = container["trainer"]
-    if not is_auto(container) or trainer["devices"] * trainer["num_nodes"] == 1:
+    if not is_auto(run) or run.trainer.devices * run.trainer.num_nodes == 1:
         return None
-    plan = plan_candidates(container)
+    plan = plan_candidates(run)
     fitting = [row for row in plan["candidates"] if row["fits"]]
     if not fitting:
         raise ConfigError(
@@ -136,10 +132,9 @@ def auto_node(container: dict) -> dict | None:
                 "trainer.activation_checkpointing"
             ]
         )
-    options = dict(container["strategy"])
-    shared = {f.name: options.get(f.name, f.default) for f in fields(AutoStrategyConfig)}
+    shared = {f.name: run.strategy.get(f.name, f.default) for f in fields(AutoStrategyConfig)}
     candidates = [
-        resolved_options({**container, "strategy": {**row["options"], "timeout_s": shared["timeout_s"]}})
+        resolved_options(run.with_config(strategy={**row["options"], "timeout_s": shared["timeout_s"]}))
         for row in fitting
     ]
     return {**shared, "name": "auto", "candidates": candidates, "plan": plan}

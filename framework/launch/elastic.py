@@ -14,6 +14,7 @@ import threading
 import uuid
 
 from framework.config.environment import detect_environment
+from framework.config.experiment import Experiment
 from framework.engine import signals
 from framework.engine.signals import Interrupted, stop_signals
 from framework.launch.agent_leftovers import RENDEZVOUS_BACKEND, agent_leftovers_taken_back
@@ -44,7 +45,7 @@ def _elastic_entry(container: dict, env_changes: dict) -> dict:
     return results
 
 
-def launch_elastic(container: dict, nprocs: int, fork: bool = False) -> dict:
+def launch_elastic(run: Experiment, nprocs: int, fork: bool = False) -> dict:
     """N ranks under torch's elastic agent on this machine; returns rank 0's results. ``fork``: the
     ranks are forks of this very process (a notebook's classes come along), not of the fork server."""
     standard_start_method()
@@ -55,45 +56,45 @@ def launch_elastic(container: dict, nprocs: int, fork: bool = False) -> dict:
     if not fork:
         use_fork_server()
     usr1 = (
-        signal.SIGUSR1 in stop_signals(container["trainer"].get("stop_on_sigusr1"))
+        signal.SIGUSR1 in stop_signals(run.trainer.stop_on_sigusr1)
         and threading.current_thread() is threading.main_thread()
     )
     try:
         with (
             agent_leftovers_taken_back(),
-            ranks_without_main(container) if not fork else contextlib.nullcontext(),
+            ranks_without_main(needs_main(run)) if not fork else contextlib.nullcontext(),
             stores_listening_on("127.0.0.1"),
             _without_the_agents_failure_dump(),
         ):
             if usr1:
                 signal.signal(signal.SIGUSR1, _stop_agent)
-            returns = elastic_launch(_launch_config(container, nprocs, fork), _elastic_entry)(
-                container, environment_changes()
+            returns = elastic_launch(_launch_config(run, nprocs, fork), _elastic_entry)(
+                run.config, environment_changes()
             )
     except SignalException as err:
         # The agent got the signal and passed it to the ranks, which stopped at one step, saved
         # `last` and results.json; it waited for them (or killed them after its grace period).
         # A signal that came once the work was done (results written, completed) stops nothing.
-        results = read_results(container)
+        results = read_results(run)
         if results.get("status") in ("completed", "diverged"):
             return results
         raise Interrupted(int(err.sigval), results) from None
     except ChildFailedError as err:
-        results = read_results(container)
+        results = read_results(run)
         killed = any(f.exitcode < 0 for f in err.failures.values())  # a rank died of a signal it did not handle
         # A rank that failed of its own (a damaged shard: exit 1) ends the job, and the agent's SIGTERM
         # to the others is only its teardown: its error wins over rank 0's "interrupted".
         failed = {r: f for r, f in err.failures.items() if f.exitcode > 0 and not _stopped(f.exitcode)}
         if results.get("status") == "interrupted" and not killed and not failed:  # a signal to the ranks
             raise Interrupted(results["signal_number"], results) from None
-        rank, message = _root_failure(failed or err.failures, container["output_dir"])
-        if needs_main(container) and message.startswith(_STARTED_BADLY):
+        rank, message = _root_failure(failed or err.failures, run.output_dir)
+        if needs_main(run) and message.startswith(_STARTED_BADLY):
             message += f"; {STARTUP_HINT}"
-        raise job_failed(container, nprocs, rank, message) from None
+        raise job_failed(run, nprocs, rank, message) from None
     return returns[0]
 
 
-def _launch_config(container: dict, nprocs: int, fork: bool):
+def _launch_config(run: Experiment, nprocs: int, fork: bool):
     from torch.distributed.launcher.api import LaunchConfig
 
     # Port 0: the agent's rendezvous store binds a free port itself (no pick-then-bind race),
@@ -106,7 +107,7 @@ def _launch_config(container: dict, nprocs: int, fork: bool):
         rdzv_backend=RENDEZVOUS_BACKEND,
         rdzv_endpoint="127.0.0.1:0",
         local_addr="127.0.0.1",
-        max_restarts=int(container["trainer"].get("max_restarts") or 0),
+        max_restarts=int(run.trainer.max_restarts or 0),
         monitor_interval=0.1,
         start_method="fork" if fork else "forkserver",
     )

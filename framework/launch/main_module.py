@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from framework.config.experiment import Experiment
+
 # What a rank that failed while importing the user's script is told (its traceback is on the console).
 STARTUP_HINT = (
     "the config names a class defined in your script (_target_: __main__...), which every rank "
@@ -28,11 +30,11 @@ GUARD_MESSAGE = (
 
 
 @contextlib.contextmanager
-def ranks_without_main(container: dict):
+def ranks_without_main(keep_main: bool = False):
     """While ranks start, ``__main__`` looks like an interactive session to multiprocessing,
-    so the children do not import it (unless the config needs a ``__main__.`` target)."""
+    so the children do not import it (unless ``keep_main``: the config needs a ``__main__.`` target)."""
     main = sys.modules.get("__main__")
-    if main is None or needs_main(container):
+    if main is None or keep_main:
         yield
         return
     saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
@@ -50,15 +52,15 @@ def interactive_main() -> bool:
     return main is not None and not getattr(main, "__file__", None)
 
 
-def forks_ranks(container: dict, launcher: str) -> bool:
-    """Do the local ranks of ``container`` start as forks of this process: a fork strategy, or
+def forks_ranks(run: Experiment, launcher: str) -> bool:
+    """Do the local ranks of ``run`` start as forks of this process: a fork strategy, or
     classes defined in an interactive ``__main__`` that no other start could import."""
-    return launcher == "fork" or (launcher == "elastic" and needs_main(container) and interactive_main())
+    return launcher == "fork" or (launcher == "elastic" and needs_main(run) and interactive_main())
 
 
-def needs_main(container: dict) -> bool:
+def needs_main(run: Experiment) -> bool:
     """Does the config name a class or function defined in the user's script?"""
-    return "__main__." in json.dumps(container, default=str)
+    return "__main__." in json.dumps(run.config, default=str)
 
 
 def reimported_by_a_rank(caller_globals: dict) -> bool:

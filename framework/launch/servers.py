@@ -65,7 +65,7 @@ def use_fork_server() -> None:
     )
 
 
-def start_fork_server(container: dict) -> None:
+def start_fork_server(keep_main: bool = False) -> None:
     """Start the ranks' fork server now: it imports torch and the framework in a process of its
     own (seconds) while this one validates the config and writes its files. The first launch
     then finds it running; later launches reuse it as before."""
@@ -74,7 +74,7 @@ def start_fork_server(container: dict) -> None:
 
     use_fork_server()
     environment_changes()  # the server's environment is this one: later changes travel with each launch
-    with ranks_without_main(container):
+    with ranks_without_main(keep_main):
         forkserver.ensure_running()  # returns once the server process exists; it imports in the background
 
 
@@ -118,7 +118,7 @@ def start_from_command_line(args: list[str]) -> None:
     if asks_for_packed(args):  # the jobs start their own ranks' servers
         start_job_server()
     elif asks_for_several_devices(args):
-        start_fork_server({})
+        start_fork_server()
 
 
 def asks_for_packed(args: list[str]) -> bool:

@@ -7,30 +7,30 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import RankEnv, detect_environment
+from framework.config.experiment import Experiment
 from framework.engine.signals import watch_parent
-from framework.launch.main_module import forks_ranks
-from framework.rank.run import run
+from framework.launch.main_module import forks_ranks, needs_main
+from framework.rank.run import run as run_rank
 from framework.strategies import resolve
 
 
-def launch(cfg: DictConfig) -> dict:
-    """Run the resolved, validated ``cfg`` on every rank it needs; return rank 0's results."""
+def launch(run: Experiment) -> dict:
+    """Run the resolved, validated ``run`` on every rank it needs; return rank 0's results."""
     env = detect_environment()
     if env is not None:  # this process is one rank of a launched job (torchrun, srun): join it
         watch_parent()
-        return run(cfg, env)
-    container = OmegaConf.to_container(cfg, resolve=True)
-    cls, typed, topology = resolve(container)
+        return run_rank(OmegaConf.create(run.config), env)
+    cls, typed, topology = resolve(run)
     if topology.processes_per_node == 1:
-        return run(cfg, RankEnv())
+        return run_rank(OmegaConf.create(run.config), RankEnv())
     start = cls.start_method(typed)
     if start == "spawn":
         from framework.launch.spawn import launch_spawn
 
-        return launch_spawn(container, topology.processes_per_node)
+        return launch_spawn(run, topology.processes_per_node)
     from framework.launch.elastic import launch_elastic
 
-    return launch_elastic(container, topology.processes_per_node, fork=forks_ranks(container, start))
+    return launch_elastic(run, topology.processes_per_node, fork=forks_ranks(run, start))
 
 
 def start_ranks_early(cfg: DictConfig) -> None:
@@ -43,14 +43,15 @@ def start_ranks_early(cfg: DictConfig) -> None:
     try:  # the one resolution of a strategy (strategies/registry.py), on the raw config's strategy and devices
         trainer = {k: OmegaConf.select(cfg, f"trainer.{k}", default=1) for k in ("devices", "num_nodes")}
         strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if "strategy" in cfg else {}
-        cls, typed, topology = resolve({"strategy": strategy, "trainer": trainer})
+        cls, typed, topology = resolve(Experiment({"strategy": strategy, "trainer": trainer}))
     except Exception:  # a broken interpolation, a target that does not import: validation will say which
         return
     start = cls.start_method(typed)
     if topology.processes_per_node < 2 or start != "elastic" or not cls.process_per_device:
         return
-    if forks_ranks(OmegaConf.to_container(cfg, resolve=False), start):
+    raw = Experiment(OmegaConf.to_container(cfg, resolve=False))
+    if forks_ranks(raw, start):
         return  # the ranks will be forks of this process: no server to start
     from framework.launch.servers import start_fork_server
 
-    start_fork_server(OmegaConf.to_container(cfg, resolve=False))
+    start_fork_server(needs_main(raw))

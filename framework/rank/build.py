@@ -18,6 +18,7 @@ from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpo
 from framework.callbacks.profiler import PROFILERS
 from framework.config.durations import parse_duration
 from framework.config.environment import RankEnv
+from framework.config.experiment import Experiment
 from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import SchedulerConfig, TrainerConfig
 from framework.config.validate import FRAMEWORK_KEYS, import_target
@@ -169,7 +170,7 @@ def build_trainer(
     the StopSignals that stop it at a step boundary)."""
     container = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg = TrainerConfig(**container)
-    strategy = strategy or build_strategy(OmegaConf.to_container(cfg, resolve=True), env)
+    strategy = strategy or build_strategy(Experiment(OmegaConf.to_container(cfg, resolve=True)), env)
     seed = seed_everything(cfg.get("seed"))  # before any model is built: it draws the initial weights
     set_deterministic(trainer_cfg.deterministic)
     set_debug_flags(trainer_cfg.detect_anomaly, trainer_cfg.benchmark)

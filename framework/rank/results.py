@@ -9,6 +9,7 @@ from typing import Optional
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import cpu_cores
+from framework.config.experiment import Experiment
 from framework.engine.memory import optimizer_state_bytes, whole_numel
 from framework.engine.results import job_record, peak_memory_bytes, throughput
 from framework.engine.trainer import Trainer
@@ -39,10 +40,10 @@ def _tokens(figures: dict, cfg: DictConfig) -> dict:
 def job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
     """What results.json says of the job whatever its outcome; ``placement``: the CPU cores rank 0
     may run on and the CUDA devices it may see (a packed sweep gives each job its own)."""
-    container = OmegaConf.to_container(cfg, resolve=True)
+    run = Experiment(OmegaConf.to_container(cfg, resolve=True))
     placement = {"cpus": cpu_cores(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     return {
-        **job_record(container, strategy.name, strategy.world_size),
+        **job_record(run, strategy.name, strategy.world_size),
         "accelerator": strategy.accelerator,
         "degrees": strategy.topology.degrees,
         "placement": placement,

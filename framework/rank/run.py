@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import PARALLEL_JOBS, RankEnv, available_cores
 from framework.config.errors import ConfigError
+from framework.config.experiment import Experiment
 from framework.config.relocate import relocate
 from framework.engine import signals
 from framework.engine.checkpoint_files import CheckpointError
@@ -82,7 +83,7 @@ def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
     # what the process group already got) must not kill rank 0 while it writes results.json.
     with stops:
         cfg, choice = choose_strategy(cfg, env, stops)  # strategy=auto: the candidate it takes
-        strategy = build_strategy(OmegaConf.to_container(cfg, resolve=True), env)
+        strategy = build_strategy(Experiment(OmegaConf.to_container(cfg, resolve=True)), env)
         strategy.setup_environment()
         cfg = _join_job_directory(cfg, strategy)
         results = {**job_fields(cfg, strategy), "threads": threads, **({"strategy_choice": choice} if choice else {})}

@@ -18,6 +18,7 @@ import tempfile
 from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import RankEnv
+from framework.config.experiment import Experiment
 from framework.rank.benchmark_repeats import fit_quietly
 from framework.strategies import build_strategy
 from framework.strategies.comm.collectives import all_gather_object
@@ -128,7 +129,7 @@ def _probe(cfg: DictConfig, env: RankEnv, candidate: dict, steps: int, signals, 
         ),
         candidate,
     )
-    strategy = build_strategy(OmegaConf.to_container(probe, resolve=True), env)
+    strategy = build_strategy(Experiment(OmegaConf.to_container(probe, resolve=True)), env)
     strategy.setup_environment()  # the first candidate joins the job's process group; the others find it
     with tempfile.TemporaryDirectory(prefix="framework-probe-") as scratch:
         times = fit_quietly(probe, env, strategy, scratch, signals).step_times[WARMUP_STEPS:]

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from framework.config.environment import RankEnv
+from framework.config.experiment import Experiment
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
 from framework.data.sampler import ShardedSampler
@@ -161,19 +162,19 @@ class Strategy:
 
     @classmethod
     def model_problems(
-        cls, model: nn.Module, options: StrategyConfig, topology: Topology, container: dict
+        cls, model: nn.Module, options: StrategyConfig, topology: Topology, run: Experiment
     ) -> list[str]:
         """Every reason this strategy cannot run ``model`` (built on the meta device) in this layout."""
         return []
 
     @classmethod
-    def config_problems(cls, options: StrategyConfig, topology: Topology, container: dict) -> list[str]:
-        """Every reason the rest of the experiment (``container``: trainer, datamodule, ...) cannot
+    def config_problems(cls, options: StrategyConfig, topology: Topology, run: Experiment) -> list[str]:
+        """Every reason the rest of the experiment (``run``'s trainer, datamodule, ...) cannot
         run on this strategy in this layout."""
         return []
 
     @classmethod
-    def job_options(cls, options: StrategyConfig, topology: Topology, container: dict) -> StrategyConfig:
+    def job_options(cls, options: StrategyConfig, topology: Topology, run: Experiment) -> StrategyConfig:
         """The options the ranks get, completed from the rest of the experiment (by default as they are)."""
         return options
 

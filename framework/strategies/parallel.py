@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
+from framework.config.experiment import Experiment
 from framework.config.ranges import ranged
 from framework.config.topology import Topology
 from framework.strategies.base import Preset, Strategy
@@ -89,18 +90,17 @@ def _left(world: int, product: int) -> int:
     return world // product if product > 0 and world % product == 0 else -1
 
 
-def per_context_rank(container: dict, cp: int) -> dict:
-    """``container`` as one rank of a context-parallel group sees it: ``datamodule.seq_len`` its part."""
-    data = container.get("datamodule") or {}
-    seq_len = data.get("seq_len")
-    return {**container, "datamodule": {**data, "seq_len": seq_len // cp if isinstance(seq_len, int) else None}}
+def seq_len_per_rank(run: Experiment, cp: int) -> Optional[int]:
+    """``datamodule.seq_len`` as one rank of a context-parallel group of ``cp`` sees it: its part."""
+    seq_len = run.datamodule.get("seq_len")
+    return seq_len // cp if isinstance(seq_len, int) else None
 
 
-def context_parallel_problems(model: nn.Module, topology: Topology, container: dict) -> list[str]:
+def context_parallel_problems(model: nn.Module, topology: Topology, run: Experiment) -> list[str]:
     """Before start: the sequence splits evenly, the model declares its position tables, and nothing
     the run asks for needs the whole sequence in one rank."""
     cp = topology.cp
-    datamodule, trainer = container.get("datamodule") or {}, container.get("trainer") or {}
+    datamodule, trainer = run.datamodule, run.trainer
     seq_len = datamodule.get("seq_len")
     problems = []
     if not isinstance(seq_len, int):
@@ -119,9 +119,9 @@ def context_parallel_problems(model: nn.Module, topology: Topology, container: d
             "datamodule.document_boundaries: attention within documents needs a mask over the whole sequence, which "
             "context parallelism does not gather; set document_boundaries=false, or strategy.cp=1"
         )
-    if trainer.get("compile"):
+    if trainer.compile:
         problems.append(
-            f"trainer.compile: {trainer['compile']!r} with context parallelism is not supported (its attention is "
+            f"trainer.compile: {trainer.compile!r} with context parallelism is not supported (its attention is "
             "swapped in at run time); set trainer.compile=false, or strategy.cp=1"
         )
     return problems
@@ -177,13 +177,13 @@ class ParallelStrategy(FSDPSharding, Strategy):
         )
 
     @classmethod
-    def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+    def model_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
         problems = []
         # (strategy=tp asks for tensor parallelism even on one rank: its plan is checked there too)
         if topology.tp > 1 or options.tp == -1:  # sequence parallelism splits each rank's part of the sequence again
-            problems += plan_problems(model, options, topology, per_context_rank(container, topology.cp))
+            problems += plan_problems(model, options, topology, seq_len_per_rank(run, topology.cp))
         if topology.cp > 1:
-            problems += context_parallel_problems(model, topology, container)
+            problems += context_parallel_problems(model, topology, run)
         if topology.ep > 1:
             problems += expert_parallel_problems(model, topology)
         return problems

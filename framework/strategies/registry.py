@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from framework.config.environment import RankEnv, available_cores, detect_environment, resolve_accelerator
+from framework.config.experiment import Experiment
 from framework.config.schemas import AutoStrategyConfig, StrategyConfig
 from framework.config.topology import Topology, accelerator_problems, batch_problems, launch_problems
 from framework.config.validate import check_schema, import_target, known_valid_keys
@@ -99,25 +100,27 @@ def variant_of(cls: type[Strategy], typed: StrategyConfig) -> type[Strategy]:
     return cls.variant(typed)
 
 
-def resolve(container: dict) -> tuple[type[Strategy], StrategyConfig, Topology]:
-    """The strategy class, its typed options and the job's topology, from a resolved, valid config."""
-    trainer = container["trainer"]
-    for key in ("devices", "num_nodes"):
-        if not isinstance(trainer[key], int) or isinstance(trainer[key], bool):
-            raise TypeError(f"trainer.{key}: expected int, got {trainer[key]!r}")
-    options = dict(concrete(container.get("strategy") or {}))
-    cls = selected_class(options, trainer["devices"], trainer["num_nodes"])
+def resolve(run: Experiment) -> tuple[type[Strategy], StrategyConfig, Topology]:
+    """The strategy class, its typed options and the job's topology, from a resolved, valid run (the
+    one place a strategy's class is worked out)."""
+    trainer = run.config.get("trainer") or {}  # (as given: a value of the wrong type is no layout)
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    for key, value in (("devices", devices), ("num_nodes", nodes)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"trainer.{key}: expected int, got {value!r}")
+    options = dict(concrete(run.strategy))
+    cls = selected_class(options, devices, nodes)
     typed = typed_options(options, cls)
     cls = variant_of(cls, typed)
-    return cls, typed, cls.make_topology(trainer["devices"], trainer["num_nodes"], typed)
+    return cls, typed, cls.make_topology(devices, nodes, typed)
 
 
-def resolved_options(container: dict) -> dict:
+def resolved_options(run: Experiment) -> dict:
     """The strategy node the ranks get: every option with its schema's default filled in, ``auto``
     resolved, and a user's ``_target_`` kept (the ranks import it again)."""
-    cls, typed, topology = resolve(container)
-    options = asdict(cls.job_options(typed, topology, container))
-    target = (container.get("strategy") or {}).get("_target_")
+    cls, typed, topology = resolve(run)
+    options = asdict(cls.job_options(typed, topology, run))
+    target = run.strategy.get("_target_")
     return {"_target_": target, **options} if target else options
 
 
@@ -156,10 +159,10 @@ def _selection_problems(options: dict, devices, nodes) -> tuple[type[Strategy] |
     return cls, cls.schema if cls and name != "auto" else AutoStrategyConfig, []
 
 
-def check_strategy(container: dict) -> list[str]:
+def check_strategy(run: Experiment) -> list[str]:
     """Strategy class and options, accelerator, topology against the launcher, batch divisibility."""
-    options = container.get("strategy") or {}
-    trainer = container.get("trainer") or {}
+    options = run.strategy
+    trainer = run.config.get("trainer") or {}  # (as given: the trainer's schema names a wrong type)
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
     cls, schema, problems = _selection_problems(options, devices, nodes)
     if problems:  # an unknown name, a target that is no Strategy: nothing to check the options against
@@ -175,7 +178,7 @@ def check_strategy(container: dict) -> list[str]:
         **known_valid_keys(_options(options, cls), schema),
         **({"_target_": options["_target_"]} if options.get("_target_") else {}),
     }
-    return problems + _layout_problems(container, cls, options, devices, nodes, renamed)
+    return problems + _layout_problems(run, cls, options, devices, nodes, renamed)
 
 
 def _renamed(options: dict, cls: type[Strategy]) -> str:
@@ -185,23 +188,19 @@ def _renamed(options: dict, cls: type[Strategy]) -> str:
 
 
 def _layout_problems(
-    container: dict, cls: type[Strategy], options: dict, devices: int, nodes: int, renamed: str = ""
+    run: Experiment, cls: type[Strategy], options: dict, devices: int, nodes: int, renamed: str = ""
 ) -> list[str]:
     """The accelerator, the strategy's own checks of its topology, the launcher, the batch."""
-    trainer = container["trainer"]
-    accelerator = trainer.get("accelerator", "auto")
-    resolved = resolve_accelerator(accelerator) if isinstance(accelerator, str) else "cpu"
+    resolved = resolve_accelerator(run.trainer.accelerator)
     missing = accelerator_problems(resolved, devices)
     if missing:
         return missing
     try:
-        cls, typed, topology = resolve(
-            {**container, "strategy": options, "trainer": {**trainer, "devices": devices, "num_nodes": nodes}}
-        )
+        cls, typed, topology = resolve(run.with_config(strategy=options))
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
         return [str(err) + renamed]
-    problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, trainer)
-    problems += cls.config_problems(typed, topology, container)
+    problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, run.trainer.oversubscribe)
+    problems += cls.config_problems(typed, topology, run)
     launched = detect_environment()
     problems += launch_problems(topology, typed.name, launched, cls.start_method(typed) == "spawn")
     if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
@@ -209,13 +208,13 @@ def _layout_problems(
             f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
             "strategy.backend=horovod runs under it; start the others with torchrun, srun or python"
         )
-    return problems + batch_problems(topology, (container.get("datamodule") or {}).get("batch_size"))
+    return problems + batch_problems(topology, run.datamodule.get("batch_size"))
 
 
-def _core_problems(topology: Topology, accelerator: str, trainer: dict) -> list[str]:
+def _core_problems(topology: Topology, accelerator: str, oversubscribe: bool) -> list[str]:
     """CPU ranks beyond the cores: each would wait for the others' turns at every collective."""
     cores = available_cores()
-    if accelerator != "cpu" or topology.processes_per_node <= cores or trainer.get("oversubscribe"):
+    if accelerator != "cpu" or topology.processes_per_node <= cores or oversubscribe:
         return []
     return [
         f"trainer.devices: {topology.processes_per_node} processes per node on the CPU, but this process may run "
@@ -224,10 +223,8 @@ def _core_problems(topology: Topology, accelerator: str, trainer: dict) -> list[
     ]
 
 
-def build_strategy(container: dict, env: RankEnv) -> Strategy:
-    """The strategy of a resolved, validated config, for the rank ``env``."""
-    cls, options, topology = resolve(container)
-    trainer = container["trainer"]
-    return cls(
-        options, resolve_accelerator(trainer["accelerator"]), topology, env, trainer.get("accumulate_grad_batches", 1)
-    )
+def build_strategy(run: Experiment, env: RankEnv) -> Strategy:
+    """The strategy of a resolved, validated run, for the rank ``env``."""
+    cls, options, topology = resolve(run)
+    trainer = run.trainer
+    return cls(options, resolve_accelerator(trainer.accelerator), topology, env, trainer.accumulate_grad_batches)

@@ -13,6 +13,7 @@ strategy=parallel builds it) is materialised on each rank after both, by its
 from __future__ import annotations
 
 import fnmatch
+from typing import Optional
 
 import torch
 from torch import nn
@@ -81,9 +82,10 @@ def _replicated(args: tuple, mesh) -> tuple:
     )
 
 
-def plan_problems(model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+def plan_problems(model: nn.Module, options, topology: Topology, seq_len: Optional[int]) -> list[str]:
     """Before any process starts: the model has a plan (its own or the config's), every pattern of
-    the config's matches a module, and the model's own sizes fit the tensor-parallel degree."""
+    the config's matches a module, and the model's own sizes fit the tensor-parallel degree (with
+    sequence parallelism: its windows of ``seq_len`` tokens, a context-parallel rank's part)."""
     tp, name = topology.tp, options.name
     if options.plan is None and not callable(getattr(model, "parallelize_plan", None)):
         return [
@@ -102,7 +104,6 @@ def plan_problems(model: nn.Module, options, topology: Topology, container: dict
                 f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})"
             )
     check = getattr(model, "tensor_parallel_problems", None)
-    seq_len = (container.get("datamodule") or {}).get("seq_len")
     if callable(check):
         problems += check(tp, seq_len if options.sequence_parallel else None)
     return problems

@@ -144,7 +144,7 @@ class _PackedRun:
             args = (child_end, launcher.hydra_context, launcher.task_function, sweep_config, self.kind, devices)
             target = run_packed_job
         process = context.Process(target=target, name=f"packed-job-{job.num}", args=args)
-        with ranks_without_main({}):  # the job needs nothing of this process's __main__ (the console script)
+        with ranks_without_main():  # the job needs nothing of this process's __main__ (the console script)
             process.start()
         child_end.close()
         self.running[job.index] = (process, parent_end, job, sweep_config)

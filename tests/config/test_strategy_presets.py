@@ -29,8 +29,8 @@ TWO = ["experiment=digits_mlp", "trainer.devices=2"]
     ],
 )
 def test_a_preset_is_its_class_under_its_own_name(overrides, cls, name, start):
-    container = preflight(compose([*TWO, *overrides]))
-    resolved, typed, _ = resolve(container)
+    run = preflight(compose([*TWO, *overrides]))
+    resolved, typed, _ = resolve(run)
     assert resolved is cls and typed.name == name and resolved.start_method(typed) == start
 
 
@@ -65,12 +65,12 @@ FOUR = ["experiment=gpt_text", "trainer.devices=4", "trainer.oversubscribe=true"
     ],
 )
 def test_hsdp_and_fsdp_tp_are_parallel_with_their_degrees(overrides, name, degrees):
-    container = preflight(compose([*FOUR, *overrides]))
-    resolved, typed, topology = resolve(container)
+    run = preflight(compose([*FOUR, *overrides]))
+    resolved, typed, topology = resolve(run)
     assert resolved is ParallelStrategy and typed.name == name
     assert {k: getattr(topology, k) for k in degrees} == degrees
     # the ranks (and config.yaml) get the preset's options in the one vocabulary: the degrees, under its name
-    options = resolved_options(container)
+    options = resolved_options(run)
     assert options["name"] == name and not {"replicate", "shard", "tensor_parallel"} & set(options)
 
 

@@ -240,4 +240,4 @@ def test_an_experiments_adapter_keys_left_by_removing_its_adapter_are_refused_or
     [problem] = err.value.problems
     assert problem.startswith("adapter: adapter.r, adapter.alpha set, but no adapter selected")
     assert "~adapter ~adapter.r ~adapter.alpha" in problem
-    assert preflight(compose([*base, "~adapter.r", "~adapter.alpha"]))["adapter"] in (None, {})
+    assert preflight(compose([*base, "~adapter.r", "~adapter.alpha"])).config["adapter"] in (None, {})

@@ -183,14 +183,14 @@ def test_a_top_level_key_of_the_users_own_is_kept_and_one_an_interpolation_uses_
 
 
 def test_an_experiments_scheduler_settings_do_not_break_scheduler_none():
-    container = preflight(compose(["experiment=gpt_text", "model=gpt/tiny", "scheduler=none"]))
-    assert container["scheduler"] is None
+    run = preflight(compose(["experiment=gpt_text", "model=gpt/tiny", "scheduler=none"]))
+    assert run.config["scheduler"] is None
 
 
 def test_a_strategy_target_on_the_default_auto_drops_autos_own_keys():
     target = "+strategy._target_=framework.strategies.Strategy"
-    container = preflight(compose([*TINY, target]))
-    assert not {"candidates", "probe_steps", "memory_margin", "plan"} & set(container["strategy"])
+    run = preflight(compose([*TINY, target]))
+    assert not {"candidates", "probe_steps", "memory_margin", "plan"} & set(run.strategy)
     with pytest.raises(ConfigError) as err:  # one set by the user is meant for auto: named, not dropped
         preflight(compose([*TINY, target, "strategy.probe_steps=3"]))
     [problem] = err.value.problems

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from framework.config.experiment import Experiment
 from framework.config.ranges import ranged
 from framework.config.schemas import StrategyConfig
 from framework.config.topology import Topology
@@ -164,25 +165,25 @@ def merged_config(user: dict, owned: dict, named: str) -> tuple[dict, list[str]]
     return merged, problems
 
 
-def framework_values(container: dict, topology: Topology) -> dict:
-    trainer, data = container.get("trainer") or {}, container.get("datamodule") or {}
-    batch = data.get("batch_size") if isinstance(data.get("batch_size"), int) else topology.data_parallel_size
+def framework_values(run: Experiment, topology: Topology) -> dict:
+    trainer, batch = run.trainer, run.datamodule.get("batch_size")
+    batch = batch if isinstance(batch, int) else topology.data_parallel_size
     return {
         "micro_batch": max(batch // topology.data_parallel_size, 1),
-        "accumulate": int(trainer.get("accumulate_grad_batches") or 1),
+        "accumulate": int(trainer.accumulate_grad_batches or 1),
         "data_parallel": topology.data_parallel_size,
-        "clip_val": trainer.get("gradient_clip_val"),
-        "precision": str(trainer.get("precision", "32-true")),
+        "clip_val": trainer.gradient_clip_val,
+        "precision": str(trainer.precision),
     }
 
 
-def deepspeed_config(options: DeepSpeedOptions, container: dict, topology: Topology) -> tuple[dict, list[str]]:
+def deepspeed_config(options: DeepSpeedOptions, run: Experiment, topology: Topology) -> tuple[dict, list[str]]:
     """(the DeepSpeed config of this run, every problem of it)."""
     try:
         user, named = user_config(options.config)
     except ValueError as err:
         return {}, [str(err)]
-    values = framework_values(container, topology)
+    values = framework_values(run, topology)
     merged, problems = merged_config(user, owned_keys(options, user, **values), named)
     zero = merged["zero_optimization"]
     if zero["stage"] not in STAGES:
@@ -198,7 +199,7 @@ def deepspeed_config(options: DeepSpeedOptions, container: dict, topology: Topol
             f"trainer.precision: {values['precision']} is not built for strategy=deepspeed (valid: "
             f"{', '.join(PRECISIONS)}; 16-mixed would need DeepSpeed's own fp16 loss scaling)"
         )
-    if (container.get("trainer") or {}).get("gradient_clip_algorithm") == "value" and values["clip_val"]:
+    if run.trainer.gradient_clip_algorithm == "value" and values["clip_val"]:
         problems.append(
             "trainer.gradient_clip_algorithm: DeepSpeed clips by the gradients' norm only "
             "(gradient_clipping); use gradient_clip_algorithm=norm"

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from framework.config.experiment import Experiment
 from framework.config.topology import Topology
 from framework.strategies.base import Strategy
 from framework.strategies.deepspeed.config import DeepSpeedOptions, deepspeed_config
@@ -52,18 +53,18 @@ class DeepSpeedStrategy(Strategy):
 
     # ---- before any process starts ----
     @classmethod
-    def config_problems(cls, options: DeepSpeedOptions, topology: Topology, container: dict) -> list[str]:
+    def config_problems(cls, options: DeepSpeedOptions, topology: Topology, run: Experiment) -> list[str]:
         missing = deepspeed_missing()
         if missing:
             return [f"strategy=deepspeed: the deepspeed package is not installed here ({missing}); {INSTALL}"]
-        return deepspeed_config(options, container, topology)[1]
+        return deepspeed_config(options, run, topology)[1]
 
     @classmethod
-    def job_options(cls, options: DeepSpeedOptions, topology: Topology, container: dict) -> DeepSpeedOptions:
+    def job_options(cls, options: DeepSpeedOptions, topology: Topology, run: Experiment) -> DeepSpeedOptions:
         """The ranks get the merged config (and the stage it holds), not the path to the user's file."""
         from dataclasses import replace
 
-        merged, _ = deepspeed_config(options, container, topology)
+        merged, _ = deepspeed_config(options, run, topology)
         return replace(options, config=merged, stage=merged["zero_optimization"]["stage"])
 
     @classmethod

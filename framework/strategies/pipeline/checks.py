@@ -7,18 +7,23 @@ import copy
 import torch
 from torch import nn
 
+from framework.config.experiment import Experiment
 from framework.config.topology import Topology
+from framework.strategies.parallel import seq_len_per_rank
 from framework.strategies.pipeline.schedule import microbatches_per_batch
 from framework.strategies.pipeline.split import SPLITTABLE, keep_stage, splittable_problems, stage_units
 
 
-def pipeline_problems(model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+def pipeline_problems(model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
+    """Why the model, split into this layout's stages, cannot run ``run`` (each stage on a
+    context-parallel rank's part of every sequence)."""
     problems = splittable_problems(model)
     if problems:
         return problems
-    stages = topology.pp * options.stages_per_rank
+    stages, seq_len = topology.pp * options.stages_per_rank, seq_len_per_rank(run, topology.cp)
     try:
-        problems += _stage_forward_problems(model, stage_units(model, stages, list(options.split_points)), container)
+        units = stage_units(model, stages, list(options.split_points))
+        problems += _stage_forward_problems(model, units, seq_len, run.datamodule.get("input_shape"))
     except ValueError as err:
         problems.append(str(err))
     if getattr(model, "config", {}).get("tie_embeddings") and stages > 1:
@@ -30,12 +35,11 @@ def pipeline_problems(model: nn.Module, options, topology: Topology, container: 
     if topology.tp > 1:
         from framework.strategies.tensor_parallel import plan_problems
 
-        problems += plan_problems(model, options, topology, container)
-    return problems + _batch_problems(options, topology, container) + _engine_problems(container)
+        problems += plan_problems(model, options, topology, seq_len)
+    return problems + _batch_problems(options, topology, run.datamodule.get("batch_size")) + _engine_problems(run)
 
 
-def _batch_problems(options, topology: Topology, container: dict) -> list[str]:
-    batch = (container.get("datamodule") or {}).get("batch_size")
+def _batch_problems(options, topology: Topology, batch) -> list[str]:
     micro = microbatches_per_batch(options, topology)
     if not isinstance(batch, int) or batch % topology.data_parallel_size:
         return []  # reported by the batch check
@@ -54,23 +58,22 @@ def _batch_problems(options, topology: Topology, container: dict) -> list[str]:
     return []
 
 
-def _engine_problems(container: dict) -> list[str]:
-    trainer, task = container.get("trainer") or {}, container.get("task") or {}
+def _engine_problems(run: Experiment) -> list[str]:
+    trainer, task = run.trainer, run.task
     problems = []
-    if (container.get("datamodule") or {}).get("document_boundaries"):
+    if run.datamodule.get("document_boundaries"):
         problems.append(
             "datamodule.document_boundaries: a pipeline's stages pass hidden states on, not each token's "
             "place in its document; set document_boundaries=false, or train with ddp, fsdp, tp or fsdp_tp"
         )
-    if trainer.get("precision") == "16-mixed":
+    if trainer.precision == "16-mixed":
         problems.append(
             "trainer.precision: 16-mixed needs a gradient scaler around backward, which the pipeline's "
             "schedule runs itself; use 32-true or bf16-mixed with strategy=pp"
         )
-    cls = _task_class(task) if task.get("_target_") else None
-    if cls is not None and not callable(getattr(cls, "loss", None)):
+    if task.cls is not None and not callable(task.declared("loss")):
         problems.append(
-            f"task._target_: {task['_target_']} has no loss(output, targets): a pipeline runs the model inside "
+            f"task._target_: {task.target} has no loss(output, targets): a pipeline runs the model inside "
             "its schedule and computes the training loss of each micro-batch's output on the last stage; give "
             "the task that method (its step's loss of an output), or train with another strategy"
         )
@@ -82,22 +85,10 @@ def _engine_problems(container: dict) -> list[str]:
     return problems
 
 
-def _task_class(task: dict):
-    """The task's class (None when it does not import: the contract check names that)."""
-    from framework.config.validate import import_target
-
-    try:
-        return import_target(str(task["_target_"]))
-    except Exception:  # noqa: BLE001 - reported by the task's own check
-        return None
-
-
-def _stage_forward_problems(model: nn.Module, units: list[list[str]], container: dict) -> list[str]:
+def _stage_forward_problems(model: nn.Module, units: list[list[str]], seq, shape) -> list[str]:
     """Each stage of the (meta) model runs its forward on the previous one's output, as the
     pipeline will: a model that declares itself splittable but calls a removed module fails here,
     before any process starts (needs the datamodule's seq_len or input_shape to make an input)."""
-    data = container.get("datamodule") or {}
-    seq, shape = data.get("seq_len"), data.get("input_shape")
     if isinstance(seq, int) and seq > 0:
         x = torch.zeros(1, seq, dtype=torch.long, device="meta")
     elif isinstance(shape, (list, tuple)) and all(isinstance(d, int) for d in shape):

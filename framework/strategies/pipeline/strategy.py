@@ -23,9 +23,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from framework.config.experiment import Experiment
 from framework.config.ranges import ranged
 from framework.config.topology import Topology
-from framework.strategies.parallel import ParallelStrategy, context_parallel_problems, per_context_rank
+from framework.strategies.parallel import ParallelStrategy, context_parallel_problems
 from framework.strategies.pipeline.forward import PipelinedModel
 from framework.strategies.pipeline.options import ScheduleConfig
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_per_batch
@@ -130,7 +131,7 @@ class PipelineStrategy(ParallelStrategy):
         return super().check(topology, options, accelerator) + _schedule_problems(topology, options)
 
     @classmethod
-    def model_problems(cls, model: nn.Module, options, topology: Topology, container: dict) -> list[str]:
+    def model_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
         from framework.strategies.pipeline.checks import pipeline_problems
 
         if topology.ep > 1:
@@ -138,11 +139,8 @@ class PipelineStrategy(ParallelStrategy):
                 f"strategy.pp: a pipeline ({topology.pp} ranks) with expert parallelism (strategy.ep={topology.ep}) "
                 "is not built; use pp with dp_shard, dp_replicate, cp and tp, or ep without pp"
             ]
-        if topology.cp == 1:
-            return pipeline_problems(model, options, topology, container)
-        # each stage runs on its rank's part of every sequence
-        problems = pipeline_problems(model, options, topology, per_context_rank(container, topology.cp))
-        return problems + context_parallel_problems(model, topology, container)
+        problems = pipeline_problems(model, options, topology, run)  # (each stage: its rank's part of a sequence)
+        return problems + (context_parallel_problems(model, topology, run) if topology.cp > 1 else [])
 
     @classmethod
     def predict_model_state_bytes(
