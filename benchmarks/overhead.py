@@ -38,8 +38,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
-from framework import compose
-from framework.rank.build import build_components, build_trainer
+from framework import build_trainer, compose
+from framework.config.experiment import Experiment
+from framework.rank.build import build_components
 
 MODELS = {
     # name: overrides of the default experiment
@@ -70,7 +71,7 @@ def hand_loop(cfg, steps: int) -> float:
     """What a user writes by hand; returns the median step time (s)."""
     torch.manual_seed(cfg.seed)
     container = OmegaConf.to_container(cfg, resolve=True)
-    parts = build_components(cfg, is_global_zero=False)
+    parts = build_components(Experiment.of(cfg), is_global_zero=False)
     dm, model = parts.datamodule, parts.model
     dm.setup("fit")
     cuda = container["trainer"]["accelerator"] == "cuda"

@@ -91,9 +91,10 @@ def predict(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[
 def build_trainer(cfg: DictConfig, *args, **kwargs):
     """One step lower than ``fit``, one process: the seeded Trainer of ``cfg`` and its parts
     (``framework.rank.build.build_trainer``); ``trainer.fit(parts.model, parts.datamodule, ...)``."""
+    from framework.config.experiment import Experiment
     from framework.rank.build import build_trainer as build
 
-    return build(cfg, *args, **kwargs)
+    return build(Experiment.of(cfg), *args, **kwargs)
 
 
 def in_notebook() -> bool:

@@ -15,7 +15,7 @@ from framework.rank.known_warnings import quiet_known_warnings
 
 def main() -> None:
     from framework.engine.memory import optimizer_state_bytes
-    from framework.job.experiment import as_run
+    from framework.job.experiment import ResolvedExperiment
     from framework.job.plan import __doc__ as plan_doc
     from framework.job.plan import plan, plan_problems
 
@@ -32,7 +32,7 @@ def main() -> None:
     cfg = compose(args)
     if choose:
         sys.exit(print_choice(cfg))
-    problems = plan_problems(as_run(cfg))
+    problems = plan_problems(ResolvedExperiment.of(cfg))
     if problems:
         print("\n".join(problems), file=sys.stderr)
         sys.exit(2)
@@ -89,7 +89,7 @@ def _print_activations(cfg, rows: list[dict], width: int) -> None:
 def print_choice(cfg) -> int:
     """``--choose``: what strategy=auto decides for this config before the probe, without training."""
     from framework.config import ConfigError
-    from framework.job.experiment import as_run
+    from framework.job.experiment import ResolvedExperiment
     from framework.job.strategy_choice import candidate_problems, plan_candidates
     from framework.rank.strategy_probe import decision_lines
 
@@ -100,8 +100,9 @@ def print_choice(cfg) -> int:
         print("strategy=auto on 1 device is single; give trainer.devices=N to see the choice among N-device layouts")
         return 0
     try:
-        problems = candidate_problems(as_run(container))
-        plan = None if problems else plan_candidates(as_run(container))
+        run = ResolvedExperiment(container)
+        problems = candidate_problems(run)
+        plan = None if problems else plan_candidates(run)
     except ConfigError as err:
         problems = err.problems
     if problems:

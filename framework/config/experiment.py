@@ -75,16 +75,32 @@ class Experiment:
     def __init__(self, container: dict):
         self.config = container  # the boundary form (config.yaml's)
         self._root = RootConfig(**known_valid_keys(container, RootConfig))
-        self.trainer = TrainerConfig(**known_valid_keys(_node(container, "trainer"), TrainerConfig))
-        self.init = InitConfig(**known_valid_keys(_node(container, "init"), InitConfig))
-        self.harness = HarnessConfig(**known_valid_keys(_node(container, "harness"), HarnessConfig))
+        self.trainer = TrainerConfig(**known_valid_keys(_node(container.get("trainer")), TrainerConfig))
+        self.init = InitConfig(**known_valid_keys(_node(container.get("init")), InitConfig))
+        self.harness = HarnessConfig(**known_valid_keys(_node(container.get("harness")), HarnessConfig))
         adapter = container.get("adapter")
         self.adapter = AdapterConfig(**known_valid_keys(adapter, AdapterConfig)) if isinstance(adapter, dict) else None
         for group in COMPONENTS:
             setattr(self, group, Spec(group, container.get(group)))
-        self.strategy: dict = _node(container, "strategy")  # named, not targeted: strategies/registry.py reads it
-        self.callbacks = _specs(container, "callbacks")
-        self.loggers = _specs(container, "logger")
+        self.strategy: dict = _node(container.get("strategy"))  # named, not targeted: strategies/registry.py reads it
+        self.callbacks = _specs("callbacks", container.get("callbacks"))
+        self.loggers = _specs("logger", container.get("logger"))
+
+    def __reduce__(self):
+        """Pickled (to a spawned rank) as its config: what it worked out is worked out again there."""
+        return type(self), (self.config,)
+
+    @classmethod
+    def of(cls, cfg: Any) -> Experiment:
+        """The typed run of ``cfg``: a composed config (DictConfig, resolved here) or its container, at
+        the public functions' boundary; a run of this class is itself."""
+        if isinstance(cfg, cls):
+            return cfg
+        if isinstance(cfg, Experiment):
+            return cls(cfg.config)
+        from omegaconf import DictConfig, OmegaConf
+
+        return cls(OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg)
 
     def __getattr__(self, name: str) -> Any:
         """The other top-level keys, typed as RootConfig has them (``run.ckpt_path``, ``run.seed``)."""
@@ -102,10 +118,10 @@ class Experiment:
         return bool(self.train or self.test)
 
 
-def _node(container: dict, key: str) -> dict:
-    node = container.get(key)
+def _node(node: Any) -> dict:
     return node if isinstance(node, dict) else {}
 
 
-def _specs(container: dict, group: str) -> dict[str, Spec]:
-    return {name: Spec(f"{group}.{name}", node) for name, node in _node(container, group).items()}
+def _specs(group: str, nodes: Any) -> dict[str, Spec]:
+    """A group of named components (callbacks, logger) as their specs."""
+    return {name: Spec(f"{group}.{name}", node) for name, node in _node(nodes).items()}

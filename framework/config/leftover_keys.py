@@ -22,21 +22,19 @@ _AUTO_ONLY = {
 def settle_leftover_keys(container: dict, problems: list[str]) -> None:
     """Drop the keys another option left (in place); name those set to something else than that
     option's defaults, since the user meant them for an option no longer selected."""
-    _drop_settings_of_no_scheduler(container)
-    _drop_auto_keys_under_a_target(container, problems)
+    if _settings_of_no_scheduler(container.get("scheduler")):
+        container["scheduler"] = None
+    _drop_auto_keys_under_a_target(container.get("strategy"), problems)
 
 
-def _drop_settings_of_no_scheduler(container: dict) -> None:
+def _settings_of_no_scheduler(scheduler) -> bool:
     """``scheduler=none``: the settings alone, with no scheduler to step, are a constant learning
     rate, as selected, not a scheduler without ``_target_``."""
-    scheduler = container.get("scheduler")
-    if isinstance(scheduler, dict) and "_target_" not in scheduler and set(scheduler) <= SCHEDULER_KEYS:
-        container["scheduler"] = None
+    return isinstance(scheduler, dict) and "_target_" not in scheduler and set(scheduler) <= SCHEDULER_KEYS
 
 
-def _drop_auto_keys_under_a_target(container: dict, problems: list[str]) -> None:
-    """``strategy._target_`` on ``strategy=auto`` replaces auto: its own keys go."""
-    strategy = container.get("strategy")
+def _drop_auto_keys_under_a_target(strategy, problems: list[str]) -> None:
+    """``strategy._target_`` on ``strategy=auto`` replaces auto: its own keys go (from ``strategy``, in place)."""
     if not (isinstance(strategy, dict) and strategy.get("_target_") and strategy.get("name") == "auto"):
         return
     for key in [k for k in strategy if k in _AUTO_ONLY]:

@@ -54,15 +54,3 @@ def _built_on_meta(node: dict):
             return instantiate(node, _convert_="all")
     except Exception:  # noqa: BLE001
         return None
-
-
-def as_run(cfg) -> ResolvedExperiment:
-    """The typed run of a composed config (a DictConfig or its resolved container: the public
-    functions' boundary), or ``cfg`` itself when it is one."""
-    if isinstance(cfg, ResolvedExperiment):
-        return cfg
-    if isinstance(cfg, Experiment):
-        return ResolvedExperiment(cfg.config)
-    from omegaconf import DictConfig, OmegaConf
-
-    return ResolvedExperiment(OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg)

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
 from framework.engine.memory import optimizer_state_bytes
 from framework.job.comm_plan import comm_bytes, traffic
-from framework.job.experiment import ResolvedExperiment, as_run
+from framework.job.experiment import ResolvedExperiment
 from framework.models.moe import GroupedExperts
 from framework.strategies import STRATEGIES, typed_options, variant_of
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
@@ -76,7 +76,7 @@ def activation_bytes(
     """Bytes one forward of the configured model (``model``: its meta model, when built already)
     saves for backward at ``batch`` samples (the parameters themselves not counted), or None when
     ``datamodule.input_shape`` is unknown. ``cfg``: a composed config, or its typed run."""
-    run = as_run(cfg)
+    run = ResolvedExperiment.of(cfg)
     inputs = meta_inputs(run, batch)
     if inputs is None:
         return None
@@ -114,7 +114,7 @@ def plan(cfg: DictConfig | ResolvedExperiment, devices=(1, 2, 4, 8)) -> list[dic
     sequence parallelism splits every activation across its group, context parallelism every
     sequence: estimated as the data-parallel rank's activations / (tp x cp). A layout a device
     count cannot make has None. ``cfg``: a composed config, or its typed run."""
-    run = as_run(cfg)
+    run = ResolvedExperiment.of(cfg)
     model = meta_model(run)
     params = sum(p.numel() for p in model.parameters())
     k = optimizer_state_bytes(run.optimizer.node)

@@ -56,7 +56,7 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[Path], None]] 
         output_dir = Path(run.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         if owner:
-            _write_record(container, attempt_dir(output_dir, run.attempt), after_validation)
+            _write_record(run, attempt_dir(output_dir, run.attempt), after_validation)
         log.info("Experiment '%s', output in %s", run.name, output_dir)
         results = launch(run)
     _log_outcome(run.name, results, output_dir)
@@ -65,13 +65,13 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[Path], None]] 
     return results
 
 
-def _write_record(config: dict, record: Path, after_validation: Optional[Callable[[Path], None]]) -> None:
+def _write_record(run: Experiment, record: Path, after_validation: Optional[Callable[[Path], None]]) -> None:
     """This attempt's config.yaml (the run's config, at the boundary out) and what ``after_validation``
     writes into ``record``; a disk that is full or read-only from the start is named before any
     process starts, not a traceback."""
     try:
         record.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(OmegaConf.create(config), record / "config.yaml")
+        OmegaConf.save(OmegaConf.create(run.config), record / "config.yaml")
         if after_validation is not None:
             after_validation(record)
     except OSError as err:

@@ -29,7 +29,7 @@ from framework.rank.run import run_launched
 log = logging.getLogger(__name__)
 
 
-def _elastic_entry(container: dict, env_changes: dict) -> dict:
+def _elastic_entry(run: Experiment, env_changes: dict) -> dict:
     from torch.distributed.elastic.multiprocessing.errors import record
 
     for name, value in env_changes.items():
@@ -37,7 +37,7 @@ def _elastic_entry(container: dict, env_changes: dict) -> dict:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    results = record(run_launched)(container, detect_environment())
+    results = record(run_launched)(run, detect_environment())
     if results.get("status") == "interrupted" or signals.RECEIVED:
         # The agent may be shutting the job down: it would wait out its grace period (30 s) for
         # a return value it no longer collects. Leave now; results.json has everything.
@@ -68,9 +68,7 @@ def launch_elastic(run: Experiment, nprocs: int, fork: bool = False) -> dict:
         ):
             if usr1:
                 signal.signal(signal.SIGUSR1, _stop_agent)
-            returns = elastic_launch(_launch_config(run, nprocs, fork), _elastic_entry)(
-                run.config, environment_changes()
-            )
+            returns = elastic_launch(_launch_config(run, nprocs, fork), _elastic_entry)(run, environment_changes())
     except SignalException as err:
         # The agent got the signal and passed it to the ranks, which stopped at one step, saved
         # `last` and results.json; it waited for them (or killed them after its grace period).

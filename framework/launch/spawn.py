@@ -18,7 +18,7 @@ from framework.launch.servers import standard_start_method
 from framework.rank.run import run_launched
 
 
-def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> None:
+def _spawn_entry(local_rank: int, run: Experiment, nprocs: int, port: int) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -27,7 +27,7 @@ def _spawn_entry(local_rank: int, container: dict, nprocs: int, port: int) -> No
         WORLD_SIZE=str(nprocs),
         LOCAL_WORLD_SIZE=str(nprocs),
     )
-    run_launched(container, detect_environment())
+    run_launched(run, detect_environment())
     exit_now(0)  # its results went to results.json (rank 0); a failure raises to spawn's error queue instead
 
 
@@ -36,7 +36,7 @@ def launch_spawn(run: Experiment, nprocs: int) -> dict:
     standard_start_method()
     with ranks_without_main(needs_main(run)):
         context = torch.multiprocessing.start_processes(
-            _spawn_entry, args=(run.config, nprocs, free_port()), nprocs=nprocs, join=False, start_method="spawn"
+            _spawn_entry, args=(run, nprocs, free_port()), nprocs=nprocs, join=False, start_method="spawn"
         )
     # A stop signal to this process goes on to the ranks, which stop together and save `last`.
     with StopSignals([signal.SIGTERM, signal.SIGINT]) as signals:

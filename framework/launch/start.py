@@ -19,10 +19,10 @@ def launch(run: Experiment) -> dict:
     env = detect_environment()
     if env is not None:  # this process is one rank of a launched job (torchrun, srun): join it
         watch_parent()
-        return run_rank(OmegaConf.create(run.config), env)
+        return run_rank(run, env)
     cls, typed, topology = resolve(run)
     if topology.processes_per_node == 1:
-        return run_rank(OmegaConf.create(run.config), RankEnv())
+        return run_rank(run, RankEnv())
     start = cls.start_method(typed)
     if start == "spawn":
         from framework.launch.spawn import launch_spawn

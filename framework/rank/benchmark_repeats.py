@@ -13,9 +13,8 @@ import logging
 import statistics
 import tempfile
 
-from omegaconf import DictConfig, OmegaConf
-
 from framework.config.environment import RankEnv
+from framework.config.experiment import Experiment
 from framework.engine.results import throughput
 from framework.engine.trainer import Trainer
 from framework.rank.build import apply_configured_init, build_trainer
@@ -24,25 +23,25 @@ from framework.strategies.base import Strategy
 log = logging.getLogger(__name__)
 
 
-def fit_quietly(cfg: DictConfig, env: RankEnv, strategy: Strategy, scratch: str, signals=None) -> Trainer:
-    """Train a fresh model of ``cfg`` from its seed through ``strategy`` with no callbacks, loggers,
+def fit_quietly(run: Experiment, env: RankEnv, strategy: Strategy, scratch: str, signals=None) -> Trainer:
+    """Train a fresh model of ``run`` from its seed through ``strategy`` with no callbacks, loggers,
     checkpoints or resume, writing only to ``scratch``; the trainer that did it (its step times).
     Shared by the benchmark repeats and strategy=auto's probe (rank/strategy_probe.py)."""
-    quiet = OmegaConf.merge(cfg, {"callbacks": None, "logger": None, "ckpt_path": None, "output_dir": scratch})
+    quiet = run.with_config(callbacks=None, logger=None, ckpt_path=None, output_dir=scratch)
     trainer, parts = build_trainer(quiet, env, strategy, signals)
     apply_configured_init(quiet, parts.model)
     trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler)
     return trainer
 
 
-def repeat_timing(cfg: DictConfig, env: RankEnv, strategy: Strategy, first: dict) -> dict:
-    """``first`` (the job's throughput) with ``cfg.benchmark_repeats - 1`` more runs' samples/s."""
+def repeat_timing(run: Experiment, env: RankEnv, strategy: Strategy, first: dict) -> dict:
+    """``first`` (the job's throughput) with ``run.benchmark_repeats - 1`` more runs' samples/s."""
     rates = [first.get("samples_per_s")]
     with tempfile.TemporaryDirectory(prefix="framework-repeat-") as scratch:
-        for repeat in range(1, cfg.benchmark_repeats):
-            trainer = fit_quietly(cfg, env, strategy, scratch)
+        for repeat in range(1, run.benchmark_repeats):
+            trainer = fit_quietly(run, env, strategy, scratch)
             rates.append(throughput(trainer.step_times, trainer.train_samples)["samples_per_s"])
-            log.info("benchmark repeat %d/%d: %.4g samples/s", repeat + 1, cfg.benchmark_repeats, rates[-1])
+            log.info("benchmark repeat %d/%d: %.4g samples/s", repeat + 1, run.benchmark_repeats, rates[-1])
     measured = [r for r in rates if r]
     return {
         **first,

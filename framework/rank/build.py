@@ -5,6 +5,7 @@ explains itself."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,6 @@ from typing import Callable, Optional
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
 
 from framework.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from framework.callbacks.profiler import PROFILERS
@@ -20,8 +20,8 @@ from framework.config.durations import parse_duration
 from framework.config.environment import RankEnv
 from framework.config.experiment import Experiment
 from framework.config.param_groups import OptimizerFactory
-from framework.config.schemas import SchedulerConfig, TrainerConfig
-from framework.config.validate import FRAMEWORK_KEYS, import_target
+from framework.config.schemas import SchedulerConfig
+from framework.config.validate import FRAMEWORK_KEYS
 from framework.engine.attempts import promote
 from framework.engine.scheduler import SchedulerSpec
 from framework.engine.seed import seed_everything, set_debug_flags, set_deterministic
@@ -44,24 +44,25 @@ class Components:
     callbacks: dict = field(default_factory=dict)  # config name -> callback
 
 
-def _make(node: DictConfig, what: str):
-    log.info("Instantiating %s <%s>", what, node._target_)
+def _make(node: dict, what: str):
+    """What a component's node (``_target_`` and its arguments) builds."""
+    log.info("Instantiating %s <%s>", what, node.get("_target_"))
     return instantiate(node, _convert_="all")
 
 
-def build_scheduler(node: Optional[DictConfig]) -> Optional[SchedulerSpec]:
+def build_scheduler(node: dict) -> Optional[SchedulerSpec]:
     if not node:
         return None
     framework_keys = FRAMEWORK_KEYS["scheduler"]
     settings = SchedulerConfig(**{k: node[k] for k in framework_keys if k in node})
-    factory_cfg = OmegaConf.create({k: v for k, v in node.items() if k not in framework_keys})
-    return SchedulerSpec(_make(factory_cfg, "scheduler"), settings.interval, settings.frequency)
+    factory = {k: v for k, v in node.items() if k not in framework_keys}
+    return SchedulerSpec(_make(factory, "scheduler"), settings.interval, settings.frequency)
 
 
-def build_optimizer_factory(node: DictConfig) -> OptimizerFactory:
+def build_optimizer_factory(node: dict) -> OptimizerFactory:
     """The optimizer partial (what strategies complete with parameters) and its declared groups."""
-    groups = OmegaConf.to_container(node.param_groups, resolve=True) if node.get("param_groups") else []
-    partial = _make(OmegaConf.create({k: v for k, v in node.items() if k != "param_groups"}), "optimizer")
+    groups = node.get("param_groups") or []
+    partial = _make({k: v for k, v in node.items() if k != "param_groups"}, "optimizer")
     for i, group in enumerate(groups):
         settings = ", ".join(f"{k}={v}" for k, v in group.items() if k != "params")
         log.info("Parameter group %d: %s (%s)", i + 1, group["params"], settings)
@@ -83,28 +84,26 @@ def _switch(callbacks: dict, enabled: bool, kind: type, name: str, make: Optiona
         callbacks[name] = make()
 
 
-def build_callbacks(cfg: DictConfig) -> dict:
+def build_callbacks(run: Experiment) -> dict:
     """The configured callbacks by config name, with those the trainer keys ask for (progress bar,
     model summary, timer, profiler) and without those they turn off."""
-    callbacks = {name: _make(node, f"callback '{name}'") for name, node in (cfg.get("callbacks") or {}).items() if node}
-    if cfg.get("attempt"):  # first: the run's record is this attempt's before any callback writes into the run
-        callbacks = {"attempt_record": AttemptRecord(cfg.output_dir, cfg.attempt), **callbacks}
-    trainer = cfg.trainer
+    callbacks = {name: _make(spec.node, f"callback '{name}'") for name, spec in run.callbacks.items() if spec.node}
+    if run.attempt:  # first: the run's record is this attempt's before any callback writes into the run
+        callbacks = {"attempt_record": AttemptRecord(run.output_dir, run.attempt), **callbacks}
+    trainer = run.trainer
     _switch(callbacks, trainer.enable_progress_bar, ProgressBar, "progress_bar", ProgressBar)
-    _switch(callbacks, trainer.get("enable_model_summary", True), ModelSummary, "model_summary", ModelSummary)
-    _switch(callbacks, trainer.get("enable_checkpointing", True), ModelCheckpoint, "model_checkpoint")
-    if trainer.get("max_time") is not None:
-        max_time = parse_duration(
-            OmegaConf.to_container(trainer.max_time) if OmegaConf.is_config(trainer.max_time) else trainer.max_time
-        )
+    _switch(callbacks, trainer.enable_model_summary, ModelSummary, "model_summary", ModelSummary)
+    _switch(callbacks, trainer.enable_checkpointing, ModelCheckpoint, "model_checkpoint")
+    if trainer.max_time is not None:
+        max_time = parse_duration(trainer.max_time)
         timers = [cb for cb in callbacks.values() if isinstance(cb, Timer)]
         for timer in timers:  # trainer.max_time is the duration of a configured timer too
             timer.duration = max_time
         if not timers:
             callbacks["timer"] = Timer(max_time)
-    if cfg.trainer.get("profiler"):
-        callbacks["profiler"] = PROFILERS[cfg.trainer.profiler](str(cfg.output_dir))
-    if cfg.trainer.get("fast_dev_run"):
+    if trainer.profiler:
+        callbacks["profiler"] = PROFILERS[trainer.profiler](str(run.output_dir))
+    if trainer.fast_dev_run:
         # Lightning's fast_dev_run: a check of the pipeline that leaves nothing to resume from or monitor
         skipped = [name for name, cb in callbacks.items() if isinstance(cb, FAST_DEV_RUN_SKIPS)]
         callbacks = {name: cb for name, cb in callbacks.items() if name not in skipped}
@@ -113,32 +112,28 @@ def build_callbacks(cfg: DictConfig) -> dict:
     return callbacks
 
 
-def build_components(cfg: DictConfig, is_global_zero: bool, on_meta: bool = False) -> Components:
-    """Instantiate every component of ``cfg``; loggers exist on rank 0 only. ``on_meta``: the model
+def build_components(run: Experiment, is_global_zero: bool, on_meta: bool = False) -> Components:
+    """Instantiate every component of ``run``; loggers exist on rank 0 only. ``on_meta``: the model
     on the meta device, when it can initialise itself later (``init_weights``) and no initial
     weights are loaded into it whole (``init.weights``)."""
-    datamodule = _make(cfg.datamodule, "datamodule")
-    target = import_target(str(cfg.model._target_))
-    on_meta = on_meta and callable(getattr(target, "init_weights", None)) and not (cfg.get("init") or {}).get("weights")
-    on_meta = on_meta and not (cfg.get("adapter") or {}).get("quantize")  # (QLoRA quantizes the whole weights)
+    datamodule = _make(run.datamodule.node, "datamodule")
+    on_meta = on_meta and callable(run.model.declared("init_weights")) and not run.init.weights
+    on_meta = on_meta and not (run.adapter and run.adapter.quantize)  # (QLoRA quantizes the whole weights)
     with torch.device("meta") if on_meta else contextlib.nullcontext():
-        model = _make(cfg.model, "model on the meta device" if on_meta else "model")
-    if cfg.get("adapter"):
-        add_adapters(model, OmegaConf.to_container(cfg.adapter, resolve=True))
-        model.adapter_base = base_fingerprint(  # what its checkpoints record of the frozen base
-            OmegaConf.to_container(cfg.model, resolve=True),
-            torch.initial_seed(),
-            (cfg.get("init") or {}).get("weights"),
-        )
-    task = _make(cfg.task, "task")
+        model = _make(run.model.node, "model on the meta device" if on_meta else "model")
+    if run.config.get("adapter"):
+        add_adapters(model, run.config["adapter"])
+        # what its checkpoints record of the frozen base
+        model.adapter_base = base_fingerprint(run.model.node, torch.initial_seed(), run.init.weights)
+    task = _make(run.task.node, "task")
     if callable(getattr(task, "connect", None)):  # what the task takes from the data (a tokenizer's special ids)
         task.connect(datamodule)
-    optimizer_factory = build_optimizer_factory(cfg.optimizer)
-    scheduler = build_scheduler(cfg.get("scheduler"))
+    optimizer_factory = build_optimizer_factory(run.optimizer.node)
+    scheduler = build_scheduler(run.scheduler.node)
     loggers = []
-    if is_global_zero and not cfg.trainer.get("fast_dev_run"):  # fast_dev_run writes no logger files
-        loggers = [_make(node, f"logger '{name}'") for name, node in (cfg.get("logger") or {}).items() if node]
-    return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(cfg))
+    if is_global_zero and not run.trainer.fast_dev_run:  # fast_dev_run writes no logger files
+        loggers = [_make(spec.node, f"logger '{name}'") for name, spec in run.loggers.items() if spec.node]
+    return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(run))
 
 
 def add_adapters(model, node: dict) -> None:
@@ -163,45 +158,37 @@ def add_adapters(model, node: dict) -> None:
 
 
 def build_trainer(
-    cfg: DictConfig, env: RankEnv = RankEnv(), strategy: Optional[Strategy] = None, signals=None
+    run: Experiment, env: RankEnv = RankEnv(), strategy: Optional[Strategy] = None, signals=None
 ) -> tuple[Trainer, Components]:
-    """Seed, build the components of the validated ``cfg`` and the Trainer that runs them on the
-    rank ``env`` (with ``strategy`` when it is already built and joined to its group; ``signals``:
-    the StopSignals that stop it at a step boundary)."""
-    container = OmegaConf.to_container(cfg.trainer, resolve=True)
-    trainer_cfg = TrainerConfig(**container)
-    strategy = strategy or build_strategy(Experiment(OmegaConf.to_container(cfg, resolve=True)), env)
-    seed = seed_everything(cfg.get("seed"))  # before any model is built: it draws the initial weights
-    set_deterministic(trainer_cfg.deterministic)
-    set_debug_flags(trainer_cfg.detect_anomaly, trainer_cfg.benchmark)
-    parts = build_components(cfg, strategy.is_global_zero, strategy.builds_on_meta)
+    """Seed, build the components of the validated ``run`` and the Trainer that runs them on the rank
+    ``env`` (with ``strategy`` when it is already built and joined to its group; ``signals``: the
+    StopSignals that stop it at a step boundary)."""
+    trainer_options = dataclasses.replace(run.trainer)  # (the Trainer's own copy)
+    strategy = strategy or build_strategy(run, env)
+    seed = seed_everything(run.seed)  # before any model is built: it draws the initial weights
+    set_deterministic(trainer_options.deterministic)
+    set_debug_flags(trainer_options.detect_anomaly, trainer_options.benchmark)
+    parts = build_components(run, strategy.is_global_zero, strategy.builds_on_meta)
     trainer = Trainer(
-        trainer_cfg,
+        trainer_options,
         strategy,
         parts.task,
         parts.loggers,
         parts.callbacks,
         seed=seed,
         signals=signals,
-        trust_checkpoint=bool(cfg.get("trust_checkpoint")),
+        trust_checkpoint=bool(run.trust_checkpoint),
     )
     return trainer, parts
 
 
-def apply_configured_init(cfg: DictConfig, model) -> dict | None:
-    """Transfer learning's initial weights, reset and frozen submodules from ``cfg.init`` (None:
+def apply_configured_init(run: Experiment, model) -> dict | None:
+    """Transfer learning's initial weights, reset and frozen submodules from ``init`` (None:
     nothing to do), on the plain model before any strategy wraps it."""
-    init = cfg.get("init") or {}
-    if not (init.get("weights") or init.get("freeze")):
+    init = run.init
+    if not (init.weights or init.freeze):
         return None
-    return apply_init(
-        model,
-        init.get("weights"),
-        init.get("strict", False),
-        list(init.get("reset") or []),
-        list(init.get("freeze") or []),
-        trust=bool(cfg.get("trust_checkpoint")),
-    )
+    return apply_init(model, init.weights, init.strict, list(init.reset), list(init.freeze), trust=run.trust_checkpoint)
 
 
 # The moment a later attempt in a run's directory takes the top record: when it trains.

@@ -7,8 +7,8 @@ import logging
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
 
+from framework.config.experiment import Experiment
 from framework.engine.results import write_results
 from framework.strategies import Strategy
 
@@ -31,7 +31,7 @@ def lost_peer(err: BaseException) -> bool:
     )
 
 
-def cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, error: BaseException | None) -> None:
+def cleanup(run: Experiment, strategy: Strategy, loggers: list, results: dict, error: BaseException | None) -> None:
     """Each step runs whatever the others did; an error here is logged, and raised only when the
     run itself did not fail already."""
     first = None
@@ -48,7 +48,7 @@ def cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, e
             status="failed", error=f"{type(first).__name__} in a logger's finalize: {first}", failed_rank=strategy.rank
         )
     for what, step in [
-        ("writing results.json", lambda: _write_results(cfg, strategy, results)),
+        ("writing results.json", lambda: _write_results(run, strategy, results)),
         ("leaving the process group", strategy.teardown),
     ]:
         try:
@@ -62,6 +62,6 @@ def cleanup(cfg: DictConfig, strategy: Strategy, loggers: list, results: dict, e
         raise first
 
 
-def _write_results(cfg: DictConfig, strategy: Strategy, results: dict) -> None:
+def _write_results(run: Experiment, strategy: Strategy, results: dict) -> None:
     if strategy.is_global_zero:
-        write_results(Path(cfg.output_dir), results, cfg.get("attempt"))
+        write_results(Path(run.output_dir), results, run.attempt)

@@ -10,8 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from omegaconf import DictConfig
-
+from framework.config.experiment import Experiment
 from framework.engine import signals
 from framework.engine.checkpoint import save_checkpoint
 from framework.engine.checkpoint_files import saved_step
@@ -21,10 +20,10 @@ from framework.strategies.comm.collectives import broadcast_object
 log = logging.getLogger(__name__)
 
 
-def record_interruption(cfg: DictConfig, trainer: Trainer) -> dict:
+def record_interruption(run: Experiment, trainer: Trainer) -> dict:
     """Save ``last`` if needed (collective), log how to resume; returns results.json's fields."""
     strategy = trainer.strategy
-    last = Path(cfg.output_dir) / "checkpoints" / "last"
+    last = Path(run.output_dir) / "checkpoints" / "last"
     if broadcast_object(saved_step(last) if strategy.is_global_zero else None) != trainer.global_step:
         save_checkpoint(last, trainer)  # collective: every rank writes its shards
     name = signal.Signals(trainer.interrupted).name
@@ -36,16 +35,16 @@ def record_interruption(cfg: DictConfig, trainer: Trainer) -> dict:
     cause = signals.launcher_gone()
     if cause:
         out["cause"] = cause
-    if trainer.interrupted == signal.SIGUSR1 and cfg.trainer.get("requeue") and strategy.is_global_zero:
+    if trainer.interrupted == signal.SIGUSR1 and run.trainer.requeue and strategy.is_global_zero:
         out["requeued"] = requeue()
     return out
 
 
-def stopped_after_training(cfg: DictConfig, trainer: Trainer, signum: int) -> dict:
+def stopped_after_training(run: Experiment, trainer: Trainer, signum: int) -> dict:
     """A stop signal after training ended (during the test, predict or the export): the stage was
     left at once; what training saved (``last``) stays, and nothing more is saved."""
     name = signal.Signals(signum).name
-    last = Path(cfg.output_dir) / "checkpoints" / "last"
+    last = Path(run.output_dir) / "checkpoints" / "last"
     if trainer.is_global_zero:
         log.warning(
             "Interrupted by %s after training (step %d), in the test or predict stage; %s",

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from omegaconf import DictConfig, OmegaConf
-
 from framework.config.environment import cpu_cores
 from framework.config.experiment import Experiment
 from framework.engine.memory import optimizer_state_bytes, whole_numel
@@ -29,18 +27,16 @@ def flatten(node: dict, prefix: str = "") -> dict:
     return flat
 
 
-def _tokens(figures: dict, cfg: DictConfig) -> dict:
+def _tokens(figures: dict, seq_len) -> dict:
     """A language model's throughput in tokens too: samples (windows) x ``datamodule.seq_len``."""
-    seq_len = OmegaConf.select(cfg, "datamodule.seq_len", default=None)
     if isinstance(seq_len, int) and figures.get("samples_per_s"):
         figures["tokens_per_s"] = figures["samples_per_s"] * seq_len
     return figures
 
 
-def job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
+def job_fields(run: Experiment, strategy: Strategy) -> dict:
     """What results.json says of the job whatever its outcome; ``placement``: the CPU cores rank 0
     may run on and the CUDA devices it may see (a packed sweep gives each job its own)."""
-    run = Experiment(OmegaConf.to_container(cfg, resolve=True))
     placement = {"cpus": cpu_cores(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     return {
         **job_record(run, strategy.name, strategy.world_size),
@@ -50,7 +46,7 @@ def job_fields(cfg: DictConfig, strategy: Strategy) -> dict:
     }
 
 
-def collect(cfg: DictConfig, trainer: Trainer) -> dict:
+def collect(run: Experiment, trainer: Trainer) -> dict:
     """The completed run's figures (collective: every rank gathers its memory figures to all);
     the loggers get the hyper-parameters with the final metrics."""
     strategy, model = trainer.strategy, trainer.model
@@ -60,14 +56,14 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
     held = all_gather_object(trainable)
     predicted = None
     if model is not None:
-        predicted = _predicted_state(strategy, model, trainable, optimizer_state_bytes(cfg.optimizer))
+        predicted = _predicted_state(strategy, model, trainable, optimizer_state_bytes(run.optimizer.node))
     if predicted is not None:  # (the same on every rank, but a pipeline's stages and adapters: the largest)
         predicted = max(all_gather_object(predicted))
     shares = source_shares(trainer)
     if shares and trainer.is_global_zero:  # corpora mixed: each one's share of the samples trained on
         trainer.log_metrics({f"train/share/{name}": share for name, share in shares.items()})
     final = {k: v for k, v in trainer.logged_metrics.items() if "/" in k}
-    hparams = flatten({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "output_dir"})
+    hparams = flatten({k: v for k, v in run.config.items() if k != "output_dir"})
     for logger in trainer.loggers:
         logger.log_hparams(hparams, final)
     comm, pipeline = strategy.comm_stats(), _pipeline(strategy)
@@ -81,7 +77,7 @@ def collect(cfg: DictConfig, trainer: Trainer) -> dict:
         "steps": trainer.global_step,
         "metrics": dict(trainer.logged_metrics),
         **({"data": {"shares": shares}} if shares else {}),
-        "throughput": _tokens(throughput(trainer.step_times, trainer.train_samples), cfg),
+        "throughput": _tokens(throughput(trainer.step_times, trainer.train_samples), run.datamodule.get("seq_len")),
         "memory": {
             "peak_bytes_per_rank": peaks,
             "model_state_bytes_per_rank": [s["total"] if s else None for s in states],

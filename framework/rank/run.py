@@ -14,7 +14,6 @@ import time
 import traceback
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from framework.config.environment import PARALLEL_JOBS, RankEnv, available_cores
 from framework.config.errors import ConfigError
@@ -41,80 +40,80 @@ log = logging.getLogger(__name__)
 SMALL_MODEL_PARAMETERS = 1_000_000
 
 
-def run_launched(container: dict, env: RankEnv) -> dict:
+def run_launched(job: Experiment, env: RankEnv) -> dict:
     """Entry of a rank that a local launcher (elastic agent, spawn) started: its own log, its
     share of the CPU threads, then the rank's job."""
-    configure_rank_logging(container["output_dir"], env.rank)
+    configure_rank_logging(job.output_dir, env.rank)
     watch_parent()
-    return run(OmegaConf.create(container), env)
+    return run(job, env)
 
 
-def cpu_threads(cfg: DictConfig, env: RankEnv) -> int:
+def cpu_threads(run: Experiment, env: RankEnv) -> int:
     """torch's threads for this rank: ``trainer.num_threads``, else OMP_NUM_THREADS (torchrun sets
     1), else this process's cores shared by the node's ranks and by the sweep's jobs that run
     beside this one: N ranks on one CPU must not each start a thread per core."""
-    if cfg.trainer.get("num_threads"):
-        return int(cfg.trainer.num_threads)
+    if run.trainer.num_threads:
+        return int(run.trainer.num_threads)
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     jobs = int(os.environ.get(PARALLEL_JOBS) or 1)
     return max(1, available_cores() // (env.local_world_size * max(1, jobs)))
 
 
-def model_threads(cfg: DictConfig, threads: int, model: torch.nn.Module) -> int:
+def model_threads(run: Experiment, threads: int, model: torch.nn.Module) -> int:
     """The threads for training ``model``: one below ``SMALL_MODEL_PARAMETERS`` unless
     ``trainer.num_threads`` or OMP_NUM_THREADS says otherwise, else ``threads`` (the cores' share).
     A small model's step is too short for a second thread to pay (the quick start takes as long
     with 1 as with 2 on an idle machine), and beside another job each extra thread waits for a
     core (4x slower): benchmarks/threads.py."""
-    if cfg.trainer.get("num_threads") or os.environ.get("OMP_NUM_THREADS", "").isdigit():
+    if run.trainer.num_threads or os.environ.get("OMP_NUM_THREADS", "").isdigit():
         return threads
     return 1 if sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMETERS else threads
 
 
-def run(cfg: DictConfig, env: RankEnv = RankEnv()) -> dict:
-    """Train and/or test the experiment ``cfg`` (resolved, validated) on this rank; return its results."""
+def run(job: Experiment, env: RankEnv = RankEnv()) -> dict:
+    """Train and/or test the experiment ``job`` (resolved, validated) on this rank; return its results."""
     start = time.perf_counter()
-    threads = cpu_threads(cfg, env)
+    threads = cpu_threads(job, env)
     torch.set_num_threads(threads)
     quiet_known_warnings(env.rank)
-    stops = StopSignals(stop_signals(cfg.trainer.get("stop_on_sigusr1")))
+    stops = StopSignals(stop_signals(job.trainer.stop_on_sigusr1))
     # The handlers stay through the cleanup: a copy of the stop signal (the launcher passes on
     # what the process group already got) must not kill rank 0 while it writes results.json.
     with stops:
-        cfg, choice = choose_strategy(cfg, env, stops)  # strategy=auto: the candidate it takes
-        strategy = build_strategy(Experiment(OmegaConf.to_container(cfg, resolve=True)), env)
+        job, choice = choose_strategy(job, env, stops)  # strategy=auto: the candidate it takes
+        strategy = build_strategy(job, env)
         strategy.setup_environment()
-        cfg = _join_job_directory(cfg, strategy)
-        results = {**job_fields(cfg, strategy), "threads": threads, **({"strategy_choice": choice} if choice else {})}
-        return _run_stages_and_clean_up(cfg, env, strategy, results, stops, start)
+        job = _join_job_directory(job, strategy)
+        results = {**job_fields(job, strategy), "threads": threads, **({"strategy_choice": choice} if choice else {})}
+        return _run_stages_and_clean_up(job, env, strategy, results, stops, start)
 
 
 def _run_stages_and_clean_up(
-    cfg: DictConfig, env: RankEnv, strategy: Strategy, results: dict, stops: StopSignals, start: float
+    job: Experiment, env: RankEnv, strategy: Strategy, results: dict, stops: StopSignals, start: float
 ) -> dict:
     trainer, parts, error = None, None, None
     try:
-        trainer, parts = build_trainer(cfg, env, strategy, stops)
-        results["threads"] = model_threads(cfg, results["threads"], parts.model)
+        trainer, parts = build_trainer(job, env, strategy, stops)
+        results["threads"] = model_threads(job, results["threads"], parts.model)
         torch.set_num_threads(results["threads"])
         results["seed"] = trainer.seed
-        results.update(run_stages(cfg, trainer, parts, stops))
-        results.update(collect(cfg, trainer))
-        if cfg.get("benchmark_repeats", 1) > 1 and cfg.train and not trainer.interrupted:
+        results.update(run_stages(job, trainer, parts, stops))
+        results.update(collect(job, trainer))
+        if job.benchmark_repeats > 1 and job.train and not trainer.interrupted:
             results["throughput"] = repeat_timing(
-                OmegaConf.merge(cfg, {"seed": trainer.seed}), env, strategy, results["throughput"]
+                job.with_config(seed=trainer.seed), env, strategy, results["throughput"]
             )
         if trainer.interrupted:  # still under the handlers: a duplicate signal must not kill the save
-            results.update(record_interruption(cfg, trainer))
+            results.update(record_interruption(job, trainer))
         return results
     except StopNow as stop:
-        results.update(stopped_after_training(cfg, trainer, stop.signum))
+        results.update(stopped_after_training(job, trainer, stop.signum))
         return results
     except BaseException as err:
         if stops.after_training and signals.RECEIVED and lost_peer(err):
             # a peer left its stage on the same stop signal while this rank waited for it
-            results.update(stopped_after_training(cfg, trainer, signals.RECEIVED))
+            results.update(stopped_after_training(job, trainer, signals.RECEIVED))
             return results
         error = err
         results.update(
@@ -135,15 +134,15 @@ def _run_stages_and_clean_up(
         raise
     finally:
         results["wall_time_s"] = time.perf_counter() - start
-        cleanup(cfg, strategy, parts.loggers if parts else [], results, error)
+        cleanup(job, strategy, parts.loggers if parts else [], results, error)
 
 
-def _join_job_directory(cfg: DictConfig, strategy: Strategy) -> DictConfig:
+def _join_job_directory(job: Experiment, strategy: Strategy) -> Experiment:
     """Under torchrun every rank composed its own config; rank 0's directory is the job's, and
     every path derived from the others' scratch directories follows it."""
     if not (is_distributed() and strategy.world_size > 1):
-        return cfg
-    job_dir = broadcast_object(str(cfg.output_dir))
-    cfg = OmegaConf.create(relocate(OmegaConf.to_container(cfg, resolve=True), str(cfg.output_dir), job_dir))
+        return job
+    job_dir = broadcast_object(str(job.output_dir))
+    job = Experiment(relocate(job.config, str(job.output_dir), job_dir))
     configure_rank_logging(job_dir, strategy.rank)
-    return cfg
+    return job

@@ -5,13 +5,13 @@ Trainer runs the loops."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from framework.config.experiment import Experiment
 from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
@@ -23,42 +23,42 @@ from framework.rank.tested_weights import record, test_checkpoint
 log = logging.getLogger(__name__)
 
 
-def run_stages(cfg: DictConfig, trainer: Trainer, parts: Components, signals=None) -> dict:
-    """Every stage ``cfg`` asks for; returns what results.json says of them (with the seconds
+def run_stages(run: Experiment, trainer: Trainer, parts: Components, signals=None) -> dict:
+    """Every stage ``run`` asks for; returns what results.json says of them (with the seconds
     fit and test took: the sweep report subtracts them from the sweep's wall time). Training stops
     at a step boundary on a stop signal (``signals``); the stages after it stop at once (StopNow)."""
     out: dict = {}
-    init = apply_configured_init(cfg, parts.model)
+    init = apply_configured_init(run, parts.model)
     if init is not None:
         out["init"] = init
-    ckpt = resume_point(cfg)
+    ckpt = resume_point(run)
     t0 = time.perf_counter()
-    if cfg.train:
+    if run.train:
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
     t1 = time.perf_counter()
     out.update(fit_time_s=t1 - t0)
     if trainer.interrupted:
         return out
     with signals.at_once() if signals is not None else contextlib.nullcontext():
-        if cfg.get("export_weights") and trainer.model is not None:
-            export_weights(cfg, trainer, getattr(parts.datamodule, "class_names", None))
+        if run.export_weights and trainer.model is not None:
+            export_weights(run, trainer, getattr(parts.datamodule, "class_names", None))
         t2 = time.perf_counter()
-        if cfg.test:
-            out.update(test(cfg, trainer, parts, ckpt))
-        if cfg.get("predict"):
-            out["predictions"] = predict(cfg, trainer, parts, ckpt)
-        if (cfg.get("harness") or {}).get("tasks"):
+        if run.test:
+            out.update(test(run, trainer, parts, ckpt))
+        if run.predict:
+            out["predictions"] = predict(run, trainer, parts, ckpt)
+        if run.harness.tasks:
             from framework.rank.harness import score  # here: lm-eval imports in seconds
 
             t3 = time.perf_counter()
-            settings = OmegaConf.to_container(cfg.harness, resolve=True)
-            out["harness"] = score(settings, trainer, parts, ckpt, str(cfg.output_dir))
+            settings = dataclasses.asdict(run.harness)
+            out["harness"] = score(settings, trainer, parts, ckpt, str(run.output_dir))
             out.update(harness_time_s=time.perf_counter() - t3)
     out.update(test_time_s=time.perf_counter() - t2)
     return out
 
 
-def export_weights(cfg: DictConfig, trainer: Trainer, labels: list | None = None) -> None:
+def export_weights(run: Experiment, trainer: Trainer, labels: list | None = None) -> None:
     """The final weights as one full ``model.pt`` or ``model.safetensors``, or the directory
     ``model_hf/`` (``export_format``; a classifier's with ``labels``, the data's class names), before a
     test on best/last loads others. Collective: every rank gathers sharded weights; rank 0 writes."""
@@ -66,15 +66,15 @@ def export_weights(cfg: DictConfig, trainer: Trainer, labels: list | None = None
     if not trainer.is_global_zero:
         return
     adapters = getattr(trainer.strategy.unwrap(trainer.model), "adapter_settings", None)
-    if adapters is not None and cfg.get("export_merge"):  # the adapters folded into the base's weights
+    if adapters is not None and run.export_merge:  # the adapters folded into the base's weights
         from framework.models.lora import merged_weights
 
         weights = merged_weights(weights, adapters)
-    export_format = cfg.get("export_format") or "pt"
+    export_format = run.export_format or "pt"
     if export_format == "hf":
-        trainer.strategy.unwrap(trainer.model).save_hf(Path(cfg.output_dir) / "model_hf", weights, labels)
+        trainer.strategy.unwrap(trainer.model).save_hf(Path(run.output_dir) / "model_hf", weights, labels)
         return
-    path = Path(cfg.output_dir) / f"model.{export_format}"
+    path = Path(run.output_dir) / f"model.{export_format}"
     tmp = path.with_name(f".{path.name}.tmp")  # written beside, then renamed: never half a file
     if path.suffix == ".safetensors":
         from safetensors.torch import save_file
@@ -86,18 +86,18 @@ def export_weights(cfg: DictConfig, trainer: Trainer, labels: list | None = None
     os.replace(tmp, path)
 
 
-def test(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | None) -> dict:
+def test(run: Experiment, trainer: Trainer, parts: Components, ckpt: Path | None) -> dict:
     """After training: the weights ``test_ckpt`` names. Evaluation only: the checkpoint's weights
     (or the model as built)."""
-    if not cfg.train:
+    if not run.train:
         trainer.test(parts.datamodule, model=parts.model, ckpt_path=ckpt)
         return {}
-    which, path = test_checkpoint(Experiment(OmegaConf.to_container(cfg, resolve=True)))
+    which, path = test_checkpoint(run)
     trainer.test(parts.datamodule, ckpt_path=path)
     return {"test_ckpt": record(which, path)}
 
 
-def predict(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | None) -> dict | None:
+def predict(run: Experiment, trainer: Trainer, parts: Components, ckpt: Path | None) -> dict | None:
     """The predict loop on the weights just tested or trained (with neither: the checkpoint's,
     or the model as built); rank 0 writes them to predictions.<predict_format>."""
     fresh = trainer.model is None
@@ -107,19 +107,19 @@ def predict(cfg: DictConfig, trainer: Trainer, parts: Components, ckpt: Path | N
     if predictions is None:  # the other ranks, or nothing to predict
         return None
     path = write_predictions(
-        predictions, Path(cfg.output_dir), cfg.predict_format, getattr(parts.datamodule, "prediction_records", None)
+        predictions, Path(run.output_dir), run.predict_format, getattr(parts.datamodule, "prediction_records", None)
     )
     samples = len(predictions if isinstance(predictions, torch.Tensor) else next(iter(predictions.values())))
     log.info("Wrote the predictions of %d samples to %s", samples, path)
     return {"path": str(path), "samples": samples}
 
 
-def resume_point(cfg: DictConfig) -> Path | None:
+def resume_point(run: Experiment) -> Path | None:
     """The checkpoint to resume from: ``ckpt_path``; after an elastic restart, this run's own
     ``last`` (the failed attempt's progress) when it has one."""
-    ckpt = resolve_ckpt_path(str(cfg.ckpt_path), str(cfg.output_dir)) if cfg.get("ckpt_path") else None
+    ckpt = resolve_ckpt_path(str(run.ckpt_path), str(run.output_dir)) if run.ckpt_path else None
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    own = resolve_ckpt_path("last", str(cfg.output_dir))
+    own = resolve_ckpt_path("last", str(run.output_dir))
     if restart and is_checkpoint(own):
         log.warning("Restart %d: resuming from %s", restart, own)
         return own

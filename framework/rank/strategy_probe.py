@@ -15,8 +15,6 @@ import logging
 import statistics
 import tempfile
 
-from omegaconf import DictConfig, OmegaConf
-
 from framework.config.environment import RankEnv
 from framework.config.experiment import Experiment
 from framework.rank.benchmark_repeats import fit_quietly
@@ -29,12 +27,12 @@ log = logging.getLogger(__name__)
 WARMUP_STEPS = 1
 
 
-def choose_strategy(cfg: DictConfig, env: RankEnv, signals=None) -> tuple[DictConfig, dict | None]:
-    """``cfg`` with its strategy the chosen candidate, and the choice's record for results.json
+def choose_strategy(run: Experiment, env: RankEnv, signals=None) -> tuple[Experiment, dict | None]:
+    """``run`` with its strategy the chosen candidate, and the choice's record for results.json
     (None when the strategy was no resolved ``auto``)."""
-    node = OmegaConf.to_container(cfg.strategy, resolve=True)
+    node = run.strategy
     if node.get("name") != "auto" or not node.get("candidates"):
-        return cfg, None
+        return run, None
     candidates, plan = node["candidates"], node.get("plan") or {}
     labels = [row["strategy"] for row in plan.get("candidates", []) if row.get("fits")]
     if len(labels) != len(candidates):  # a config.yaml edited by hand: the candidates' own names
@@ -42,7 +40,7 @@ def choose_strategy(cfg: DictConfig, env: RankEnv, signals=None) -> tuple[DictCo
     steps = int(node.get("probe_steps") or 0)
     measured, spreads = {}, {}
     if steps > 0 and len(candidates) > 1:
-        probes = [_probe(cfg, env, candidate, steps, signals, name) for candidate, name in zip(candidates, labels)]
+        probes = [_probe(run, env, candidate, steps, signals, name) for candidate, name in zip(candidates, labels)]
         ranks = all_gather_object(probes)  # every rank: the same figures, the slowest rank's
         measured = {label: max(r[i][0] for r in ranks) for i, label in enumerate(labels)}
         spreads = {label: max(r[i][1] for r in ranks) for i, label in enumerate(labels)}
@@ -53,7 +51,7 @@ def choose_strategy(cfg: DictConfig, env: RankEnv, signals=None) -> tuple[DictCo
     for line in decision_lines(plan, measured, record["chosen"]):
         log.info("%s", line)
     log.info("strategy=auto chose %s (%s)", record["chosen"], record["by"])
-    return _with_strategy(cfg, candidates[chosen]), record
+    return run.with_config(strategy=candidates[chosen]), record
 
 
 def _simplest_within_noise(labels: list[str], times: dict, spreads: dict) -> int:
@@ -65,12 +63,6 @@ def _simplest_within_noise(labels: list[str], times: dict, spreads: dict) -> int
         for i, label in enumerate(labels)
         if label == fastest or times[label] / times[fastest] - 1 <= max(spreads[label], spreads[fastest])
     )
-
-
-def _with_strategy(cfg: DictConfig, node: dict) -> DictConfig:
-    container = OmegaConf.to_container(cfg, resolve=True)
-    container["strategy"] = node
-    return OmegaConf.create(container)
 
 
 def _record(plan: dict, chosen: str, steps: int, measured: dict, spreads: dict) -> dict:
@@ -107,29 +99,22 @@ def _reason(chosen: str, steps: int, measured: dict, spreads: dict) -> str:
     )
 
 
-def _probe(cfg: DictConfig, env: RankEnv, candidate: dict, steps: int, signals, name: str) -> tuple[float, float]:
+def _probe(run: Experiment, env: RankEnv, candidate: dict, steps: int, signals, name: str) -> tuple[float, float]:
     """The median seconds per step of ``steps`` steps (after the warm-up) through ``candidate``, and
     their spread (the median absolute deviation scaled to a standard deviation, over the median)."""
-    probe = _with_strategy(
-        OmegaConf.merge(
-            cfg,
-            {
-                "trainer": {
-                    "max_steps": steps + WARMUP_STEPS,
-                    "max_epochs": -1,
-                    "max_time": None,
-                    "limit_val_batches": 0,
-                    "num_sanity_val_steps": 0,
-                    "enable_progress_bar": False,
-                    "enable_model_summary": False,
-                    "enable_checkpointing": False,
-                    "profiler": None,
-                }
-            },
-        ),
-        candidate,
-    )
-    strategy = build_strategy(Experiment(OmegaConf.to_container(probe, resolve=True)), env)
+    probing = {
+        "max_steps": steps + WARMUP_STEPS,
+        "max_epochs": -1,
+        "max_time": None,
+        "limit_val_batches": 0,
+        "num_sanity_val_steps": 0,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "profiler": None,
+    }
+    probe = run.with_config(strategy=candidate, trainer={**run.config["trainer"], **probing})
+    strategy = build_strategy(probe, env)
     strategy.setup_environment()  # the first candidate joins the job's process group; the others find it
     with tempfile.TemporaryDirectory(prefix="framework-probe-") as scratch:
         times = fit_quietly(probe, env, strategy, scratch, signals).step_times[WARMUP_STEPS:]

@@ -7,8 +7,7 @@ import csv
 
 import pytest
 
-from framework import compose, fit
-from framework.rank.build import build_trainer
+from framework import build_trainer, compose, fit
 from tests.helpers.probes import CompileProbe
 
 QUIET = ["trainer.enable_progress_bar=false"]

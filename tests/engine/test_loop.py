@@ -9,8 +9,7 @@ import math
 import pytest
 import torch
 
-from framework import fit
-from framework.rank.build import build_trainer
+from framework import build_trainer, fit
 from tests.helpers.probes import ForwardDtypes
 
 

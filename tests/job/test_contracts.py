@@ -7,10 +7,9 @@ import logging
 
 import pytest
 
-from framework import compose, fit
+from framework import build_trainer, compose, fit
 from framework.config import ConfigError
 from framework.job.preflight import preflight
-from framework.rank.build import build_trainer
 from tests.helpers.configs import TINY
 
 

@@ -13,7 +13,7 @@ from framework.cli import plan as plan_cli
 from framework.config.errors import ConfigError
 from framework.config.experiment import Experiment
 from framework.config.sizes import parse_bytes
-from framework.job.experiment import as_run
+from framework.job.experiment import ResolvedExperiment
 from framework.job.preflight import preflight
 from framework.job.strategy_choice import auto_node, candidate_problems
 from tests.helpers.configs import GPT_TINY, TINY
@@ -22,7 +22,7 @@ TWO = [*TINY, "strategy=auto", "trainer.devices=2", "trainer.accelerator=cpu"]
 
 
 def node(overrides: list[str]) -> dict | None:
-    return auto_node(as_run(compose(overrides)))
+    return auto_node(ResolvedExperiment.of(compose(overrides)))
 
 
 def predicted(n: dict) -> dict:

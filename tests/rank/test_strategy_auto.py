@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from framework import compose, fit
-from framework.job.experiment import as_run
+from framework.job.experiment import ResolvedExperiment
 from framework.job.strategy_choice import auto_node
 from tests.helpers.configs import BASE, train_losses
 
@@ -20,7 +20,7 @@ AUTO = [*BASE, "strategy=auto", "trainer.devices=2", "strategy.timeout_s=60"]
 
 
 def test_a_limit_that_ddp_does_not_fit_gets_a_sharded_strategy(tmp_path):
-    plan = auto_node(as_run(compose(AUTO)))["plan"]
+    plan = auto_node(ResolvedExperiment.of(compose(AUTO)))["plan"]
     sizes = {row["strategy"]: row["predicted_bytes"] for row in plan["candidates"]}
     limit = int((sizes["zero"] - 1) / 0.9)
     results = fit(compose([*AUTO, f"trainer.memory_limit={limit}"]), output_dir=str(tmp_path))

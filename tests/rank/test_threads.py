@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from framework.cli import hydra_job
 from framework.config.environment import PARALLEL_JOBS, RankEnv
+from framework.config.experiment import Experiment
 from framework.rank import run
 
 
@@ -20,8 +21,8 @@ def eight_cores(monkeypatch):
 
 
 def _threads(num_threads=None, local_ranks=1) -> int:
-    cfg = OmegaConf.create({"trainer": {"num_threads": num_threads}})
-    return run.cpu_threads(cfg, RankEnv(local_world_size=local_ranks, world_size=local_ranks))
+    job = Experiment({"trainer": {"num_threads": num_threads}})
+    return run.cpu_threads(job, RankEnv(local_world_size=local_ranks, world_size=local_ranks))
 
 
 def test_the_cores_are_shared_by_the_ranks_and_the_jobs_beside_them(eight_cores, monkeypatch):
@@ -57,8 +58,8 @@ def test_a_small_model_trains_on_one_thread_unless_told_otherwise(eight_cores, m
     import torch
 
     small, large = torch.nn.Linear(100, 10), torch.nn.Linear(1000, 1000)  # 1k and 1M parameters
-    unset = OmegaConf.create({"trainer": {"num_threads": None}})
+    unset = Experiment({"trainer": {"num_threads": None}})
     assert run.model_threads(unset, 8, small) == 1 and run.model_threads(unset, 8, large) == 8
-    assert run.model_threads(OmegaConf.create({"trainer": {"num_threads": 4}}), 4, small) == 4
+    assert run.model_threads(Experiment({"trainer": {"num_threads": 4}}), 4, small) == 4
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert run.model_threads(unset, 2, small) == 2
