@@ -85,6 +85,12 @@ class Experiment:
         self.strategy: dict = _node(container.get("strategy"))  # named, not targeted: strategies/registry.py reads it
         self.callbacks = _specs("callbacks", container.get("callbacks"))
         self.loggers = _specs("logger", container.get("logger"))
+        self._built = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_built"):
+            raise AttributeError(f"an Experiment is read-only ({name}); with_config(...) makes another run")
+        super().__setattr__(name, value)
 
     def __reduce__(self):
         """Pickled (to a spawned rank) as its config: what it worked out is worked out again there."""
