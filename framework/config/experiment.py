@@ -68,6 +68,16 @@ class Spec:
         """What the class declares of itself (``inputs``, ``train_samples``, ...), or ``default``."""
         return getattr(self.cls, attribute, default) if self.cls is not None else default
 
+    def sizes(self) -> dict:
+        """The node's keys, with the sizes the class declares for these arguments where the node does
+        not say them (``declared_sizes(**options)``: a Hugging Face model's, read from its config)."""
+        declared = self.declared("declared_sizes")
+        try:
+            sizes = declared(**self.options) if callable(declared) else {}
+        except Exception:  # noqa: BLE001 - a model that does not load is reported by its own check
+            sizes = {}
+        return {**sizes, **self.node}
+
 
 class Experiment:
     """One run's config, typed and read-only: ``run.trainer.devices``, ``run.model.cls``, ``run.train``."""

@@ -15,8 +15,10 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from framework.config.experiment import Experiment
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule
+from framework.data.corpus_checks import document_boundaries_problems, prepared_tokenizer_problems, token_ids_problems
 from framework.data.mixture import MixedWindows, mixture_problems, source_names
 from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
 from framework.data.text import Codec
@@ -164,6 +166,12 @@ class TokensDataModule(BaseDataModule):
         elif weights is not None and len(paths) == 1:
             problems.append("weights: given for one corpus; name several in datamodule.path=[A,B] to mix them")
         return problems
+
+    @classmethod
+    def check_run(cls, run: Experiment) -> list[str]:
+        """Before start, from the corpus's index: token ids within the model's embedding, the corpus
+        tokenized by the model's own tokenizer, positions for a model whose forward takes them."""
+        return token_ids_problems(run) + prepared_tokenizer_problems(run) + document_boundaries_problems(run)
 
     @classmethod
     def train_samples(cls, path: Union[str, list, None] = None, seq_len: int = 128, **_) -> Optional[int]:

@@ -1,6 +1,7 @@
 """Checks across groups, before any process starts: what one group's values say of another's (the
-data's tokens against the model's embedding and positions, the task against the data, the init's
-submodule names against the model) and the directories a run will write to."""
+data's tokens against the model's embedding and positions, the data's kinds against the model's and
+the task's, the init's submodule names against the model) and the directories a run will write to.
+What one component says of the run it is in is its own ``check_run`` (job/preflight.py asks it)."""
 
 from __future__ import annotations
 
@@ -8,37 +9,8 @@ from pathlib import Path
 
 from framework.config.experiment import Experiment, Spec
 from framework.config.writable import unwritable
+from framework.data.corpus_checks import data_vocabulary
 from framework.job.experiment import ResolvedExperiment
-
-_LANGUAGE_MODELING = "LanguageModelingTask"
-
-
-def _declared_sizes(model: Spec):
-    """The model class's ``declared_sizes`` (a Hugging Face model's: read from its config), or None."""
-    declared = model.declared("declared_sizes")
-    return declared if callable(declared) else None
-
-
-def _model_sizes(model: Spec) -> dict:
-    """The model node's keys, with the sizes a model declares of itself where the node does not say them."""
-    declared = _declared_sizes(model)
-    try:
-        sizes = declared(**model.options) if declared else {}
-    except Exception:  # noqa: BLE001 - a model that does not load is reported by its own check
-        sizes = {}
-    return {**sizes, **model.node}
-
-
-def _data_vocabulary(data: Spec | dict):
-    """``datamodule.vocab_size``, or the size of its ``tokenizer`` when it names one and no vocab_size."""
-    if "vocab_size" in data or not data.get("tokenizer"):
-        return data.get("vocab_size")
-    from framework.data.text import Codec
-
-    try:
-        return Codec(str(data["tokenizer"])).vocab_size
-    except Exception:  # noqa: BLE001 - an unreadable tokenizer is reported by the datamodule's check
-        return None
 
 
 def check_tokens(run: Experiment) -> list[str]:
@@ -47,9 +19,9 @@ def check_tokens(run: Experiment) -> list[str]:
     against ``datamodule.vocab_size`` or its tokenizer's / ``seq_len``): a larger id or a longer
     window fails inside the ranks."""
     model, data = run.model, run.datamodule
-    sizes, problems = _model_sizes(model), []
-    ours, theirs = sizes.get("vocab_size"), _data_vocabulary(data)
-    if _ints(theirs) and data.get("tokenizer") and _data_vocabulary({"tokenizer": data["tokenizer"]}) != theirs:
+    sizes, problems = model.sizes(), []
+    ours, theirs = sizes.get("vocab_size"), data_vocabulary(data)
+    if _ints(theirs) and data.get("tokenizer") and data_vocabulary({"tokenizer": data["tokenizer"]}) != theirs:
         theirs = None  # a vocab_size that is not its tokenizer's: the datamodule's own check names it
     key = "model.vocab_size" if "vocab_size" in model else "model (its config's vocab_size)"
     if _ints(ours, theirs) and ours < theirs:
@@ -72,29 +44,6 @@ def check_tokens(run: Experiment) -> list[str]:
             f"{longest} ({held}); {fix}"
         )
     return problems
-
-
-def check_token_ids(run: Experiment) -> list[str]:
-    """A prepared corpus's largest token id (its index records each shard's) within the model's
-    embedding: a larger one failed inside the ranks ("index out of range"), naming no file."""
-    from framework.data.token_shards import max_token_id, read_index
-
-    data = run.datamodule
-    vocabulary = _model_sizes(run.model).get("vocab_size")
-    declared = _data_vocabulary(data)
-    if not data.get("path") or not _ints(vocabulary) or (_ints(declared) and declared > vocabulary):
-        return []  # (a vocabulary larger than the embedding is check_tokens's to name)
-    try:
-        largest = max_token_id(read_index(str(data["path"])))
-    except (OSError, ValueError):
-        return []  # a missing corpus is named by the datamodule's check
-    if largest is None or largest[0] < vocabulary:
-        return []
-    return [
-        f"datamodule.path: shard {largest[1]} of {data['path']} holds token id {largest[0]}, beyond the model's "
-        f"embedding of {vocabulary} tokens (model.vocab_size or its config's): a corpus of another tokenizer, or "
-        "damaged; prepare it again with the model's tokenizer"
-    ]
 
 
 def _manifest(run: Experiment) -> tuple[Path, dict]:
@@ -217,26 +166,6 @@ def check_adapter_base(run: Experiment) -> list[str]:
     ]
 
 
-def check_document_boundaries(run: Experiment) -> list[str]:
-    """``datamodule.document_boundaries`` gives the model each token's position in its document: its
-    forward must take ``positions`` (the built-in GPT's and a Hugging Face causal LM's do)."""
-    import inspect
-
-    if not run.datamodule.get("document_boundaries"):
-        return []
-    try:
-        forward = inspect.signature(run.model.cls.forward).parameters
-    except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
-        return []
-    if "positions" in forward or any(p.kind is p.VAR_KEYWORD for p in forward.values()):
-        return []
-    return [
-        f"datamodule.document_boundaries: the batches carry each token's position in its document, but "
-        f"{run.model.name}.forward takes no 'positions'; set document_boundaries=false, or use "
-        "model=gpt or hf/causal_lm (or give your model's forward a positions argument)"
-    ]
-
-
 def check_compile_blocks(run: ResolvedExperiment) -> list[str]:
     """``trainer.compile=blocks`` runs with data parallelism, FSDP and pipelines; with tensor
     parallelism, this torch's compiled blocks hand DTensor's backward plain gradients on the CPU
@@ -256,31 +185,6 @@ def check_compile_blocks(run: ResolvedExperiment) -> list[str]:
     model = run.meta_model
     problem = blocks_problem(model) if model is not None else None
     return [problem] if problem else []
-
-
-def check_prepared_tokenizer(run: Experiment) -> list[str]:
-    """A prepared corpus (``datamodule.path``) was tokenized by the tokenizer of a Hugging Face model
-    that names its directory (``model.path`` holding tokenizer.json)."""
-    from framework.data.token_shards import read_index, tokenizer_fingerprint
-    from framework.data.tokenizer_files import tokenizer_file
-
-    data, model = run.datamodule, run.model
-    if not data.get("path") or not model.get("path") or not model.get("pretrained", True):
-        return []
-    try:
-        theirs, ours = read_index(str(data["path"]))["tokenizer"], tokenizer_file(str(model["path"]))
-        if not ours.is_file():
-            return []
-        fingerprint = tokenizer_fingerprint(ours)
-    except (OSError, ValueError):
-        return []  # a missing corpus or model is named by its own check
-    if fingerprint == theirs["fingerprint"]:
-        return []
-    return [
-        f"datamodule.path: the corpus at {data['path']} was prepared with {theirs['file'] or 'UTF-8 bytes'} "
-        f"(fingerprint {theirs['fingerprint']}), not model.path's tokenizer {ours} ({fingerprint}); prepare it "
-        f"again with tokenizer={model['path']}"
-    ]
 
 
 def check_validation_interval(run: Experiment) -> list[str]:
@@ -328,25 +232,6 @@ def check_export_format(run: Experiment) -> list[str]:
         f"(model=hf/causal_lm, hf/sequence_classification); {run.model.name} is "
         "not one: choose export_format=pt or safetensors"
     ]
-
-
-def check_task_fits_data(run: Experiment) -> list[str]:
-    """task=language_modeling needs windows of tokens and a model that returns logits per token."""
-    task, data, model = run.task, run.datamodule, run.model
-    if not str(task.target or "").endswith(_LANGUAGE_MODELING):
-        return []
-    problems, key = [], f"task._target_: {task.target}"
-    if "vocab_size" not in data:
-        problems.append(
-            f"{key} trains on windows of tokens, but datamodule {data.name} has no vocabulary (no vocab_size); "
-            "choose datamodule=text (or a datamodule of tokens of your own)"
-        )
-    if "vocab_size" not in model and _declared_sizes(model) is None:
-        problems.append(
-            f"{key} needs logits per token, but model {model.name} has no vocabulary (no vocab_size); "
-            "choose model=gpt (or a language model of your own)"
-        )
-    return problems
 
 
 # What each kind of batch and output is called in a message, and the option that gives (or scores) it.

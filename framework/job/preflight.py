@@ -25,15 +25,11 @@ from framework.job.cross_checks import (
     check_adapter_base,
     check_compile_blocks,
     check_data_kinds,
-    check_document_boundaries,
     check_export_format,
     check_harness,
     check_init_names,
     check_masked_targets,
-    check_prepared_tokenizer,
     check_resumed_corpus,
-    check_task_fits_data,
-    check_token_ids,
     check_tokens,
     check_validation_interval,
     check_writable,
@@ -56,20 +52,16 @@ def preflight(cfg: DictConfig) -> ResolvedExperiment:
             candidate_problems,
             check_strategy_on_model,
             check_rank_start,
-            check_contracts,
+            check_components,
             check_test,
             check_predict,
             check_tokens,
-            check_token_ids,
-            check_task_fits_data,
             check_data_kinds,
             check_masked_targets,
             check_harness,
             check_init_names,
             check_writable,
-            check_document_boundaries,
             check_compile_blocks,
-            check_prepared_tokenizer,
             check_resumed_corpus,
             check_validation_interval,
             check_model_names,
@@ -86,15 +78,20 @@ def preflight(cfg: DictConfig) -> ResolvedExperiment:
     )
 
 
-def check_contracts(run: Experiment) -> list[str]:
-    """Each configured class against the contract the engine calls it by (engine/protocols.py)."""
-    specs = [("datamodule", run.datamodule), ("task", run.task)]
+def check_components(run: Experiment) -> list[str]:
+    """Each configured class against the contract the engine calls it by (engine/protocols.py), and
+    each component's own answer for the run it is in: its ``check_run(run)``, where it has one (its
+    own arguments alone: its ``check_config``, asked by the schema check)."""
+    specs = [("model", run.model), ("datamodule", run.datamodule), ("task", run.task)]
     specs += [("callbacks", spec) for spec in run.callbacks.values()]
     specs += [("logger", spec) for spec in run.loggers.values()]
     problems = []
     for group, spec in specs:
-        if spec.cls is not None:  # (a missing or failing import is reported by the config checks)
-            problems += contract_problems(spec.cls, group, spec.key)
+        if spec.cls is None:
+            continue  # (a missing or failing import is reported by the config checks)
+        problems += contract_problems(spec.cls, group, spec.key) if group != "model" else []
+        answer = spec.declared("check_run")
+        problems += answer(run) if callable(answer) else []
     return problems
 
 

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import torch
 from torch.nn import functional as F
 
+from framework.config.experiment import Experiment
 from framework.config.ranges import Range
 from framework.tasks.generation import Sampling, generate
 from framework.tasks.metrics import EpochMetrics
@@ -70,6 +71,24 @@ class LanguageModelingTask:
         "top_k": Range(low=0),
         "top_p": Range(low=0, high=1, strict=True),
     }
+
+    @classmethod
+    def check_run(cls, run: Experiment) -> list[str]:
+        """Before start: windows of tokens from the data (a datamodule with a vocabulary) and logits
+        per token from the model (one with a vocabulary, or that declares its sizes)."""
+        data, model, key = run.datamodule, run.model, f"task._target_: {run.task.target}"
+        problems = []
+        if "vocab_size" not in data:
+            problems.append(
+                f"{key} trains on windows of tokens, but datamodule {data.name} has no vocabulary (no vocab_size); "
+                "choose datamodule=text (or a datamodule of tokens of your own)"
+            )
+        if "vocab_size" not in model and not callable(model.declared("declared_sizes")):
+            problems.append(
+                f"{key} needs logits per token, but model {model.name} has no vocabulary (no vocab_size); "
+                "choose model=gpt (or a language model of your own)"
+            )
+        return problems
 
     def __init__(
         self,

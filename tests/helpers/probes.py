@@ -186,6 +186,18 @@ def plain_digits(**kwargs):
     return module
 
 
+class EvenBatchesDigits(DigitsDataModule):
+    """A datamodule of the user's own that answers for the run it is in (``check_run``): it wants an
+    even ``datamodule.batch_size`` when the model is an MLP (any rule of the user's would do)."""
+
+    @classmethod
+    def check_run(cls, run) -> list[str]:
+        batch = run.datamodule.get("batch_size")
+        if run.model.name == "MLP" and batch % 2:
+            return [f"datamodule.batch_size: {batch}; {cls.__name__} wants an even batch for model {run.model.name}"]
+        return []
+
+
 class CountingDigits(DigitsDataModule):
     """A datamodule: the digits one, recording at each train_dataloader() call the epoch its
     ``trainer`` (set under reload_dataloaders_every_n_epochs) was at, in ``calls``."""

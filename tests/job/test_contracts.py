@@ -40,6 +40,16 @@ def test_a_datamodule_and_task_are_checked_against_their_contracts():
     assert any(p.startswith("task._target_: ParamGroups has no method step()") for p in found)
 
 
+def test_a_component_answers_for_the_run_it_is_in_before_start():
+    mine = "datamodule._target_=tests.helpers.probes.EvenBatchesDigits"
+    found = problems(mine, "datamodule.batch_size=33", "trainer.max_epochs=0")  # with another problem: all at once
+    assert "datamodule.batch_size: 33; EvenBatchesDigits wants an even batch for model MLP" in found
+    assert any(p.startswith("trainer.max_epochs") for p in found)
+    preflight(compose([*TINY, mine, "datamodule.batch_size=32"]))  # its answer is empty: nothing refused
+    with pytest.raises(ConfigError, match="LanguageModelingTask trains on windows of tokens"):
+        preflight(compose([*TINY, "task=language_modeling"]))  # the built-in task answers the same way
+
+
 def test_an_error_in_teardown_does_not_hide_the_error_that_ended_the_run(tiny_cfg, tmp_path):
     with pytest.raises(ValueError, match="larger than the training set"):
         fit(
