@@ -166,11 +166,6 @@ def merged_weights(weights: dict[str, torch.Tensor], settings: AdapterSettings) 
     return out
 
 
-def adapter_state(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The adapter tensors of a full state dict."""
-    return {k: v for k, v in weights.items() if is_adapter(k)}
-
-
 def split_adapters(model: nn.Module) -> None:
     """After a tensor-parallel plan split the adapted linears' weights: each adapter split with its
     linear. Column-wise (the weight's rows split): A whole, B's rows split; row-wise (its columns): A's
