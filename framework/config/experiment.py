@@ -88,8 +88,8 @@ class Experiment:
         self.trainer = TrainerConfig(**known_valid_keys(_node(container.get("trainer")), TrainerConfig))
         self.init = InitConfig(**known_valid_keys(_node(container.get("init")), InitConfig))
         self.harness = HarnessConfig(**known_valid_keys(_node(container.get("harness")), HarnessConfig))
-        adapter = container.get("adapter")
-        self.adapter = AdapterConfig(**known_valid_keys(adapter, AdapterConfig)) if isinstance(adapter, dict) else None
+        adapter = container.get("adapter")  # (empty, as ~adapter.<key> leaves it: none, the whole model trains)
+        self.adapter = AdapterConfig(**known_valid_keys(adapter, AdapterConfig)) if adapter else None
         for group in COMPONENTS:
             setattr(self, group, Spec(group, container.get(group)))
         self.strategy: dict = _node(container.get("strategy"))  # named, not targeted: strategies/registry.py reads it

@@ -158,7 +158,7 @@ class HarnessConfig:
     log_samples: bool = False  # each question's answers in <run>/harness/<task>.jsonl (lm-eval's --log_samples)
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdapterConfig:
     """``adapter=lora`` / ``qlora``: low-rank adapters on the frozen model (framework/models/lora.py)."""
 
@@ -170,6 +170,10 @@ class AdapterConfig:
     target_modules: Optional[Union[list, str]] = None
     use_dora: bool = False  # DoRA: each adapted row's magnitude learnt apart from its direction
     quantize: Optional[Literal["nf4"]] = None  # nf4: QLoRA, the frozen base's linear weights in 4 bits
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.r
 
 
 @dataclass

@@ -101,14 +101,10 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
     """``adapter=lora|qlora``: a strategy that runs adapters (QLoRA: one that holds 4-bit weights; DoRA:
     one that does not split the adapted weights), and target modules that name linear layers of the
     model (built on the meta device)."""
-    from framework.models.lora import AdapterSettings, targets
+    from framework.models.lora import targets
 
-    node = run.config.get("adapter")
-    if not isinstance(node, dict) or not run.model.given or run.layout is None:
-        return []
-    try:
-        settings = AdapterSettings(**node)
-    except Exception:  # noqa: BLE001 - an invalid key is named by its own check
+    settings = run.adapter
+    if settings is None or not run.model.given or run.layout is None:
         return []
     cls, options, topology = run.layout
     problems = adapter_layout_problems(getattr(options, "name", cls.name), topology, settings)
@@ -123,7 +119,7 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
 
 
 def adapter_layout_problems(name: str, topology, settings) -> list[str]:
-    """Why strategy ``name`` laid out as ``topology`` cannot run adapters of ``settings`` (AdapterSettings)."""
+    """Why strategy ``name`` laid out as ``topology`` cannot run adapters of ``settings`` (AdapterConfig)."""
     problems = []
     if name not in ADAPTER_STRATEGIES or topology.pp > 1:
         problems.append(
@@ -147,7 +143,7 @@ def check_adapter_base(run: Experiment) -> list[str]:
     from framework.models.lora import base_fingerprint
 
     model = run.model
-    if not run.ckpt_path or not run.config.get("adapter") or not model.given:
+    if not run.ckpt_path or run.adapter is None or not model.given:
         return []
     try:
         path, manifest = _manifest(run)

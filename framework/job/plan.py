@@ -52,10 +52,10 @@ def meta_model(run: ResolvedExperiment) -> torch.nn.Module:
         raise ValueError(run.size_problems[0])
     with torch.device("meta"):
         model = instantiate(run.model.node, _convert_="all")
-    if run.config.get("adapter"):  # the adapters on the frozen model, as the ranks build it
-        from framework.models.lora import AdapterSettings, inject_adapters
+    if run.adapter is not None:  # the adapters on the frozen model, as the ranks build it
+        from framework.models.lora import inject_adapters
 
-        inject_adapters(model, AdapterSettings(**run.config["adapter"]), 0)
+        inject_adapters(model, run.adapter, 0)
     return model
 
 

@@ -10,8 +10,8 @@ from typing import Optional
 
 import torch
 
+from framework.config.schemas import AdapterConfig
 from framework.models.hf_export import replace_export
-from framework.models.lora import AdapterSettings
 
 # peft's names of our adapter tensors
 PEFT_NAMES = {"lora_a": "lora_A.weight", "lora_b": "lora_B.weight", "lora_magnitude": "lora_magnitude_vector"}
@@ -29,7 +29,7 @@ def peft_tensors(weights: dict[str, torch.Tensor], hf_name) -> dict[str, torch.T
     return out
 
 
-def peft_config(settings: AdapterSettings, weights: dict, base: Optional[Path]):
+def peft_config(settings: AdapterConfig, weights: dict, base: Optional[Path]):
     """peft's LoraConfig of these adapters (the leaf names of the layers they adapt)."""
     from peft import LoraConfig
 

@@ -18,38 +18,18 @@ import fnmatch
 import math
 import re
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from framework.config.schemas import AdapterConfig
 from framework.models.nf4 import is_nf4, nf4_linear, quantize_base
 from framework.models.shards import copy_into
 
 ADAPTER_PARAMETERS = ("lora_a", "lora_b", "lora_magnitude")
-
-
-@dataclass(frozen=True)
-class AdapterSettings:
-    """``adapter.*``: rank ``r``, ``alpha`` (the update is scaled by alpha / r), ``dropout`` on the
-    adapter's input, ``target_modules`` (module names, matched as peft does: a name equal to one or
-    ending in ``.<one>``, or a regular expression matched whole; null: the model's own), ``use_dora``,
-    ``quantize`` ("nf4": QLoRA's frozen base in 4 bits)."""
-
-    r: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
-    target_modules: Union[list, str, None] = None
-    use_dora: bool = False
-    quantize: Optional[str] = None
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def scale(self) -> float:
-        return self.alpha / self.r
 
 
 def is_adapter(name: str) -> bool:
@@ -83,7 +63,7 @@ class LoRALinear(nn.Linear):
         return self.lora_scale * self.lora_b @ self.lora_a
 
 
-def adapt(module: nn.Linear, settings: AdapterSettings) -> None:
+def adapt(module: nn.Linear, settings: AdapterConfig) -> None:
     """Make ``module`` a LoRALinear in place (on the meta device too: its tensors are created where
     its weight is); the base's parameters frozen."""
     out_features, in_features = module.weight.shape
@@ -98,7 +78,7 @@ def adapt(module: nn.Linear, settings: AdapterSettings) -> None:
         module.bias.requires_grad_(False)
 
 
-def targets(model: nn.Module, settings: AdapterSettings) -> list[str]:
+def targets(model: nn.Module, settings: AdapterConfig) -> list[str]:
     """The names of the linear layers ``settings`` adapts (the model's ``adapter_targets`` by default)."""
     wanted = settings.target_modules or list(getattr(model, "adapter_targets", ()))
     names = [name for name, m in model.named_modules() if name and isinstance(m, nn.Linear)]
@@ -107,7 +87,7 @@ def targets(model: nn.Module, settings: AdapterSettings) -> list[str]:
     return [n for n in names if any(n == w or n.endswith(f".{w}") or fnmatch.fnmatchcase(n, w) for w in wanted)]
 
 
-def inject_adapters(model: nn.Module, settings: AdapterSettings, seed: int) -> list[str]:
+def inject_adapters(model: nn.Module, settings: AdapterConfig, seed: int) -> list[str]:
     """Adapt the target layers of ``model`` and freeze everything else; their weights drawn now, or,
     for a model on the meta device, after its own ``init_weights`` (which this wraps). Returns the
     adapted names."""
@@ -152,7 +132,7 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
-def merged_weights(weights: dict[str, torch.Tensor], settings: AdapterSettings) -> dict[str, torch.Tensor]:
+def merged_weights(weights: dict[str, torch.Tensor], settings: AdapterConfig) -> dict[str, torch.Tensor]:
     """A full state dict of an adapted model with each adapter folded into its base weight
     (W + s B A; DoRA: each row scaled to its magnitude), the adapter tensors left out."""
     out = {k: v for k, v in weights.items() if not is_adapter(k)}

@@ -20,7 +20,7 @@ from framework.config.durations import parse_duration
 from framework.config.environment import RankEnv
 from framework.config.experiment import Experiment
 from framework.config.param_groups import OptimizerFactory
-from framework.config.schemas import SchedulerConfig
+from framework.config.schemas import AdapterConfig, SchedulerConfig
 from framework.config.validate import FRAMEWORK_KEYS
 from framework.engine.attempts import promote
 from framework.engine.scheduler import SchedulerSpec
@@ -121,8 +121,8 @@ def build_components(run: Experiment, is_global_zero: bool, on_meta: bool = Fals
     on_meta = on_meta and not (run.adapter and run.adapter.quantize)  # (QLoRA quantizes the whole weights)
     with torch.device("meta") if on_meta else contextlib.nullcontext():
         model = _make(run.model.node, "model on the meta device" if on_meta else "model")
-    if run.config.get("adapter"):
-        add_adapters(model, run.config["adapter"])
+    if run.adapter is not None:
+        add_adapters(model, run.adapter)
         # what its checkpoints record of the frozen base
         model.adapter_base = base_fingerprint(run.model.node, torch.initial_seed(), run.init.weights)
     task = _make(run.task.node, "task")
@@ -136,11 +136,10 @@ def build_components(run: Experiment, is_global_zero: bool, on_meta: bool = Fals
     return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(run))
 
 
-def add_adapters(model, node: dict) -> None:
+def add_adapters(model, settings: AdapterConfig) -> None:
     """``adapter=lora|qlora``: the model's target layers adapted, everything else frozen."""
-    from framework.models.lora import AdapterSettings, inject_adapters
+    from framework.models.lora import inject_adapters
 
-    settings = AdapterSettings(**node)
     names = inject_adapters(model, settings, torch.initial_seed())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())

@@ -113,12 +113,13 @@ def _logits(model, tokens) -> torch.Tensor:
 
 
 def test_the_export_loads_in_peft_and_merged_in_transformers_with_the_runs_logits(base, runs, tmp_path):
+    from framework.config.schemas import AdapterConfig
     from framework.models import HFCausalLM
-    from framework.models.lora import AdapterSettings, inject_adapters
+    from framework.models.lora import inject_adapters
 
     run_dir, _ = runs("single")
     ours = HFCausalLM(path=str(base)).eval()
-    inject_adapters(ours, AdapterSettings(r=4), 0)
+    inject_adapters(ours, AdapterConfig(r=4), 0)
     ours.load_state_dict(torch.load(run_dir / "model.pt"))
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     expected = _logits(ours, tokens)
@@ -159,12 +160,13 @@ def test_an_adapter_checkpoint_holds_the_adapters_alone_resumes_exactly_and_refu
 
 
 def test_qlora_keeps_the_base_in_four_bits_and_trains_on_two_fsdp_ranks_as_on_one(base, tmp_path):
+    from framework.config.schemas import AdapterConfig
     from framework.models import HFCausalLM
-    from framework.models.lora import AdapterSettings, inject_adapters
+    from framework.models.lora import inject_adapters
     from framework.models.nf4 import is_nf4
 
     model = HFCausalLM(path=str(base))
-    inject_adapters(model, AdapterSettings(r=4, quantize="nf4"), 0)
+    inject_adapters(model, AdapterConfig(r=4, quantize="nf4"), 0)
     linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert all(is_nf4(m.weight) for n, m in linears.items() if n != "lm_head") and not is_nf4(linears["lm_head"].weight)
     qlora = lora(base, "adapter=qlora", "adapter.r=4")
