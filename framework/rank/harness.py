@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from framework.config.schemas import HarnessConfig
+
 log = logging.getLogger(__name__)
 
 SHIPPED_TASKS = Path(__file__).resolve().parents[1] / "data" / "assets" / "harness"
@@ -44,7 +46,7 @@ def unknown_tasks(names: list[str], include_path: Optional[str] = None) -> list[
     ]
 
 
-def score(settings: dict, trainer, parts, ckpt: Optional[Path], output_dir: str) -> Optional[dict]:
+def score(settings: HarnessConfig, trainer, parts, ckpt: Optional[Path], output_dir: str) -> Optional[dict]:
     """Every task's metrics on rank 0 (None on the others), logged as ``harness/<task>/<metric>``; with
     ``log_samples``, each question's answers in ``<output_dir>/harness/<task>.jsonl``. Collective: every
     rank scores its share of each task's requests (framework/rank/harness_lm.py)."""
@@ -54,8 +56,8 @@ def score(settings: dict, trainer, parts, ckpt: Optional[Path], output_dir: str)
     from framework.rank.harness_lm import FrameworkLM
 
     logging.getLogger("lm-eval").setLevel(logging.WARNING)
-    names = [str(n) for n in settings["tasks"]]
-    manager = task_manager(names, settings.get("include_path"))
+    names = [str(n) for n in settings.tasks]
+    manager = task_manager(names, settings.include_path)
     fresh = trainer.model is None
     with trainer.inference(parts.model if fresh else None, ckpt if fresh else None) as model:
         lm = FrameworkLM(
@@ -63,21 +65,21 @@ def score(settings: dict, trainer, parts, ckpt: Optional[Path], output_dir: str)
             trainer.strategy,
             parts.datamodule.codec,
             eos=getattr(parts.task, "eos", None) or parts.datamodule.special_tokens["eos"],
-            batch_size=int(settings.get("batch_size") or 8),
+            batch_size=settings.batch_size,
             autocast=trainer.precision.autocast,
         )
         results = lm_eval.simple_evaluate(
             model=lm,
             tasks=names,
             task_manager=manager,
-            num_fewshot=settings.get("num_fewshot"),
-            limit=settings.get("limit"),
-            log_samples=bool(settings.get("log_samples")),
+            num_fewshot=settings.num_fewshot,
+            limit=settings.limit,
+            log_samples=settings.log_samples,
             verbosity="WARNING",
         )
     if not trainer.is_global_zero or results is None:
         return None
-    if settings.get("log_samples"):
+    if settings.log_samples:
         write_samples(results["samples"], Path(output_dir))
     scores = summary(results)
     log.info("Harness: %s", "; ".join(f"{t}: {_line(m)}" for t, m in scores.items()))

@@ -5,7 +5,6 @@ Trainer runs the loops."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -51,8 +50,7 @@ def run_stages(run: Experiment, trainer: Trainer, parts: Components, signals=Non
             from framework.rank.harness import score  # here: lm-eval imports in seconds
 
             t3 = time.perf_counter()
-            settings = dataclasses.asdict(run.harness)
-            out["harness"] = score(settings, trainer, parts, ckpt, str(run.output_dir))
+            out["harness"] = score(run.harness, trainer, parts, ckpt, str(run.output_dir))
             out.update(harness_time_s=time.perf_counter() - t3)
     out.update(test_time_s=time.perf_counter() - t2)
     return out
