@@ -118,6 +118,26 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
     return problems
 
 
+def check_adapter_packages(run: Experiment) -> list[str]:
+    """What adapters need installed beyond the framework, named before start rather than by an import
+    error after training: torchao for QLoRA's 4-bit base, peft for the adapters' own export."""
+    import importlib.util
+
+    if run.adapter is None:
+        return []
+    install = "pip install 'framework[adapters]'"
+    problems = []
+    if run.adapter.quantize and importlib.util.find_spec("torchao") is None:
+        problems.append(f"adapter.quantize: {run.adapter.quantize} (QLoRA) needs torchao, not installed; {install}")
+    exports_adapters = run.export_weights and run.export_format == "hf" and not run.export_merge
+    if exports_adapters and importlib.util.find_spec("peft") is None:
+        problems.append(
+            f"export_format: hf writes the adapters in peft's format, and peft is not installed; {install}, "
+            "or set export_merge=true (the merged model, for transformers alone)"
+        )
+    return problems
+
+
 def adapter_layout_problems(name: str, topology, settings) -> list[str]:
     """Why strategy ``name`` laid out as ``topology`` cannot run adapters of ``settings`` (AdapterConfig)."""
     problems = []

@@ -23,6 +23,7 @@ from framework.engine.safe_load import scan_checkpoint
 from framework.job.cross_checks import (
     check_adapter,
     check_adapter_base,
+    check_adapter_packages,
     check_compile_blocks,
     check_data_kinds,
     check_export_format,
@@ -73,6 +74,7 @@ def preflight(cfg: DictConfig) -> ResolvedExperiment:
             check_checkpoint_data,
             check_adapter,
             check_adapter_base,
+            check_adapter_packages,
             check_output_dir,
         ],
     )

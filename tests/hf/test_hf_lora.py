@@ -243,3 +243,18 @@ def test_an_experiments_adapter_keys_left_by_removing_its_adapter_are_refused_or
     assert problem.startswith("adapter: adapter.r, adapter.alpha set, but no adapter selected")
     assert "~adapter ~adapter.r ~adapter.alpha" in problem
     assert preflight(compose([*base, "~adapter.r", "~adapter.alpha"])).config["adapter"] in (None, {})
+
+
+def test_what_adapters_need_installed_is_named_before_start(monkeypatch):
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in ("peft", "torchao") else found(name, *a)
+    )
+    exported = ["experiment=hf_lora_instructions", "export_weights=true", "export_format=hf"]
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*exported, "adapter=qlora"]))
+    assert any(p.startswith("adapter.quantize: nf4 (QLoRA) needs torchao") for p in err.value.problems)
+    assert any(p.startswith("export_format: hf writes the adapters in peft's format") for p in err.value.problems)
+    preflight(compose([*exported, "export_merge=true"]))  # merged: transformers alone; lora: no torchao
