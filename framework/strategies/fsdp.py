@@ -105,8 +105,12 @@ class FSDPSharding:
     @contextlib.contextmanager
     def no_sync(self, model: nn.Module):
         # FSDP2's equivalent of DDP.no_sync: keep unsharded gradients, skip reduce-scatter.
-        model.set_requires_gradient_sync(False)
+        sync = getattr(model, "set_requires_gradient_sync", None)
+        if sync is None:  # not sharded (no data-parallel rank to sync with): gradients accumulate as they are
+            yield
+            return
+        sync(False)
         try:
             yield
         finally:
-            model.set_requires_gradient_sync(True)
+            sync(True)

@@ -227,7 +227,14 @@ class ParallelStrategy(FSDPSharding, Strategy):
 
     def shard_data_parallel(self, model: nn.Module, mesh) -> nn.Module:
         """FSDP2 over the data-parallel ranks (the context-parallel ones folded in; with experts
-        split, over the rest of the model on their mesh)."""
+        split, over the rest of the model on their mesh). With no rank to shard over (strategy=tp,
+        one device) the model stays as tensor parallelism left it: FSDP would only gather copies of
+        whole units; unless an option of FSDP's own asks for it (param_dtype, reduce_dtype, cpu_offload)."""
+        options = self.options
+        if self.topology.world_size == self.topology.tp and not (
+            options.param_dtype or options.reduce_dtype or options.cpu_offload
+        ):
+            return model
         if self.topology.ep == 1:
             return apply_fsdp(model, self._data_parallel_mesh(mesh), self.options)
         return apply_fsdp(model, mesh[("dp_outer", "ep")], self.options, ignored=set(expert_parameters(model)))

@@ -69,3 +69,18 @@ def test_a_strategy_that_splits_no_layers_makes_the_plain_model_ready_before_it_
     monkeypatch.setattr(DDPStrategy, "parallelize", lambda self, model: steps.append("ddp") or model)
     DDPStrategy(DDPStrategy.schema(), "cpu").ready_and_parallelize(nn.Linear(2, 2), lambda m: steps.append("ready"))
     assert steps == ["ready", "ddp"]
+
+
+def test_fsdp_wraps_only_where_there_are_data_parallel_ranks_or_an_option_of_its_own(monkeypatch):
+    monkeypatch.setattr(parallel, "apply_tp", lambda model, *args, **kwargs: model.steps.append("tensor parallel"))
+    monkeypatch.setattr(parallel, "apply_fsdp", lambda model, *args, **kwargs: model.steps.append("fsdp") or model)
+
+    def steps(options: ParallelConfig, topology: Topology) -> list[str]:
+        return _Recorded(options, "cpu", topology).ready_and_parallelize(_model(), lambda m: None).steps
+
+    tp_alone = Topology(processes_per_node=2, tp=2)  # strategy=tp on 2 ranks (fsdp_tp's tp=2 on 2 too)
+    assert steps(ParallelConfig(dp_shard=1, tp=-1), tp_alone) == ["pipeline cut", "tensor parallel", "pipeline runner"]
+    assert "fsdp" in steps(ParallelConfig(dp_shard=1, tp=-1, param_dtype="bf16"), tp_alone)  # asked for: kept
+    assert steps(ParallelConfig(tp=2), Topology(processes_per_node=4, tp=2))[2] == "fsdp"  # fsdp_tp on 4
+    assert "fsdp" not in steps(ParallelConfig(), Topology(processes_per_node=1))  # fsdp on one device: nothing to shard
+    assert "fsdp" in steps(ParallelConfig(), Topology(processes_per_node=2))
