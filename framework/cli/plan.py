@@ -32,11 +32,12 @@ def main() -> None:
     cfg = compose(args)
     if choose:
         sys.exit(print_choice(cfg))
-    problems = plan_problems(ResolvedExperiment.of(cfg))
+    run = ResolvedExperiment.of(cfg)  # (its size and layout worked out once, for the check and the plan)
+    problems = plan_problems(run)
     if problems:
         print("\n".join(problems), file=sys.stderr)
         sys.exit(2)
-    rows = plan(cfg)
+    rows = plan(run)
     params = rows[0]["parameters"]
     k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
     print(f"{cfg.name}: {params:,} parameters, fp32, {cfg.optimizer._target_} ({k} B/param of state)")

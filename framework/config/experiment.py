@@ -10,10 +10,9 @@ from functools import cached_property
 from typing import Any, Optional
 
 from framework.config.schemas import ROOT_KEYS, AdapterConfig, HarnessConfig, InitConfig, RootConfig, TrainerConfig
-from framework.config.validate import import_target, known_valid_keys
+from framework.config.validate import HYDRA_KEYS, import_target, known_valid_keys
 
 COMPONENTS = ("model", "datamodule", "task", "optimizer", "scheduler")
-_HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
 
 class Spec:
@@ -49,7 +48,7 @@ class Spec:
     @property
     def options(self) -> dict:
         """The arguments the class is built with."""
-        return {k: v for k, v in self.node.items() if k not in _HYDRA_KEYS}
+        return {k: v for k, v in self.node.items() if k not in HYDRA_KEYS}
 
     @cached_property
     def cls(self) -> Any:

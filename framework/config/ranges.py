@@ -14,6 +14,11 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def are_ints(*values: Any) -> bool:
+    """Whether every value is an int (not a bool)."""
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
 @dataclass(frozen=True)
 class Range:
     """``low`` (inclusive, exclusive when ``strict``); ``unlimited``: -1 means no limit too;

@@ -55,7 +55,7 @@ RUNTIME_ARGS = {
     "optimizer": {"params"},
     "scheduler": {"optimizer"},
 }
-_HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
+HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 
 
 def validate(
@@ -380,11 +380,11 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
     skip = FRAMEWORK_KEYS.get(group, set())
     supplied = RUNTIME_ARGS.get(group, set())
     names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    unknown = [k for k in node if k not in _HYDRA_KEYS and k not in skip and k not in params]
+    unknown = [k for k in node if k not in HYDRA_KEYS and k not in skip and k not in params]
     if not accepts_kwargs:
         problems.extend(_unknown_argument_problems(unknown, path, target, [n for n in names if n not in supplied]))
     for key, value in node.items():
-        if key in _HYDRA_KEYS or key in skip or key not in params:
+        if key in HYDRA_KEYS or key in skip or key not in params:
             continue
         annotation = _annotation(obj, key, params[key])
         if _checkable(value) and not type_ok(value, annotation):
@@ -401,7 +401,7 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
     # (its messages name their key: in full, or relative to this node's, which is then prefixed)
     check_config = getattr(obj, "check_config", None)
     if callable(check_config):
-        found = check_config(**{k: v for k, v in node.items() if k not in _HYDRA_KEYS})
+        found = check_config(**{k: v for k, v in node.items() if k not in HYDRA_KEYS})
         problems.extend(m if m.startswith(f"{path}.") or m.startswith(f"{path}:") else f"{path}.{m}" for m in found)
 
 

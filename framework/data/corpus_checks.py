@@ -5,6 +5,7 @@ whose forward takes them (``TokensDataModule.check_run``). Reads the corpus's in
 from __future__ import annotations
 
 from framework.config.experiment import Experiment, Spec
+from framework.config.ranges import are_ints
 
 
 def data_vocabulary(data: Spec | dict):
@@ -27,7 +28,7 @@ def token_ids_problems(run: Experiment) -> list[str]:
     data = run.datamodule
     vocabulary = run.model.sizes().get("vocab_size")
     declared = data_vocabulary(data)
-    if not data.get("path") or not _int(vocabulary) or (_int(declared) and declared > vocabulary):
+    if not data.get("path") or not are_ints(vocabulary) or (are_ints(declared) and declared > vocabulary):
         return []  # (a vocabulary larger than the embedding is job/cross_checks.py's check_tokens's to name)
     try:
         largest = max_token_id(read_index(str(data["path"])))
@@ -85,7 +86,3 @@ def document_boundaries_problems(run: Experiment) -> list[str]:
         f"{run.model.name}.forward takes no 'positions'; set document_boundaries=false, or use "
         "model=gpt or hf/causal_lm (or give your model's forward a positions argument)"
     ]
-
-
-def _int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

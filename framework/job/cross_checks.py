@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from framework.config.experiment import Experiment, Spec
+from framework.config.ranges import are_ints
 from framework.config.writable import unwritable
 from framework.data.corpus_checks import data_vocabulary
 from framework.job.experiment import ResolvedExperiment
@@ -21,10 +22,10 @@ def check_tokens(run: Experiment) -> list[str]:
     model, data = run.model, run.datamodule
     sizes, problems = model.sizes(), []
     ours, theirs = sizes.get("vocab_size"), data_vocabulary(data)
-    if _ints(theirs) and data.get("tokenizer") and data_vocabulary({"tokenizer": data["tokenizer"]}) != theirs:
+    if are_ints(theirs) and data.get("tokenizer") and data_vocabulary({"tokenizer": data["tokenizer"]}) != theirs:
         theirs = None  # a vocab_size that is not its tokenizer's: the datamodule's own check names it
     key = "model.vocab_size" if "vocab_size" in model else "model (its config's vocab_size)"
-    if _ints(ours, theirs) and ours < theirs:
+    if are_ints(ours, theirs) and ours < theirs:
         problems.append(
             f"{key}: {ours}, but the data's token ids run to {theirs - 1} (datamodule's vocabulary: "
             f"{theirs}); set model.vocab_size={theirs}, or leave it at ${{datamodule.vocab_size}}"
@@ -33,7 +34,7 @@ def check_tokens(run: Experiment) -> list[str]:
             "give the model's own tokenizer (its directory)"
         )
     longest, window = sizes.get("max_seq_len"), data.get("seq_len")
-    if _ints(longest, window) and window > longest and run.windowed:
+    if are_ints(longest, window) and window > longest and run.windowed:
         held, fix = (
             ("model.max_seq_len", f"set model.max_seq_len={window} or datamodule.seq_len={longest}")
             if "max_seq_len" in model
@@ -216,21 +217,21 @@ def check_validation_interval(run: Experiment) -> list[str]:
     if (
         not run.train
         or trainer.fast_dev_run
-        or not _ints(interval)
+        or not are_ints(interval)
         or trainer.limit_val_batches == 0
-        or not _ints(batch)
+        or not are_ints(batch)
         or batch < 1
         or isinstance(limit, bool)
     ):
         return []
-    if _ints(limit) and validation_interval_problem(interval, limit):
+    if are_ints(limit) and validation_interval_problem(interval, limit):
         return []  # named against trainer.limit_train_batches by the trainer's own check
     try:
         counter = data.declared("train_samples")
         samples = counter(**data.options) if callable(counter) else None
     except Exception:  # noqa: BLE001 - bad data is reported by its own check
         return []
-    if not _ints(samples):
+    if not are_ints(samples):
         return []
     batches = limit_batches(samples // batch, limit)
     problem = validation_interval_problem(
@@ -384,7 +385,3 @@ def check_writable(run: Experiment) -> list[str]:
         if str(spec.target or "").endswith("ModelCheckpoint"):
             places.append((f"{spec.key}.dirpath", spec.get("dirpath")))
     return [problem for key, path in places if path for problem in [unwritable(key, Path(str(path)))] if problem]
-
-
-def _ints(*values) -> bool:
-    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)

@@ -41,18 +41,17 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[Path], None]] 
     quiet_known_warnings(0 if owner else 1)  # (the checks import what warns too: transformers, torchao)
     # Taken first: a run already writing there is named at once, before anything is checked or written.
     with DirectoryLock(Path(cfg.output_dir)) if owner else contextlib.nullcontext():
-        run = preflight(cfg)
-        container = run.config
+        checked = preflight(cfg)
         # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
         # strategy's options in full (its schema's defaults filled in; `auto` on several devices:
         # the candidates that fit, for the ranks to choose from).
-        container["strategy"] = auto_node(run) or resolved_options(run)
+        launched = {"strategy": auto_node(checked) or resolved_options(checked)}
         if owner:
-            _remove_previous_run(run)
+            _remove_previous_run(checked)
             # A later attempt in a run's directory (a resume) records itself beside the run's record,
             # which it replaces only once it trains (engine/attempts.py).
-            container["attempt"] = next_attempt(Path(run.output_dir))
-        run = Experiment(container)  # the run as launched: its strategy in full, its attempt
+            launched["attempt"] = next_attempt(Path(checked.output_dir))
+        run = Experiment({**checked.config, **launched})  # the run as launched: its strategy in full, its attempt
         output_dir = Path(run.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         if owner:
