@@ -12,7 +12,7 @@ from omegaconf import DictConfig, open_dict
 
 from framework.config.location import CONFIG_PACKAGE
 from framework.config.overrides import lenient
-from framework.job.naming import fill_name
+from framework.job.naming import set_job_fields
 
 
 def compose(overrides: Iterable[str] = (), config_dir: Optional[str] = None, config_name: str = "train") -> DictConfig:
@@ -32,5 +32,5 @@ def compose(overrides: Iterable[str] = (), config_dir: Optional[str] = None, con
     choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
-    fill_name(cfg, choices, overrides)
+    set_job_fields(cfg, None, choices, overrides)
     return cfg

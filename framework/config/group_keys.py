@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 import yaml
 
@@ -19,10 +19,10 @@ KEYED_GROUPS = ("model", "datamodule", "task", "optimizer", "scheduler", "strate
 _SCHEMAS = {"trainer": TrainerConfig, "init": InitConfig, "scheduler": SchedulerConfig, "strategy": StrategyConfig}
 
 
-def group_keys(extra_dirs: Iterable[str] = (), container: Optional[dict] = None) -> dict[str, list[str]]:
+def group_keys(extra_dirs: Iterable[str] = (), composed: Iterable[str] = ()) -> dict[str, list[str]]:
     """Each key of ours under a group -> the full keys it is (``tokenizer`` -> ``[datamodule.tokenizer]``):
     from the schemas, every option of the framework's groups and of ``extra_dirs`` (the user's config
-    directories), and the groups of ``container`` as composed."""
+    directories), and ``composed``, the full keys of the groups as composed (``model.d_model``)."""
     found: dict[str, set[str]] = defaultdict(set)
     for group, schema in _SCHEMAS.items():
         for field in dataclasses.fields(schema):
@@ -32,11 +32,8 @@ def group_keys(extra_dirs: Iterable[str] = (), container: Optional[dict] = None)
             for path in sorted((directory / group).rglob("*.yaml")) if (directory / group).is_dir() else []:
                 for key in _option_keys(path):
                     found[key].add(f"{group}.{key}")
-    for group in KEYED_GROUPS:
-        node = (container or {}).get(group)
-        for key in node if isinstance(node, dict) else ():
-            if not str(key).startswith("_"):
-                found[str(key)].add(f"{group}.{key}")
+    for full_key in composed:
+        found[full_key.split(".", 1)[1]].add(full_key)
     return {key: sorted(paths) for key, paths in found.items()}
 
 

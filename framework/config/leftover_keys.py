@@ -19,27 +19,24 @@ _AUTO_ONLY = {
 }
 
 
-def settle_leftover_keys(container: dict, problems: list[str]) -> None:
-    """Drop the keys another option left (in place); name those set to something else than that
-    option's defaults, since the user meant them for an option no longer selected."""
-    if _settings_of_no_scheduler(container.get("scheduler")):
-        container["scheduler"] = None
-    _drop_auto_keys_under_a_target(container.get("strategy"), problems)
-
-
-def _settings_of_no_scheduler(scheduler) -> bool:
+def settled_scheduler(scheduler):
     """``scheduler=none``: the settings alone, with no scheduler to step, are a constant learning
-    rate, as selected, not a scheduler without ``_target_``."""
-    return isinstance(scheduler, dict) and "_target_" not in scheduler and set(scheduler) <= SCHEDULER_KEYS
+    rate, as selected (None), not a scheduler without ``_target_``."""
+    leftover = isinstance(scheduler, dict) and "_target_" not in scheduler and set(scheduler) <= SCHEDULER_KEYS
+    return None if leftover else scheduler
 
 
-def _drop_auto_keys_under_a_target(strategy, problems: list[str]) -> None:
-    """``strategy._target_`` on ``strategy=auto`` replaces auto: its own keys go (from ``strategy``, in place)."""
+def drop_auto_keys(strategy) -> list[str]:
+    """``strategy._target_`` on ``strategy=auto`` replaces auto: its own keys go (from ``strategy``, in
+    place); those set to something else than auto's defaults are named, since the user meant them for
+    an option no longer selected."""
     if not (isinstance(strategy, dict) and strategy.get("_target_") and strategy.get("name") == "auto"):
-        return
+        return []
+    problems = []
     for key in [k for k in strategy if k in _AUTO_ONLY]:
         if strategy.pop(key) != _AUTO_ONLY[key]:
             problems.append(
                 f"strategy.{key}: a key of strategy=auto, which strategy._target_ replaces; select "
                 "strategy=single (or a strategy YAML of your own) to pass keys to your class"
             )
+    return problems

@@ -30,9 +30,9 @@ from omegaconf.errors import InterpolationToMissingValueError
 
 from framework.config.durations import duration_problems
 from framework.config.errors import ConfigError
-from framework.config.group_keys import group_keys, misplaced_key_message
+from framework.config.group_keys import KEYED_GROUPS, group_keys, misplaced_key_message
 from framework.config.intervals import validation_interval_problem
-from framework.config.leftover_keys import SCHEDULER_KEYS, settle_leftover_keys
+from framework.config.leftover_keys import SCHEDULER_KEYS, drop_auto_keys, settled_scheduler
 from framework.config.param_groups import structure_problems
 from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
 from framework.config.schemas import (
@@ -56,6 +56,8 @@ RUNTIME_ARGS = {
     "scheduler": {"optimizer"},
 }
 HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
+GROUP_SCHEMAS = {"trainer": TrainerConfig, "init": InitConfig, "harness": HarnessConfig, "adapter": AdapterConfig}
+REQUIRED_GROUPS = ("model", "datamodule", "task", "optimizer")
 
 
 def validate(
@@ -69,22 +71,28 @@ def validate(
     the resolved container for them all (job/experiment.py's ResolvedExperiment; else the container)."""
     problems: list[str] = []
     container = _resolve(cfg, problems)
-    settle_leftover_keys(container, problems)
-
-    _check_root(container, problems, referenced_keys(cfg))
-    check_schema(container.get("trainer") or {}, TrainerConfig, "trainer", problems)
-    init = container.get("init") or {}
-    check_schema(init, InitConfig, "init", problems)
-    check_schema(container.get("harness") or {}, HarnessConfig, "harness", problems)
-    check_schema(container.get("adapter") or {}, AdapterConfig, "adapter", problems)
-    problems.extend(_unselected_adapter(container.get("adapter")))
-    if init.get("weights") and init["weights"] != "???" and not Path(str(init["weights"])).exists():
-        problems.append(f"init.weights: nothing at '{init['weights']}' (a checkpoint directory or a state_dict file)")
+    if "scheduler" in container:
+        container["scheduler"] = settled_scheduler(container["scheduler"])
+    problems += drop_auto_keys(container.get("strategy"))
+    user_keys = {k for k in container if _users_own(k)}
+    unreferenced = user_keys - referenced_keys(OmegaConf.to_yaml(cfg, resolve=False))
+    groups = {g: container[g] for g in KEYED_GROUPS if isinstance(container.get(g), dict)}
+    composed = [f"{group}.{key}" for group, node in groups.items() for key in node if not str(key).startswith("_")]
+    problems += misplaced_key_problems(unreferenced, composed) if unreferenced else []
+    check_schema(container, RootConfig, "", problems, ignore={"hydra", *user_keys})
+    for group, schema in GROUP_SCHEMAS.items():
+        check_schema(container.get(group) or {}, schema, group, problems)
+    problems += _unselected_adapter(container.get("adapter")) + _init_problems(container.get("init") or {})
     _check_trainer_values(container.get("trainer") or {}, problems)
     named = {p.split(":")[0] for p in problems}
     problems.extend(p for p in oversized_integers(container) if p.split(":")[0] not in named)
-    _check_component_values(container, problems)
-    _check_components(container, problems)
+    for group, ranges in COMPONENT_RANGES.items():
+        problems += _range_problems(group, ranges, container.get(group))
+    for group in REQUIRED_GROUPS:
+        problems += _required_group_problems(group, container.get(group))
+    problems += _optimizer_problems(container.get("optimizer")) + _scheduler_problems(container.get("scheduler"))
+    for group in ("logger", "callbacks"):
+        problems += _named_nodes_problems(group, container.get(group))
     checked = subject(container) if subject else container
     for check in checks:
         problems.extend(check(checked))
@@ -106,19 +114,23 @@ def _unselected_adapter(node) -> list[str]:
     ]
 
 
-def _check_root(container: dict, problems: list[str], referenced: set[str]) -> None:
-    """Top-level keys: ours against RootConfig; the user's own are allowed unless they look
-    like a typo of ours (``sed`` for ``seed``) or are ours under a group (``tokenizer`` for
-    ``datamodule.tokenizer``) and nothing in the config refers to them (``${lr}``)."""
-    user_keys = {
-        k
-        for k in container
-        if k not in ROOT_KEYS and k != "hydra" and not difflib.get_close_matches(k, ROOT_KEYS, n=1, cutoff=TYPO_CUTOFF)
-    }
-    misplaced = group_keys(container=container) if user_keys - referenced else {}
-    for key in sorted(k for k in user_keys - referenced if k in misplaced):
-        problems.append(misplaced_key_message(key, misplaced[key]))
-    check_schema(container, RootConfig, "", problems, ignore={"hydra", *user_keys})
+def _users_own(key: str) -> bool:
+    """A top-level key of the user's own: not ours, and not a typo of ours (``sed`` for ``seed``)."""
+    return key not in ROOT_KEYS and key != "hydra" and not difflib.get_close_matches(key, ROOT_KEYS, 1, TYPO_CUTOFF)
+
+
+def misplaced_key_problems(keys: set[str], composed: list[str]) -> list[str]:
+    """A user's top-level key that nothing refers to (``${lr}``) is refused when it is ours under a
+    group (``tokenizer`` for ``datamodule.tokenizer``, ``composed``: the groups' keys as composed)."""
+    misplaced = group_keys(composed=composed)
+    return [misplaced_key_message(key, misplaced[key]) for key in sorted(keys) if key in misplaced]
+
+
+def _init_problems(init: dict) -> list[str]:
+    weights = init.get("weights")
+    if weights and weights != "???" and not Path(str(weights)).exists():
+        return [f"init.weights: nothing at '{weights}' (a checkpoint directory or a state_dict file)"]
+    return []
 
 
 def oversized_integers(node: Any, path: str = "") -> list[str]:
@@ -133,35 +145,46 @@ def oversized_integers(node: Any, path: str = "") -> list[str]:
     return []
 
 
-def referenced_keys(cfg: DictConfig) -> set[str]:
-    """The top-level keys that an interpolation of ``cfg`` refers to (``${lr}``, ``${paths.data}``)."""
-    return set(re.findall(r"\$\{\s*([A-Za-z_][\w\-]*)", OmegaConf.to_yaml(cfg, resolve=False)))
+def referenced_keys(text: str) -> set[str]:
+    """The top-level keys that an interpolation in ``text`` refers to (``${lr}``, ``${paths.data}``)."""
+    return set(re.findall(r"\$\{\s*([A-Za-z_][\w\-]*)", text))
 
 
-def _check_components(container: dict, problems: list[str]) -> None:
-    """Every ``_target_`` group: it imports and its keys bind to the signature."""
-    for group in ("model", "datamodule", "task", "optimizer"):
-        node = container.get(group)
-        if not isinstance(node, dict) or not node:
-            problems.append(f"{group}: missing; choose an option of the '{group}' group, e.g. {group}=...")
-            continue
-        check_target(node, group, problems, group)
-    optimizer = container.get("optimizer")
-    if isinstance(optimizer, dict):
-        problems += structure_problems(optimizer.get("param_groups"), optimizer_settings(optimizer))
-    scheduler = container.get("scheduler")
+def _required_group_problems(group: str, node: Any) -> list[str]:
+    """A group every run needs: its ``_target_`` imports and its keys bind to the signature."""
+    if not isinstance(node, dict) or not node:
+        return [f"{group}: missing; choose an option of the '{group}' group, e.g. {group}=..."]
+    problems: list[str] = []
+    check_target(node, group, problems, group)
+    return problems
+
+
+def _optimizer_problems(optimizer: Any) -> list[str]:
+    if not isinstance(optimizer, dict):
+        return []
+    return structure_problems(optimizer.get("param_groups"), optimizer_settings(optimizer))
+
+
+def _scheduler_problems(scheduler: Any) -> list[str]:
+    problems: list[str] = []
     if scheduler:
         check_target(scheduler, "scheduler", problems, "scheduler")
         settings = {k: v for k, v in scheduler.items() if k in FRAMEWORK_KEYS["scheduler"]}
         check_schema(settings, SchedulerConfig, "scheduler", problems)
-    for group in ("logger", "callbacks"):
-        for name, node in (container.get(group) or {}).items():
-            if node is None:
-                continue
-            if not isinstance(node, dict):
-                problems.append(f"{group}.{name}: expected a mapping with '_target_', got {node!r}")
-                continue
-            check_target(node, f"{group}.{name}", problems, group)
+    return problems
+
+
+def _named_nodes_problems(group: str, nodes: Any) -> list[str]:
+    """A group of named nodes (``callbacks``, ``logger``): each imports and binds; a null one is off."""
+    problems: list[str] = []
+    for name, node in (nodes or {}).items():
+        if node is None:
+            continue
+        if not isinstance(node, dict):
+            problems.append(f"{group}.{name}: expected a mapping with '_target_', got {node!r}")
+            continue
+        check_target(node, f"{group}.{name}", problems, group)
+    return problems
 
 
 def _resolve(node: Any, problems: list[str], path: str = "") -> Any:
@@ -310,12 +333,10 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
         problems.extend([problem] if problem else [])
 
 
-def _check_component_values(container: dict, problems: list[str]) -> None:
+def _range_problems(group: str, ranges: dict, node: Any) -> list[str]:
     """The ranges of the component arguments every run depends on (``COMPONENT_RANGES``)."""
-    for group, ranges in COMPONENT_RANGES.items():
-        node = container.get(group) or {}
-        for key, valid in ranges.items():
-            problems.extend(valid.problems(f"{group}.{key}", node.get(key) if isinstance(node, dict) else None))
+    node = node if isinstance(node, dict) else {}
+    return [p for key, valid in ranges.items() for p in valid.problems(f"{group}.{key}", node.get(key))]
 
 
 def import_target(path: str) -> Any:

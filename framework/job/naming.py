@@ -8,28 +8,18 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 
 def set_job_fields(
-    cfg: DictConfig, output_dir: str, choices: Mapping | None = None, overrides: Iterable[str] = ()
+    cfg: DictConfig, output_dir: str | None, choices: Mapping | None = None, overrides: Iterable[str] = ()
 ) -> None:
-    """Fill ``output_dir`` and, when unset, ``name``."""
+    """Fill ``output_dir`` (when given) and, when unset, ``name``: ``default_name`` of Hydra's
+    ``choices``, or without them the model's and datamodule's class names."""
     with open_dict(cfg):
-        cfg.output_dir = str(output_dir)
-    fill_name(cfg, choices, overrides)
-
-
-def fill_name(cfg: DictConfig, choices: Mapping | None = None, overrides: Iterable[str] = ()) -> None:
-    """``name``, when unset: ``default_name`` of Hydra's ``choices``, or without them the
-    model's and datamodule's class names."""
-    if cfg.get("name") is not None:
-        return
-    with open_dict(cfg):
-        cfg.name = (
-            default_name(choices, overrides)
-            if choices
-            else "_".join(
-                str(OmegaConf.select(cfg, f"{group}._target_", default="custom")).rsplit(".", 1)[-1].lower()
-                for group in ("model", "datamodule")
-            )
-        )
+        if output_dir is not None:
+            cfg.output_dir = str(output_dir)
+        if cfg.get("name") is None and choices:
+            cfg.name = default_name(choices, overrides)
+        elif cfg.get("name") is None:
+            targets = [OmegaConf.select(cfg, f"{g}._target_", default="custom") for g in ("model", "datamodule")]
+            cfg.name = "_".join(str(target).rsplit(".", 1)[-1].lower() for target in targets)
 
 
 def default_name(choices: Mapping, overrides: Iterable[str] = ()) -> str:

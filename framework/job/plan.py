@@ -70,13 +70,10 @@ def meta_inputs(run: ResolvedExperiment, batch: int) -> Optional[torch.Tensor]:
     return torch.randn(batch, *shape, device="meta")
 
 
-def activation_bytes(
-    cfg: DictConfig | ResolvedExperiment, batch: int, model: Optional[torch.nn.Module] = None
-) -> Optional[int]:
-    """Bytes one forward of the configured model (``model``: its meta model, when built already)
-    saves for backward at ``batch`` samples (the parameters themselves not counted), or None when
-    ``datamodule.input_shape`` is unknown. ``cfg``: a composed config, or its typed run."""
-    run = ResolvedExperiment.of(cfg)
+def activation_bytes(run: ResolvedExperiment, batch: int, model: Optional[torch.nn.Module] = None) -> Optional[int]:
+    """Bytes one forward of the run's model (``model``: its meta model, when built already) saves
+    for backward at ``batch`` samples (the parameters themselves not counted), or None when
+    ``datamodule.input_shape`` is unknown."""
     inputs = meta_inputs(run, batch)
     if inputs is None:
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -81,7 +82,7 @@ def _primary_config(
     )
     args = []
     for override in overrides:
-        if override.startswith("~") and not _has(container, override[1:].split("=", 1)[0]):
+        if override.startswith("~") and not _has(container, override[1:].split("=", 1)[0].split(".")):
             continue  # deleted in the saved run already (its own command line, repeated on resume)
         match = _SELECTION.match(override)
         if match and match.group(1) in groups:
@@ -102,14 +103,9 @@ def _primary_config(
     return directory, args
 
 
-def _has(container: dict, dotted: str) -> bool:
-    """Whether ``container`` holds the key ``dotted`` (``callbacks.early_stopping``)."""
-    node = container
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
+def _has(node: Any, path: list[str]) -> bool:
+    """Whether ``node`` holds the key at ``path`` (``["callbacks", "early_stopping"]``)."""
+    return not path or (isinstance(node, dict) and path[0] in node and _has(node[path[0]], path[1:]))
 
 
 def _saved_searchpath(run_dir: Path) -> list[str]:

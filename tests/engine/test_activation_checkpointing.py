@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from framework import compose, fit
 from framework.config.errors import ConfigError
+from framework.job.experiment import ResolvedExperiment
 from framework.plan import activation_bytes
 from tests.helpers.configs import BASE, CNN, train_losses
 
@@ -37,11 +38,11 @@ def test_checkpointed_runs_on_two_ranks_equal_single_device(strategy, tmp_path):
 
 def test_plan_counts_what_checkpointing_saves():
     cfg = compose(CNN)
-    plain = activation_bytes(cfg, 64)
+    plain = activation_bytes(ResolvedExperiment.of(cfg), 64)
     OmegaConf.update(cfg, "trainer.activation_checkpointing", ["Sequential"])
-    checkpointed = activation_bytes(cfg, 64)
+    checkpointed = activation_bytes(ResolvedExperiment.of(cfg), 64)
     assert 0 < checkpointed < plain / 10  # only the input of each checkpointed block is kept
-    assert activation_bytes(cfg, 32) == pytest.approx(checkpointed / 2, rel=0.01)
+    assert activation_bytes(ResolvedExperiment.of(cfg), 32) == pytest.approx(checkpointed / 2, rel=0.01)
 
 
 def test_an_unknown_class_is_refused_with_the_models_classes(tmp_path):
