@@ -1,8 +1,8 @@
 """``python -m framework.predict ckpt_path=<run>/checkpoints/<name> [overrides]``: predict with a
-saved checkpoint (framework/cli/predict.py); from Python, ``predict(ckpt_path, overrides, output_dir)``
+saved checkpoint (framework/cli/evaluate.py's predict); from Python, ``predict(ckpt_path, overrides, output_dir)``
 (framework/api.py, imported when first used)."""
 
-from framework.cli.predict import main
+from framework.cli.evaluate import predict as main
 
 
 def __getattr__(name: str):

@@ -120,7 +120,7 @@ def page() -> str:
         TrainerConfig,
     )
     from framework.strategies.fsdp import FSDPConfig
-    from framework.strategies.pipeline.options import ScheduleConfig
+    from framework.strategies.pipeline.schedule import ScheduleConfig
     from framework.strategies.registry import STRATEGIES
 
     parts = [

@@ -22,6 +22,15 @@ from framework.cli.console import console_entry, end_program
 from framework.config import ConfigError
 from framework.job.saved_run_config import EVALUATE_CONFIG, evaluation_config, saved_run_config
 
+PREDICT_USAGE = """``framework-predict ckpt_path=<run dir>/checkpoints/<name> [group=option ...] [key=value ...]``
+
+Predicts with a checkpoint's weights and the config its run saved, as framework.evaluate
+tests them: the task's ``predict_step`` (or the model) over the datamodule's
+``predict_dataloader()`` (the built-in datamodules: the test split; ``datamodule=...`` and
+its keys choose other data), on any strategy (``strategy=ddp trainer.devices=2``). Rank 0
+writes the predictions in dataset order to ``<run dir>/predict/<date>_<time>/predictions.pt``
+(``predict_format=csv``: predictions.csv); ``trainer.limit_predict_batches`` predicts a prefix.
+"""
 _HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
 
 
@@ -58,3 +67,8 @@ def main(mode: str = "eval", usage: str = __doc__) -> None:
     finally:
         shutil.rmtree(config_dir, ignore_errors=True)
     end_program()
+
+
+def predict() -> None:
+    """``framework-predict``: the same app in predict mode."""
+    main(mode="predict", usage=PREDICT_USAGE)

@@ -64,10 +64,6 @@ class Topology:
         groups', the same in every pipeline stage)."""
         return rank // (self.tp * self.cp) % self.data_parallel_size
 
-    def context_parallel_rank(self, rank: int) -> int:
-        """Which part of each sequence the process ``rank`` holds."""
-        return rank // self.tp % self.cp
-
     def describe(self) -> str:
         """Every degree, for messages: 'pp(1) x dp_replicate(1) x dp_shard(2) x ep(1) x cp(1) x tp(2) = 4 rank(s)'."""
         factors = " x ".join(f"{name}({degree})" for name, degree in self.degrees.items())

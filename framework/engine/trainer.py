@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Mapping, Optional, Sequence
 
 import torch
@@ -26,7 +26,6 @@ from framework.config.schemas import TrainerConfig
 from framework.engine.callback_list import CallbackList
 from framework.engine.data_loaders import RankLoaders, limit_batches
 from framework.engine.evaluation import EvaluationPasses
-from framework.engine.loop_state import LoopState
 from framework.engine.precision import Precision
 from framework.engine.prepare_model import prepare_model
 from framework.engine.scheduler import SchedulerSpec
@@ -58,6 +57,30 @@ def effective_config(config: TrainerConfig) -> TrainerConfig:
     if config.overfit_batches:
         config = replace(config, limit_train_batches=config.overfit_batches)
     return config
+
+
+@dataclass
+class LoopState:
+    """The fit loop's progress: exactly what a checkpoint saves of it, nothing derived. Between
+    epochs it reads ``(epoch e, 0 batches, not finished)``; a checkpoint taken in an epoch's end
+    callbacks reads ``(e, all batches, finished)`` and resumes at epoch e+1 without redoing the
+    end of epoch e (validation, scheduler step)."""
+
+    global_step: int = 0  # optimizer steps taken
+    current_epoch: int = 0  # the epoch being trained, or the next one between epochs
+    batch_in_epoch: int = 0  # training batches of current_epoch already run (the resume point)
+    epoch_finished: bool = False  # current_epoch's end-of-epoch work is done
+    last_val_step: int = -1  # global_step of the latest validation (-1: none yet)
+
+    def advance_if_finished(self) -> None:
+        """Move past a finished epoch: the next one starts at its first batch."""
+        if self.epoch_finished:
+            self.current_epoch, self.batch_in_epoch, self.epoch_finished = self.current_epoch + 1, 0, False
+
+    @property
+    def epochs_run(self) -> int:
+        """Epochs trained in, the current one counted once it has a batch."""
+        return self.current_epoch + (1 if self.batch_in_epoch > 0 or self.epoch_finished else 0)
 
 
 class Trainer:

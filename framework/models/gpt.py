@@ -26,9 +26,8 @@ from framework.config.ranges import Range
 from framework.models.documents import document_mask
 from framework.models.kv_cache import DecodingCache
 from framework.models.lora import is_adapter
-from framework.models.moe import MoE
+from framework.models.moe import FeedForward, MoE
 from framework.models.shards import copy_into
-from framework.models.swiglu import FeedForward
 
 
 class RMSNorm(nn.Module):

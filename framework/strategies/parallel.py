@@ -33,7 +33,7 @@ from framework.strategies.expert_parallel import (
     reduce_expert_gradients,
 )
 from framework.strategies.fsdp import FSDPSharding, apply_fsdp
-from framework.strategies.pipeline.options import ScheduleConfig
+from framework.strategies.pipeline.schedule import ScheduleConfig
 from framework.strategies.tensor_parallel import apply_tp, plan_problems, tensor_parallel_state_bytes
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from framework import compose, fit
-from framework.strategies.bagua.quantize import dequantize, quantize
+from framework.strategies.bagua.reduce import dequantize, quantize
 
 # digits_mlp long enough to learn (~90% test accuracy), every algorithm the same steps
 RUN = [

@@ -8,8 +8,13 @@ import contextlib
 import torch
 import torch.distributed as dist
 
-from framework.strategies.bagua.quantize import dequantize, quantize
-from framework.strategies.bagua.reduce import allreduce_average, bytegrad_average, hierarchical_average
+from framework.strategies.bagua.reduce import (
+    allreduce_average,
+    bytegrad_average,
+    dequantize,
+    hierarchical_average,
+    quantize,
+)
 from framework.strategies.comm.bytes import allgather_bytes, flat, unflatten_into
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from framework.strategies.bagua.quantize import dequantize, quantize
 from framework.strategies.comm.bytes import allgather_bytes, allreduce_bytes, alltoall_bytes
 
 
@@ -52,3 +51,21 @@ def bytegrad_average(buffer: torch.Tensor, world: int, row: int = 1024) -> float
     buffer.copy_(dequantize(torch.cat(all_levels), torch.cat(all_meta)).reshape(-1)[:n].to(buffer.dtype))
     part = rows_per_part * (row + 8)  # one rank's part: levels and each row's two floats
     return alltoall_bytes(world * part, world) + allgather_bytes(part, world)
+
+
+def quantize(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """rows [R, C] float -> (levels [R, C] uint8, meta [R, 2] float32: minimum, step).
+
+    8-bit min-max quantisation (Bagua's ByteGrad): each row of a buffer becomes uint8 levels between its minimum
+    and maximum, plus two floats (the lowest level and the step). The levels sit on a grid through zero, so an
+    exact zero (a parameter that got no gradient) stays zero: QAdam divides momenta by the square root of their
+    variance, which is 0 there."""
+    low, high = rows.min(dim=1).values, rows.max(dim=1).values
+    step = torch.where(high > low, (high - low) / 254.0, torch.ones_like(high))
+    low = torch.floor(low / step) * step  # on the grid k * step: zero is a level
+    levels = torch.round((rows - low[:, None]) / step[:, None]).clamp_(0, 255).to(torch.uint8)
+    return levels, torch.stack([low, step], dim=1).float()
+
+
+def dequantize(levels: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
+    return levels.float() * meta[:, 1:2] + meta[:, 0:1]
