@@ -42,6 +42,8 @@ def job_failed(run: Experiment, nprocs: int, rank: int, message: str) -> JobFail
         written = json.loads(failed.read_text()) if failed.exists() else {}
     if written.get("status") == "interrupted":  # rank 0 took the teardown's SIGTERM for a stop: it was not one
         written = {k: v for k, v in written.items() if k not in _STOP_FIELDS}
+    if written.get("failed_rank") not in (None, rank):  # rank 0's traceback is of losing the rank that failed
+        written = {k: v for k, v in written.items() if k != "traceback"}
     results = {**job_record(run, run.strategy["name"], nprocs), **written}
     last = resolve_ckpt_path("last", str(run_dir))
     step = saved_step(last)

@@ -46,6 +46,7 @@ def test_the_rank_killed_first_is_named_with_the_job_fields(tmp_path, rank, kill
         fit(compose(overrides), output_dir=str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed" and results["failed_rank"] == rank and kill in results["error"]
+    assert "traceback" not in results  # a killed rank has none; rank 0's, of losing it, is not the failure's
     assert (results["strategy"], results["world_size"], results["devices"]) == ("ddp", 2, 2)
     assert results["checkpoint_step"] == 3 and results["checkpoint"] == str(tmp_path / "checkpoints" / "last")
 
