@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import OmegaConf
-
 from framework.cli.compose import compose
 from framework.cli.console import cwd_importable
 from framework.config.group_choices import null_selections, unknown_options
@@ -29,18 +27,17 @@ def main() -> None:
     if unknown:
         print("\n".join(unknown), file=sys.stderr)
         sys.exit(2)
-    cfg = compose(args)
+    run = ResolvedExperiment.of(compose(args))  # (its size and layout worked out once, for the check and the plan)
     if choose:
-        sys.exit(print_choice(cfg))
-    run = ResolvedExperiment.of(cfg)  # (its size and layout worked out once, for the check and the plan)
+        sys.exit(print_choice(run))
     problems = plan_problems(run)
     if problems:
         print("\n".join(problems), file=sys.stderr)
         sys.exit(2)
     rows = plan(run)
     params = rows[0]["parameters"]
-    k = optimizer_state_bytes(OmegaConf.to_container(cfg.optimizer, resolve=True))
-    print(f"{cfg.name}: {params:,} parameters, fp32, {cfg.optimizer._target_} ({k} B/param of state)")
+    k = optimizer_state_bytes(run.optimizer.node)
+    print(f"{run.name}: {params:,} parameters, fp32, {run.optimizer.target} ({k} B/param of state)")
     width = max(8, *(len(r["strategy"]) for r in rows))
     print(f"{'strategy':<{width}} " + " ".join(f"{n:>12} dev" for n in (1, 2, 4, 8)))
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
@@ -49,7 +46,7 @@ def main() -> None:
             f"{strategy:<{width}} "
             + " ".join(f"{c / 2**20:>12.2f} MiB" if c is not None else f"{'-':>16}" for c in cells)
         )
-    _print_activations(cfg, rows, width)
+    _print_activations(run, rows, width)
     _print_pipeline(rows, width)
     _print_comm(rows, width)
     _print_adapters(rows, width)
@@ -62,7 +59,7 @@ SPLIT_ACTIVATIONS = [
 ]
 
 
-def _print_activations(cfg, rows: list[dict], width: int) -> None:
+def _print_activations(run, rows: list[dict], width: int) -> None:
     """The activations a training forward keeps per rank, when the input shape is known."""
     from framework.job.plan import COMPARED
 
@@ -73,11 +70,11 @@ def _print_activations(cfg, rows: list[dict], width: int) -> None:
             "datamodule does not set (the built-in ones do)"
         )
     else:
-        checkpointed = list(cfg.trainer.get("activation_checkpointing") or [])
+        checkpointed = list(run.trainer.activation_checkpointing)
         print(
             f"{'activ.':<{width}} "
             + " ".join(f"{a / 2**20:>12.2f} MiB" for a in acts)
-            + f"   saved for backward per rank, batch {cfg.datamodule.batch_size}/N"
+            + f"   saved for backward per rank, batch {run.datamodule.get('batch_size')}/N"
             + (f", checkpointing {checkpointed}" if checkpointed else "")
         )
         for label, strategy, note in SPLIT_ACTIVATIONS:
@@ -87,21 +84,17 @@ def _print_activations(cfg, rows: list[dict], width: int) -> None:
                 print(f"{label:<{width}} {cells}   estimated: {note}")
 
 
-def print_choice(cfg) -> int:
-    """``--choose``: what strategy=auto decides for this config before the probe, without training."""
+def print_choice(run) -> int:
+    """``--choose``: what strategy=auto decides for this run before the probe, without training."""
     from framework.config import ConfigError
-    from framework.job.experiment import ResolvedExperiment
     from framework.job.strategy_choice import candidate_problems, plan_candidates
     from framework.rank.strategy_probe import decision_lines
 
-    container = OmegaConf.to_container(cfg, resolve=True)
-    container["strategy"] = {**(container.get("strategy") or {}), "name": "auto"}
-    devices = container["trainer"]["devices"] * container["trainer"]["num_nodes"]
-    if devices == 1:
+    run = run.with_config(strategy={**run.strategy, "name": "auto"})
+    if run.trainer.devices * run.trainer.num_nodes == 1:
         print("strategy=auto on 1 device is single; give trainer.devices=N to see the choice among N-device layouts")
         return 0
     try:
-        run = ResolvedExperiment(container)
         problems = candidate_problems(run)
         plan = None if problems else plan_candidates(run)
     except ConfigError as err:
@@ -110,7 +103,7 @@ def print_choice(cfg) -> int:
         print("\n".join(problems), file=sys.stderr)
         return 2
     fitting = [row["strategy"] for row in plan["candidates"] if row["fits"]]
-    steps = container["strategy"].get("probe_steps") or 0
+    steps = run.strategy.get("probe_steps") or 0
     print("\n".join(decision_lines(plan, chosen=fitting[0] if fitting and not steps else None)))
     if not fitting:
         print("no candidate fits: the run would be refused before it starts")
