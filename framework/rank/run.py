@@ -124,10 +124,13 @@ def _run_stages_and_clean_up(
         )
         if isinstance(err, ConfigError):  # a check where the work found it: the job says it as before start
             results["problems"] = err.problems
-        # a checkpoint that cannot be used, a refused config: why in a line (the traceback is in results.json)
-        said = "" if isinstance(err, (CheckpointError, ConfigError)) else "\n" + results["traceback"].rstrip()
+        # a checkpoint that cannot be used, a refused config, a peer lost (its own failure is the verdict):
+        # why in a line (the traceback is in results.json)
+        peer_lost = env.world_size > 1 and lost_peer(err)
+        brief = peer_lost or isinstance(err, (CheckpointError, ConfigError))
+        said = "" if brief else "\n" + results["traceback"].rstrip()
         log.error("rank %d failed: %s%s", env.rank, results["error"], said)
-        if env.world_size > 1 and lost_peer(err):
+        if peer_lost:
             # A broken connection usually means a peer died. Exit a moment later, so that the
             # launcher sees that death first and names the rank that caused it, not this one.
             time.sleep(2.0)
