@@ -45,7 +45,7 @@ def main(mode: str = "eval", usage: str = __doc__) -> None:
     args = sys.argv[1:]
     ckpt = next((a.split("=", 1)[1] for a in args if a.startswith("ckpt_path=")), None)
     if ckpt is None:
-        print(usage, file=sys.stderr)
+        print(usage.replace("``", ""), file=sys.stderr)  # (the docstring's markup is not the terminal's)
         if not any(a.split("=")[0] in _HELP_FLAGS for a in args):
             print(
                 f"ckpt_path: missing; name the checkpoint to {'test' if mode == 'eval' else 'predict with'}, "
