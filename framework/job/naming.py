@@ -24,9 +24,15 @@ def set_job_fields(
 
 def default_name(choices: Mapping, overrides: Iterable[str] = ()) -> str:
     """The selected experiment, unless the command line swapped its model or data for others
-    without naming an experiment; otherwise ``<model>_<datamodule>``, the selected options."""
-    keys = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    without naming an experiment; otherwise ``<model>_<datamodule>``: the selected options, or the
+    class a ``model._target_`` / ``datamodule._target_`` on the command line names."""
+    given = dict(o.lstrip("+~").split("=", 1) if "=" in o else (o.lstrip("+~"), "") for o in overrides)
+    names = {group: str(choices.get(group)) for group in ("model", "datamodule")}
+    for group in names:
+        target = given.get(f"{group}._target_")
+        names[group] = target.rsplit(".", 1)[-1].lower() if target else names[group]
+    swapped = any(k in names or k.removesuffix("._target_") in names for k in given)
     experiment = choices.get("experiment")
-    if experiment and ("experiment" in keys or not keys & {"model", "datamodule"}):
+    if experiment and ("experiment" in given or not swapped):
         return str(experiment)
-    return f"{choices.get('model')}_{choices.get('datamodule')}".replace("/", "-")
+    return f"{names['model']}_{names['datamodule']}".replace("/", "-")

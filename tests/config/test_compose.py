@@ -109,6 +109,8 @@ def test_a_run_is_named_by_its_experiment_or_by_its_model_and_data():
     assert compose(["model=resnet18", "datamodule=synthetic"]).name == "resnet18_synthetic"
     assert compose(["experiment=digits_cnn", "model=mlp"]).name == "digits_cnn"  # named on purpose
     assert compose(["model=mlp", "name=mine"]).name == "mine"
+    # a class of one's own on the command line names the run too
+    assert compose(["model._target_=framework.models.MLP"]).name == "mlp_digits"
 
 
 def test_a_value_an_experiment_requires_is_reported_when_left_unset():
