@@ -117,7 +117,7 @@ def batch_problems(topology: Topology, batch_size) -> list[str]:
     dp = topology.data_parallel_size
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size % dp == 0:
         return []
-    tp = f" / tensor_parallel({topology.tp})" if topology.tp > 1 else ""
+    tp = f" / tp({topology.tp})" if topology.tp > 1 else ""
     tp += f" / pipeline stages({topology.pp})" if topology.pp > 1 else ""
     tp += f" / context_parallel({topology.cp})" if topology.cp > 1 else ""
     return [

@@ -196,7 +196,7 @@ def check_compile_blocks(run: ResolvedExperiment) -> list[str]:
     if run.layout[2].tp > 1:
         return [
             "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, "
-            "strategy.tp > 1 or pp's strategy.tensor_parallel > 1): torch's compiled blocks lose DTensor gradients "
+            "strategy.tp > 1): torch's compiled blocks lose DTensor gradients "
             "in backward; use trainer.compile=false there, or compile=blocks with ddp, fsdp, hsdp or pp"
         ]
     model = run.meta_model

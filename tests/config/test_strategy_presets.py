@@ -74,6 +74,17 @@ def test_hsdp_and_fsdp_tp_are_parallel_with_their_degrees(overrides, name, degre
     assert options["name"] == name and not {"replicate", "shard", "tensor_parallel"} & set(options)
 
 
+@pytest.mark.parametrize("tp", ["strategy.tp=2", "strategy.tensor_parallel=2"])
+def test_a_pipelines_tensor_parallel_degree_is_tp_under_its_name_before_too(tp):
+    from framework.strategies.pipeline.strategy import PipelineStrategy
+
+    run = preflight(compose([*FOUR, "strategy=pp", tp]))
+    resolved, typed, topology = resolve(run)
+    assert resolved is PipelineStrategy and (topology.pp, topology.tp) == (2, 2) and typed.tp == 2
+    options = resolved_options(run)
+    assert options["name"] == "pp" and options["tp"] == 2 and "tensor_parallel" not in options
+
+
 def test_hsdp_replicates_across_nodes_and_shards_within_each_by_default():
     from framework.strategies.parallel import ParallelConfig, degrees_of
 

@@ -26,6 +26,7 @@ from torch import nn
 from framework.config.experiment import Experiment
 from framework.config.ranges import ranged
 from framework.config.topology import Topology
+from framework.strategies.base import Preset
 from framework.strategies.parallel import ParallelStrategy, context_parallel_problems
 from framework.strategies.pipeline.forward import PipelinedModel
 from framework.strategies.pipeline.schedule import ScheduleConfig, bubble_fraction, microbatches_per_batch
@@ -44,20 +45,20 @@ class PPConfig(ScheduleConfig):
     data_parallel: Literal["fsdp", "ddp"] = "fsdp"  # how pipeline replicas share a stage (see stages)
     # Ranks of a tensor-parallel group inside each stage (pp x tp; the plan and sequence
     # parallelism as strategy=tp's: the model's own parallelize_plan, or strategy.plan).
-    tensor_parallel: int = ranged(1, low=1)
+    tp: int = ranged(1, low=1)
     sequence_parallel: bool = True  # as strategy=tp's
     plan: Optional[dict] = None  # as strategy=tp's
 
 
 def _stages(options: PPConfig, world: int) -> int:
     """The pipeline's stages: strategy.stages, else stages_per_rank on each of its ranks."""
-    return options.stages or max(world // options.tensor_parallel, 1) * options.stages_per_rank
+    return options.stages or max(world // options.tp, 1) * options.stages_per_rank
 
 
 def _pp_degrees(options: PPConfig, devices: int, num_nodes: int) -> dict[str, int]:
     """strategy=pp's degrees from its options: pipelines of stages / stages_per_rank ranks, each
-    stage on ``tensor_parallel`` ranks, and the pipelines sharded (fsdp) or replicated (ddp)."""
-    world, tp, per_rank = devices * num_nodes, options.tensor_parallel, options.stages_per_rank
+    stage on ``tp`` ranks, and the pipelines sharded (fsdp) or replicated (ddp)."""
+    world, tp, per_rank = devices * num_nodes, options.tp, options.stages_per_rank
     stages = _stages(options, world)
     if stages % per_rank:
         raise ValueError(
@@ -66,7 +67,7 @@ def _pp_degrees(options: PPConfig, devices: int, num_nodes: int) -> dict[str, in
         )
     if world % (stages // per_rank * tp):
         ranks = f" on {stages // per_rank} ranks (strategy.stages_per_rank={per_rank})" if per_rank > 1 else ""
-        split = f" x strategy.tensor_parallel({tp})" if tp > 1 else ""
+        split = f" x strategy.tp({tp})" if tp > 1 else ""
         raise ValueError(
             f"strategy.stages: {stages} stages{ranks}{split} do not divide the world size {world} "
             f"(trainer.devices={devices} x trainer.num_nodes={num_nodes}); the ranks form pipelines of "
@@ -114,6 +115,8 @@ class PipelineStrategy(ParallelStrategy):
 
     name = "pp"
     schema = PPConfig
+    # (pp's name before for tp, as fsdp_tp's; the pipeline's own options, stages and data_parallel, stay)
+    presets = {"pp": Preset(names={"tensor_parallel": "tp"})}
     owns_training_step = True
     builds_on_meta = False  # each rank builds the whole model and keeps its stages
     needed_dims = ("pp",)
