@@ -78,7 +78,7 @@ def validate(
     unreferenced = user_keys - referenced_keys(OmegaConf.to_yaml(cfg, resolve=False))
     groups = {g: container[g] for g in KEYED_GROUPS if isinstance(container.get(g), dict)}
     composed = [f"{group}.{key}" for group, node in groups.items() for key in node if not str(key).startswith("_")]
-    problems += misplaced_key_problems(unreferenced, composed) if unreferenced else []
+    problems += _misplaced_key_problems(unreferenced, composed) if unreferenced else []
     check_schema(container, RootConfig, "", problems, ignore={"hydra", *user_keys})
     for group, schema in GROUP_SCHEMAS.items():
         check_schema(container.get(group) or {}, schema, group, problems)
@@ -119,7 +119,7 @@ def _users_own(key: str) -> bool:
     return key not in ROOT_KEYS and key != "hydra" and not difflib.get_close_matches(key, ROOT_KEYS, 1, TYPO_CUTOFF)
 
 
-def misplaced_key_problems(keys: set[str], composed: list[str]) -> list[str]:
+def _misplaced_key_problems(keys: set[str], composed: list[str]) -> list[str]:
     """A user's top-level key that nothing refers to (``${lr}``) is refused when it is ours under a
     group (``tokenizer`` for ``datamodule.tokenizer``, ``composed``: the groups' keys as composed)."""
     misplaced = group_keys(composed=composed)
