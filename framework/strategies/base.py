@@ -58,10 +58,16 @@ def device_for(accelerator: str, local_rank: int) -> torch.device:
 class Preset:
     """A name a user types for a class with some of its options set (``sets``: what
     conf/strategy/<name>.yaml shows beside the class's defaults), reading the option names it had
-    as a class of its own as the class's (``names``: {its name: the class's})."""
+    as a class of its own as the class's (``names``: {its name: the class's}; ``converts``: {its name:
+    (the class's, a function of its value and the node)} for a name that meant something else)."""
 
     sets: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)
+    converts: dict = field(default_factory=dict)
+
+    def old_names(self) -> dict:
+        """{an option name it had: the class's option it sets}."""
+        return {**self.names, **{old: new for old, (new, _) in self.converts.items()}}
 
 
 class Strategy:

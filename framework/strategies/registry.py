@@ -11,7 +11,7 @@ from framework.config.schemas import AutoStrategyConfig, StrategyConfig
 from framework.config.topology import Topology, accelerator_problems, batch_problems, launch_problems
 from framework.config.validate import check_schema, import_target, known_valid_keys
 from framework.strategies.bagua import BaguaStrategy
-from framework.strategies.base import Strategy
+from framework.strategies.base import Preset, Strategy
 from framework.strategies.ddp import DDPStrategy
 from framework.strategies.ddp2 import DDP2Strategy
 from framework.strategies.deepspeed.zero import DeepSpeedStrategy
@@ -74,17 +74,18 @@ def _options(options: dict, cls: type[Strategy]) -> dict:
     leaves them unset, and its own option names read as the class's (given, they win)."""
     preset = options.get("name") if STRATEGIES.get(options.get("name")) is cls else None
     own = cls.name if cls is Strategy or cls.name != Strategy.name else cls.__name__
-    sets, names = _preset(options, cls)
-    node = {k: v for k, v in options.items() if k != "_target_" and k not in names}
-    node |= {k: v for k, v in sets.items() if node.get(k) is None}
-    node |= {names[k]: v for k, v in options.items() if k in names}
+    given = _preset(options, cls)
+    node = {k: v for k, v in options.items() if k != "_target_" and k not in given.old_names()}
+    node |= {k: v for k, v in given.sets.items() if node.get(k) is None}
+    node |= {given.names[k]: v for k, v in options.items() if k in given.names}
+    node |= {new: read(options[k], options) for k, (new, read) in given.converts.items() if k in options}
     return {**node, "name": preset or own}
 
 
-def _preset(options: dict, cls: type[Strategy]) -> tuple[dict, dict]:
-    """(what it sets, its own option names) of the preset ``options`` name, when it is one of ``cls``'s."""
+def _preset(options: dict, cls: type[Strategy]) -> Preset:
+    """The preset ``options`` names, when it is one of ``cls``'s (else one that sets nothing)."""
     preset = cls.presets.get(options.get("name")) if STRATEGIES.get(options.get("name")) is cls else None
-    return (preset.sets, preset.names) if preset else ({}, {})
+    return preset or Preset()
 
 
 def typed_options(options: dict, cls: type[Strategy]) -> StrategyConfig:
@@ -183,7 +184,8 @@ def check_strategy(run: Experiment) -> list[str]:
 
 def _renamed(options: dict, cls: type[Strategy]) -> str:
     """What a preset's own option names given in ``options`` set, said after a layout's refusal."""
-    given = [f"strategy.{old} sets strategy.{new}" for old, new in _preset(options, cls)[1].items() if old in options]
+    old_names = _preset(options, cls).old_names().items()
+    given = [f"strategy.{old} sets strategy.{new}" for old, new in old_names if old in options]
     return f" (strategy={options['name']}: {', '.join(given)})" if given else ""
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from framework.cli.compose import compose
+from framework.config import ConfigError
 from framework.job.preflight import preflight
 from framework.strategies import Strategy, resolve, resolved_options
 from framework.strategies.ddp import DDPStrategy
@@ -83,6 +84,26 @@ def test_a_pipelines_tensor_parallel_degree_is_tp_under_its_name_before_too(tp):
     assert resolved is PipelineStrategy and (topology.pp, topology.tp) == (2, 2) and typed.tp == 2
     options = resolved_options(run)
     assert options["name"] == "pp" and options["tp"] == 2 and "tensor_parallel" not in options
+
+
+@pytest.mark.parametrize(
+    "given, per_rank",
+    [(["strategy.pp=2"], 1), (["strategy.stages=2"], 1), (["strategy.stages=4", "strategy.stages_per_rank=2"], 2)],
+)
+def test_a_pipelines_ranks_are_pp_and_its_stages_before_are_read_as_them(given, per_rank):
+    schedule = ["strategy.schedule=interleaved_1f1b"] if per_rank > 1 else []
+    run = preflight(
+        compose(["experiment=gpt_text", "trainer.devices=2", "strategy=pp", "model.n_layers=4", *schedule, *given])
+    )
+    _, typed, topology = resolve(run)
+    assert (typed.pp, typed.stages_per_rank, topology.pp, topology.dp_shard) == (2, per_rank, 2, 1)
+    options = resolved_options(run)
+    assert options["pp"] == 2 and "stages" not in options
+
+
+def test_stages_that_do_not_make_whole_ranks_are_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="strategy.stages: 3 stages do not make strategy.stages_per_rank"):
+        preflight(compose([*FOUR, "strategy=pp", "strategy.stages=3", "strategy.stages_per_rank=2"]))
 
 
 def test_hsdp_replicates_across_nodes_and_shards_within_each_by_default():

@@ -130,7 +130,8 @@ def test_a_signal_to_one_stage_stops_both_at_one_step_and_last_resumes_exactly(s
     [
         (
             ["strategy=pp", "trainer.devices=2", "model.n_layers=3"],
-            "strategy.stages: 2 stages do not divide the model's 3 blocks (layers) equally",
+            "strategy.pp: 2 stages (strategy.pp x strategy.stages_per_rank) do not divide the model's 3 blocks "
+            "(layers) equally",
         ),
         (
             ["strategy=pp", "trainer.devices=2", "strategy.split_points=[layers.9]"],
@@ -148,7 +149,7 @@ def test_a_signal_to_one_stage_stops_both_at_one_step_and_last_resumes_exactly(s
                 "trainer.oversubscribe=true",
                 "datamodule.batch_size=9",
             ],
-            "strategy.stages: 2 stages do not divide the world size 3",
+            "strategy.pp: pipelines of 2 ranks do not divide the world size 3",
         ),
         (
             ["strategy=pp", "trainer.devices=2", "model=mlp", "datamodule=digits", "task=classification"],

@@ -66,8 +66,8 @@ def stage_units(model: nn.Module, stages: int, split_points: list[str]) -> list[
         blocks = [i for i, name in enumerate(order) if name.startswith("layers.")]
         if len(blocks) % stages or not blocks:
             raise ValueError(
-                f"strategy.stages: {stages} stages do not divide the model's {len(blocks)} blocks "
-                f"(layers) equally; choose a divisor, or set strategy.split_points"
+                f"strategy.pp: {stages} stages (strategy.pp x strategy.stages_per_rank) do not divide the "
+                f"model's {len(blocks)} blocks (layers) equally; choose a divisor, or set strategy.split_points"
             )
         per = len(blocks) // stages
         cuts = [blocks[i * per] for i in range(1, stages)]

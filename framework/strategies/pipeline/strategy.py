@@ -38,11 +38,12 @@ SCHEDULES = ("gpipe", "1f1b")  # one stage per rank; interleaved_1f1b runs stage
 @dataclass
 class PPConfig(ScheduleConfig):
     name: str = "pp"
-    # Stages of one pipeline (null: stages_per_rank on every rank). With fewer pipeline ranks than
-    # ranks, the pipelines are data-parallel replicas: FSDP2 shards each stage over them (the
-    # FSDP options above apply), or DDP replicates it (data_parallel: ddp).
-    stages: Optional[int] = ranged(None, low=1)
-    data_parallel: Literal["fsdp", "ddp"] = "fsdp"  # how pipeline replicas share a stage (see stages)
+    # Ranks of one pipeline, each running stages_per_rank stages (-1: every rank the tensor-parallel
+    # groups leave, one pipeline). With fewer pipeline ranks than ranks, the pipelines are data-parallel
+    # replicas: FSDP2 shards each stage over them (the FSDP options above apply), or DDP replicates it
+    # (data_parallel: ddp).
+    pp: int = ranged(-1, low=-1)
+    data_parallel: Literal["fsdp", "ddp"] = "fsdp"  # how pipeline replicas share a stage (see pp)
     # Ranks of a tensor-parallel group inside each stage (pp x tp; the plan and sequence
     # parallelism as strategy=tp's: the model's own parallelize_plan, or strategy.plan).
     tp: int = ranged(1, low=1)
@@ -50,30 +51,24 @@ class PPConfig(ScheduleConfig):
     plan: Optional[dict] = None  # as strategy=tp's
 
 
-def _stages(options: PPConfig, world: int) -> int:
-    """The pipeline's stages: strategy.stages, else stages_per_rank on each of its ranks."""
-    return options.stages or max(world // options.tp, 1) * options.stages_per_rank
+def _stages_as_ranks(stages, node: dict):
+    """``strategy.stages``, pp's name before: a pipeline's stages, of stages_per_rank on each of its ranks."""
+    per_rank = node.get("stages_per_rank") or 1
+    return -1 if stages is None else stages // per_rank if isinstance(stages, int) and per_rank > 0 else stages
 
 
 def _pp_degrees(options: PPConfig, devices: int, num_nodes: int) -> dict[str, int]:
-    """strategy=pp's degrees from its options: pipelines of stages / stages_per_rank ranks, each
-    stage on ``tp`` ranks, and the pipelines sharded (fsdp) or replicated (ddp)."""
-    world, tp, per_rank = devices * num_nodes, options.tp, options.stages_per_rank
-    stages = _stages(options, world)
-    if stages % per_rank:
-        raise ValueError(
-            f"strategy.stages: {stages} stages do not make strategy.stages_per_rank({per_rank}) stages "
-            "on each rank of a pipeline; choose a multiple of it"
-        )
-    if world % (stages // per_rank * tp):
-        ranks = f" on {stages // per_rank} ranks (strategy.stages_per_rank={per_rank})" if per_rank > 1 else ""
+    """strategy=pp's degrees from its options: pipelines of ``pp`` ranks, each stage on ``tp`` ranks,
+    and the pipelines sharded (fsdp) or replicated (ddp)."""
+    world, tp = devices * num_nodes, options.tp
+    pp = options.pp if options.pp != -1 else max(world // tp, 1)
+    if world % (pp * tp):
         split = f" x strategy.tp({tp})" if tp > 1 else ""
         raise ValueError(
-            f"strategy.stages: {stages} stages{ranks}{split} do not divide the world size {world} "
+            f"strategy.pp: pipelines of {pp} ranks{split} do not divide the world size {world} "
             f"(trainer.devices={devices} x trainer.num_nodes={num_nodes}); the ranks form pipelines of "
             "that many ranks, each stage on one rank or one tensor-parallel group"
         )
-    pp = stages // per_rank
     replicas = world // (pp * tp)
     ddp = options.data_parallel == "ddp"  # DDP replicates, FSDP shards
     return {"pp": pp, "tp": tp, "dp_replicate": replicas if ddp else 1, "dp_shard": 1 if ddp else replicas}
@@ -115,8 +110,9 @@ class PipelineStrategy(ParallelStrategy):
 
     name = "pp"
     schema = PPConfig
-    # (pp's name before for tp, as fsdp_tp's; the pipeline's own options, stages and data_parallel, stay)
-    presets = {"pp": Preset(names={"tensor_parallel": "tp"})}
+    # (the names pp had before for its degrees: tensor_parallel for tp, as fsdp_tp's, and stages for
+    # the stages of one pipeline, read as its ranks)
+    presets = {"pp": Preset(names={"tensor_parallel": "tp"}, converts={"stages": ("pp", _stages_as_ranks)})}
     owns_training_step = True
     builds_on_meta = False  # each rank builds the whole model and keeps its stages
     needed_dims = ("pp",)
@@ -130,6 +126,16 @@ class PipelineStrategy(ParallelStrategy):
     @classmethod
     def check(cls, topology: Topology, options: PPConfig, accelerator: str) -> list[str]:
         return super().check(topology, options, accelerator) + _schedule_problems(topology, options)
+
+    @classmethod
+    def config_problems(cls, options, topology: Topology, run: Experiment) -> list[str]:
+        stages, per_rank = run.strategy.get("stages"), options.stages_per_rank
+        if run.strategy.get("name") != "pp" or not isinstance(stages, int) or stages % per_rank == 0:
+            return []
+        return [
+            f"strategy.stages: {stages} stages do not make strategy.stages_per_rank({per_rank}) stages on each "
+            f"rank of a pipeline; choose a multiple of it, or give the pipeline's ranks: strategy.pp"
+        ]
 
     @classmethod
     def model_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
