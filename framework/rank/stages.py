@@ -31,11 +31,10 @@ def run_stages(run: Experiment, trainer: Trainer, parts: Components, signals=Non
     if init is not None:
         out["init"] = init
     ckpt = resume_point(run)
-    t0 = time.perf_counter()
-    if run.train:
+    if run.train:  # (an evaluation or a prediction has no fit time)
+        t0 = time.perf_counter()
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
-    t1 = time.perf_counter()
-    out.update(fit_time_s=t1 - t0)
+        out.update(fit_time_s=time.perf_counter() - t0)
     if trainer.interrupted:
         return out
     with signals.at_once() if signals is not None else contextlib.nullcontext():

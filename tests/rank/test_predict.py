@@ -48,6 +48,7 @@ def test_two_sharded_ranks_predict_what_one_device_predicts(trained, tmp_path):
         str(run_dir / "checkpoints" / "last"), ["strategy=fsdp", "trainer.devices=2"], output_dir=str(tmp_path)
     )
     assert results["status"] == "completed" and results["world_size"] == 2
+    assert "fit_time_s" not in results  # nothing was fitted
     got = torch.load(tmp_path / "predictions.pt")
     assert got["prob"].shape == (49, 10)
     torch.testing.assert_close(got["prob"], single["prob"], rtol=1e-5, atol=1e-6)
