@@ -23,8 +23,8 @@ def are_ints(*values: Any) -> bool:
 class Range:
     """``low`` (inclusive, exclusive when ``strict``); ``unlimited``: -1 means no limit too;
     ``fraction``: a float is a fraction in [0, 1] and an int a count >= 0; ``what``: the words
-    for the value in the message; ``note``: what 0 or null mean; ``message``: a message of its own
-    (``{key}``, ``{value}``). Non-finite floats are refused."""
+    for the value in the message; ``note``: what 0 or null mean (with ``unlimited``: what -1 means);
+    ``message``: a message of its own (``{key}``, ``{value}``). Non-finite floats are refused."""
 
     low: Optional[float] = None
     strict: bool = False
@@ -69,7 +69,8 @@ class Range:
         if self.message:
             return [self.message.format(key=key, value=value)]
         if self.unlimited:
-            return [f"{key}: must be >= {self.low}, or -1 (or null) for no limit; got {value}"]
+            meaning = f"for {self.note}" if self.note else "(or null) for no limit"
+            return [f"{key}: must be >= {self.low}, or -1 {meaning}; got {value}"]
         subject = f"{self.what} must be" if self.what else "must be"
         return [f"{key}: {subject} {'>' if self.strict else '>='} {self.low}{self.note}, got {value}"]
 
@@ -84,7 +85,8 @@ class Range:
         if self.low is None:
             return ""
         bound = f"{'>' if self.strict else '>='} {self.low}"
-        return (f"every entry {bound}" if self.each else bound) + (", or -1 for no limit" if self.unlimited else "")
+        unlimited = f", or -1 ({self.note})" if self.note else ", or -1 for no limit"
+        return (f"every entry {bound}" if self.each else bound) + (unlimited if self.unlimited else "")
 
     def _within(self, value) -> bool:
         above = self.low is None or value > self.low or (value == self.low and not self.strict)

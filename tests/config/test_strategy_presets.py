@@ -106,6 +106,21 @@ def test_stages_that_do_not_make_whole_ranks_are_refused_naming_the_key():
         preflight(compose([*FOUR, "strategy=pp", "strategy.stages=3", "strategy.stages_per_rank=2"]))
 
 
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (["strategy.pp=0"], "strategy.pp: must be >= 1, or -1 for every rank the tensor-parallel groups leave; got 0"),
+        (["strategy.stages=0"], "strategy.pp: must be >= 1, or -1"),
+        (["strategy.stages=2", "strategy.stages_per_rank=abc"], "strategy.stages_per_rank: expected int, got str"),
+        (["strategy.stages=2", "strategy.stages_per_rank=0"], "strategy.stages_per_rank: must be >= 1, got 0"),
+    ],
+)
+def test_a_pipelines_ranks_out_of_range_are_refused_naming_the_key(given, message):
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*FOUR, "strategy=pp", *given]))
+    assert [p for p in err.value.problems if p.startswith(message)], err.value.problems
+
+
 def test_hsdp_replicates_across_nodes_and_shards_within_each_by_default():
     from framework.strategies.parallel import ParallelConfig, degrees_of
 

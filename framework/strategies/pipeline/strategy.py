@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from framework.config.experiment import Experiment
-from framework.config.ranges import ranged
+from framework.config.ranges import are_ints, ranged
 from framework.config.topology import Topology
 from framework.strategies.base import Preset
 from framework.strategies.parallel import ParallelStrategy, context_parallel_problems
@@ -42,7 +42,7 @@ class PPConfig(ScheduleConfig):
     # groups leave, one pipeline). With fewer pipeline ranks than ranks, the pipelines are data-parallel
     # replicas: FSDP2 shards each stage over them (the FSDP options above apply), or DDP replicates it
     # (data_parallel: ddp).
-    pp: int = ranged(-1, low=-1)
+    pp: int = ranged(-1, low=1, unlimited=True, note="every rank the tensor-parallel groups leave")
     data_parallel: Literal["fsdp", "ddp"] = "fsdp"  # how pipeline replicas share a stage (see pp)
     # Ranks of a tensor-parallel group inside each stage (pp x tp; the plan and sequence
     # parallelism as strategy=tp's: the model's own parallelize_plan, or strategy.plan).
@@ -52,16 +52,22 @@ class PPConfig(ScheduleConfig):
 
 
 def _stages_as_ranks(stages, node: dict):
-    """``strategy.stages``, pp's name before: a pipeline's stages, of stages_per_rank on each of its ranks."""
-    per_rank = node.get("stages_per_rank") or 1
-    return -1 if stages is None else stages // per_rank if isinstance(stages, int) and per_rank > 0 else stages
+    """``strategy.stages``, pp's name before: a pipeline's stages, of stages_per_rank on each of its ranks
+    (a value of the wrong type is passed on as it is, or read as 1 stage per rank: the schema names it)."""
+    per_rank = node.get("stages_per_rank", 1)
+    if not are_ints(per_rank) or per_rank < 1:
+        per_rank = 1
+    if stages is None:
+        return -1
+    return stages // per_rank if are_ints(stages) else stages
 
 
 def _pp_degrees(options: PPConfig, devices: int, num_nodes: int) -> dict[str, int]:
     """strategy=pp's degrees from its options: pipelines of ``pp`` ranks, each stage on ``tp`` ranks,
     and the pipelines sharded (fsdp) or replicated (ddp)."""
-    world, tp = devices * num_nodes, options.tp
-    pp = options.pp if options.pp != -1 else max(world // tp, 1)
+    world = devices * num_nodes
+    tp = options.tp if options.tp >= 1 else 1  # (out of range: the schema check names it; here the default)
+    pp = options.pp if options.pp >= 1 else max(world // tp, 1)  # -1: every rank the tp groups leave
     if world % (pp * tp):
         split = f" x strategy.tp({tp})" if tp > 1 else ""
         raise ValueError(
@@ -130,8 +136,8 @@ class PipelineStrategy(ParallelStrategy):
     @classmethod
     def config_problems(cls, options, topology: Topology, run: Experiment) -> list[str]:
         stages, per_rank = run.strategy.get("stages"), options.stages_per_rank
-        if run.strategy.get("name") != "pp" or not isinstance(stages, int) or stages % per_rank == 0:
-            return []
+        if run.strategy.get("name") != "pp" or not are_ints(stages, per_rank) or per_rank < 1 or stages % per_rank == 0:
+            return []  # (a value of the wrong type or out of range: the schema check names it)
         return [
             f"strategy.stages: {stages} stages do not make strategy.stages_per_rank({per_rank}) stages on each "
             f"rank of a pipeline; choose a multiple of it, or give the pipeline's ranks: strategy.pp"
