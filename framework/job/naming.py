@@ -31,7 +31,7 @@ def default_name(choices: Mapping, overrides: Iterable[str] = ()) -> str:
     for group in names:
         target = given.get(f"{group}._target_")
         names[group] = target.rsplit(".", 1)[-1].lower() if target else names[group]
-    swapped = any(k in names or k.removesuffix("._target_") in names for k in given)
+    swapped = any(k.removesuffix("._target_") in names for k in given)  # model=..., or model._target_=...
     experiment = choices.get("experiment")
     if experiment and ("experiment" in given or not swapped):
         return str(experiment)

@@ -75,7 +75,8 @@ def _options(options: dict, cls: type[Strategy]) -> dict:
     preset = options.get("name") if STRATEGIES.get(options.get("name")) is cls else None
     own = cls.name if cls is Strategy or cls.name != Strategy.name else cls.__name__
     given = _preset(options, cls)
-    node = {k: v for k, v in options.items() if k != "_target_" and k not in given.old_names()}
+    old_names = given.old_names()
+    node = {k: v for k, v in options.items() if k != "_target_" and k not in old_names}
     node |= {k: v for k, v in given.sets.items() if node.get(k) is None}
     node |= {given.names[k]: v for k, v in options.items() if k in given.names}
     node |= {new: read(options[k], options) for k, (new, read) in given.converts.items() if k in options}
