@@ -23,7 +23,7 @@ from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_indices, split_problems
 from framework.data.batched import GatheringTensorDataset
 from framework.data.chat import Renderer, encode_example, messages_of, read_examples
-from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
+from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
 from framework.data.text import Codec, vocabulary_problems
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class PadCollate:
         return [inputs, targets]
 
 
-class InstructionsDataModule(BaseDataModule):
+class InstructionsDataModule(PromptsToContinue, BaseDataModule):
     """Batches of (inputs, targets[, positions]) [batch, seq_len], targets -100 but on the responses;
     ``batch_size`` windows (or examples) per global batch."""
 
@@ -129,7 +129,7 @@ class InstructionsDataModule(BaseDataModule):
         self.codec, self.renderer = Codec(tokenizer), Renderer(tokenizer, template)
         if vocab_size is not None and vocab_size != self.codec.vocab_size:
             raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size}")
-        self.predict_prompts, self.predict_file, self.counts = list(predict_prompts), predict_file, {}
+        self.predict_prompts, self.counts = read_prompts(predict_file) or list(predict_prompts), {}
 
     @property
     def vocab_size(self) -> int:
@@ -158,7 +158,7 @@ class InstructionsDataModule(BaseDataModule):
         build = (lambda rows: pack(rows, self.seq_len, self.codec.pad)) if self.packed else Examples
         self.train_set, self.val_set, self.test_set = (build(rows) if rows else None for rows in (train, val, test))
         prompts = [self.renderer.render(messages_of({"prompt": p, "response": ""}, self.system)[:-1], True)
-                   for p in self._questions()]  # fmt: skip
+                   for p in self.predict_prompts]  # fmt: skip
         self.predict_set = prompt_set(self.codec, prompts) if prompts else None
 
     def _encoded(self, rows: list[dict]) -> list[tuple[list, list]]:
@@ -188,17 +188,5 @@ class InstructionsDataModule(BaseDataModule):
             return loader
         return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, collate_fn=PadCollate(self.codec.pad))
 
-    @property
-    def special_tokens(self) -> dict:
-        return {"eos": list(self.codec.special["eos"]), "pad": self.codec.pad}
-
     def predict_dataloader(self) -> Optional[DataLoader]:
         return self._loader(self.predict_set, shuffle=False) if self.predict_set is not None else None
-
-    def prediction_records(self, predictions) -> list[dict]:
-        """predictions.jsonl's rows: each question and the answer generated to it."""
-        return records(self.codec, self._questions(), predictions)
-
-    def _questions(self) -> list[str]:
-        """The questions to answer: ``predict_file``'s, else ``predict_prompts``."""
-        return read_prompts(self.predict_file) or self.predict_prompts

@@ -57,6 +57,20 @@ def records(codec, prompts: list[str], predictions) -> list[dict]:
     return rows
 
 
+class PromptsToContinue:
+    """For a datamodule of token ids with a ``codec`` (data/text.py's Codec) and ``predict_prompts``:
+    what generation reads of its tokens, and predictions.jsonl's rows."""
+
+    @property
+    def special_tokens(self) -> dict:
+        """The tokenizer's end of sequence (``eos``, a list) and ``pad`` ids, for generation."""
+        return {"eos": list(self.codec.special["eos"]), "pad": self.codec.pad}
+
+    def prediction_records(self, predictions) -> list[dict]:
+        """predictions.jsonl's rows: each prompt (none for a test window), its continuation and its tokens."""
+        return records(self.codec, self.predict_prompts or [], predictions)
+
+
 def read_prompts(path: Optional[str]) -> Optional[list[str]]:
     """The prompts of a file: a .jsonl's ``prompt`` of each line, else each non-empty line of text
     (None: no file)."""

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_dataset, split_problems
 from framework.data.batched import GatheringTensorDataset
-from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
+from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
 from framework.data.tokenizer_files import load_tokenizer, special_tokens, tokenizer_problems
 
 
@@ -116,7 +116,7 @@ def _window_problems(data_dir: Optional[str], seq_len, val_fraction, test_fracti
     ]
 
 
-class TextDataModule(BaseDataModule):
+class TextDataModule(PromptsToContinue, BaseDataModule):
     """Windows of ``seq_len + 1`` tokens (inputs, and the same shifted by one as targets), one after
     another through the corpus; ``batch_size`` windows per global batch. ``predict_prompts``: texts
     whose continuations the predict loop generates (framework/tasks/generation.py); ``predict_file``,
@@ -149,7 +149,7 @@ class TextDataModule(BaseDataModule):
                 f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size} "
                 f"({'the tokenizer' if tokenizer else 'bytes'}); set datamodule.vocab_size={self.codec.vocab_size}"
             )
-        self.predict_prompts, self.predict_file = list(predict_prompts), predict_file
+        self.predict_prompts = read_prompts(predict_file) or list(predict_prompts)
 
     @property
     def vocab_size(self) -> int:
@@ -178,7 +178,7 @@ class TextDataModule(BaseDataModule):
 
     def setup(self, stage: str) -> None:
         if self.predict_set is None:
-            self.predict_set = prompt_set(self.codec, read_prompts(self.predict_file) or self.predict_prompts)
+            self.predict_set = prompt_set(self.codec, self.predict_prompts)
         if self.train_set is not None or stage == "predict":  # (prediction reads no corpus)
             return
         tokens = torch.tensor(self.codec.encode(read_corpus(self.data_dir)), dtype=torch.long)
@@ -196,14 +196,5 @@ class TextDataModule(BaseDataModule):
             GatheringTensorDataset(inputs, targets), [self.val_fraction, self.test_fraction], self.split_seed
         )
 
-    @property
-    def special_tokens(self) -> dict:
-        """The tokenizer's end of sequence (``eos``, a list) and ``pad`` ids, for generation."""
-        return {"eos": list(self.codec.special["eos"]), "pad": self.codec.pad}
-
     def predict_dataloader(self) -> Optional[DataLoader]:
         return self._loader(self.predict_set, shuffle=False)
-
-    def prediction_records(self, predictions) -> list[dict]:
-        """predictions.jsonl's rows: each prompt, its continuation and those tokens (data/prompts.py)."""
-        return records(self.codec, read_prompts(self.predict_file) or self.predict_prompts, predictions)

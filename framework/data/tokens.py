@@ -20,7 +20,7 @@ from framework.config.ranges import Range
 from framework.data.base import BaseDataModule
 from framework.data.corpus_checks import document_boundaries_problems, prepared_tokenizer_problems, token_ids_problems
 from framework.data.mixture import MixedWindows, mixture_problems, source_names
-from framework.data.prompts import prompt_file_problems, prompt_set, read_prompts, records
+from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
 from framework.data.text import Codec
 from framework.data.token_shards import (
     SPLITS,
@@ -97,7 +97,7 @@ def _joined(sets: list):
     return ConcatDataset(sets) if sets else None
 
 
-class TokensDataModule(BaseDataModule):
+class TokensDataModule(PromptsToContinue, BaseDataModule):
     """Batches of (inputs, targets) windows [batch, seq_len], with positions [batch, seq_len] when
     ``document_boundaries``. ``vocab_size`` is the prepared corpus's (read from its index). ``path`` a
     list: several corpora of one tokenizer mixed by ``weights`` (framework/data/mixture.py; null: by
@@ -285,20 +285,11 @@ class TokensDataModule(BaseDataModule):
             self._codec = Codec(self.tokenizer or self.index["tokenizer"]["file"])
         return self._codec
 
-    @property
-    def special_tokens(self) -> dict:
-        """The tokenizer's end of sequence (``eos``, a list) and ``pad`` ids, for generation."""
-        return {"eos": list(self.codec.special["eos"]), "pad": self.codec.pad}
-
     def predict_dataloader(self):
         """``predict_prompts`` to continue; without them, the test windows' ends."""
         if self.predict_prompts is not None:
             self.predict_set = self.predict_set or prompt_set(self.codec, self.predict_prompts)
         return super().predict_dataloader()
-
-    def prediction_records(self, predictions) -> list[dict]:
-        """predictions.jsonl's rows: each prompt (none for a test window), its continuation and those tokens."""
-        return records(self.codec, self.predict_prompts or [], predictions)
 
     def __repr__(self) -> str:
         return f"TokensDataModule({Path(self.path)}, seq_len={self.seq_len})"

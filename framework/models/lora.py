@@ -58,10 +58,6 @@ class LoRALinear(nn.Linear):
             return nf4_linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
 
-    def delta(self) -> torch.Tensor:
-        """The adapted weight's difference from the base, s B A (full tensors)."""
-        return self.lora_scale * self.lora_b @ self.lora_a
-
 
 def adapt(module: nn.Linear, settings: AdapterConfig) -> None:
     """Make ``module`` a LoRALinear in place (on the meta device too: its tensors are created where
