@@ -47,7 +47,10 @@ class TensorBoardLogger:
 
     def log_hparams(self, params: dict, metrics: dict[str, float]) -> None:
         """``params``: flat {dotted.key: value}; the HPARAMS tab shows ``shown_keys`` of them with
-        ``metrics`` (hundreds of flattened keys would bury the few that differ between runs)."""
+        ``metrics`` (hundreds of flattened keys would bury the few that differ between runs). A run
+        that scored nothing (a prediction) writes no row, and so no event file."""
+        if not metrics:
+            return
         clean = {
             k: (v if isinstance(v, (int, float, str, bool)) else str(v))
             for k, v in ((key, params[key]) for key in self.shown_keys(params))

@@ -66,6 +66,7 @@ def test_cli_writes_a_csv_of_a_prefix(trained):
             f"ckpt_path={run_dir}/checkpoints/last",
             "predict_format=csv",
             "trainer.limit_predict_batches=2",
+            "logger=tensorboard",
             f"hydra.run.dir={run_dir}/p",
         ],
         capture_output=True,
@@ -76,6 +77,7 @@ def test_cli_writes_a_csv_of_a_prefix(trained):
     with open(run_dir / "p" / "predictions.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 32 and list(rows[0])[:3] == ["index", "prediction", "prob_0"]
+    assert not (run_dir / "p" / "tb").exists()  # a prediction scores nothing: no empty event file
     assert [int(r["index"]) for r in rows] == list(range(32))
     assert [int(r["prediction"]) for r in rows] == single["prediction"][:32].tolist()
     probs = torch.tensor([[float(r[f"prob_{c}"]) for c in range(10)] for r in rows])
