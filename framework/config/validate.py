@@ -21,6 +21,7 @@ import difflib
 import importlib
 import inspect
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Optional, Union
@@ -250,11 +251,21 @@ def unknown_key_message(full_key: str, key: str, valid: Iterable[str]) -> str:
     return f"{full_key}: unknown key{hint} (valid keys: {', '.join(valid)})"
 
 
+def _is_union(tp: Any) -> bool:
+    """``Union[A, B]``, ``Optional[A]`` and ``A | B`` alike."""
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def _alternatives(tp: Any) -> tuple:
+    """A union's types but torch.Tensor (torch's ``lr: float | Tensor``): a config value is never one."""
+    return tuple(
+        a for a in typing.get_args(tp) if not (getattr(a, "__module__", "") == "torch" and a.__name__ == "Tensor")
+    )
+
+
 def _is_mapping_type(tp: Any) -> bool:
     return (
-        tp is dict
-        or typing.get_origin(tp) is dict
-        or (typing.get_origin(tp) is Union and any(a is dict for a in typing.get_args(tp)))
+        tp is dict or typing.get_origin(tp) is dict or (_is_union(tp) and any(a is dict for a in typing.get_args(tp)))
     )
 
 
@@ -263,8 +274,8 @@ def type_ok(value: Any, tp: Any) -> bool:
     if tp is Any or tp is inspect.Parameter.empty:
         return True
     origin = typing.get_origin(tp)
-    if origin is Union:
-        return any(type_ok(value, arg) for arg in typing.get_args(tp))
+    if _is_union(tp):
+        return any(type_ok(value, arg) for arg in _alternatives(tp))
     if origin is Literal:
         return value in typing.get_args(tp)
     if tp is type(None):
@@ -286,8 +297,8 @@ def type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin is Union:
-        return " or ".join(type_name(a) for a in typing.get_args(tp))
+    if _is_union(tp):
+        return " or ".join(type_name(a) for a in _alternatives(tp))
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))

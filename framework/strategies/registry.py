@@ -157,8 +157,10 @@ def _selection_problems(options: dict, devices, nodes) -> tuple[type[Strategy] |
                 "Strategy subclass with strategy._target_)"
             ],
         )
+    if name != "auto":  # (a named class whatever the devices: a wrong trainer.devices is the trainer's problem)
+        return STRATEGIES[name], STRATEGIES[name].schema, []
     cls = strategy_class(name, devices, nodes) if isinstance(devices, int) and isinstance(nodes, int) else None
-    return cls, cls.schema if cls and name != "auto" else AutoStrategyConfig, []
+    return cls, AutoStrategyConfig, []
 
 
 def check_strategy(run: Experiment) -> list[str]:

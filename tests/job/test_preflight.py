@@ -44,6 +44,14 @@ def test_keys_of_the_users_own_are_allowed_at_the_top_level():
 def test_wrong_type():
     [msg] = problems("trainer.devices=two")
     assert msg == "trainer.devices: expected int, got str 'two'"
+    # a named strategy's options are its own whatever the devices say (not auto's: 8 false unknown keys)
+    assert problems("strategy=ddp", "trainer.devices=two") == [msg]
+    assert problems("strategy=fsdp", "trainer.devices=2.5") == ["trainer.devices: expected int, got float 2.5"]
+
+
+def test_wrong_type_of_an_argument_annotated_with_a_union_of_the_new_syntax():
+    # torch's optimizers annotate lr as ``float | Tensor`` (a Tensor is never a config value)
+    assert problems("optimizer.lr=fast") == ["optimizer.lr: expected float, got str 'fast'"]
 
 
 def test_value_outside_the_choices_lists_them():
