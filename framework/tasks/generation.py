@@ -130,8 +130,10 @@ def _fit(tokens: torch.Tensor, valid: torch.Tensor, new: int, positions: Optiona
     ``new`` tokens within the model's ``positions``."""
     first = int(valid.any(dim=0).long().argmax()) if bool(valid.any()) else 0
     tokens, valid = tokens[:, first:], valid[:, first:]
+    if positions is not None and new >= positions:  # (refused before start for a configured run)
+        raise ValueError(f"task.max_new_tokens: {new} new tokens, but the model holds {positions} positions")
     if positions is not None and tokens.shape[1] + new > positions:
-        keep = max(positions - new, 1)
+        keep = positions - new
         log.warning(
             "Generation: prompts of %d tokens and %d new ones exceed the model's %d positions; each prompt "
             "keeps its last %d tokens",

@@ -9,7 +9,7 @@ import torch
 from torch.nn import functional as F
 
 from framework.config.experiment import Experiment
-from framework.config.ranges import Range
+from framework.config.ranges import Range, are_ints
 from framework.tasks.generation import Sampling, generate
 from framework.tasks.metrics import EpochMetrics
 
@@ -54,6 +54,19 @@ def _aux_loss(model: torch.nn.Module) -> Optional[torch.Tensor]:
     return aux if isinstance(aux, torch.Tensor) else None
 
 
+def _room_to_generate(run: Experiment) -> list[str]:
+    """A prediction generates ``max_new_tokens`` after at least one prompt token, within the positions
+    the model holds (``model.max_seq_len``: generation cuts a longer prompt on the left, not the new tokens)."""
+    new, positions = run.task.get("max_new_tokens"), run.model.get("max_seq_len")
+    if not run.predict or not are_ints(new, positions) or new < positions:
+        return []
+    other = ", or predict=false" if run.train or run.test else ""
+    return [
+        f"task.max_new_tokens: {new} new tokens, but the model holds {positions} positions (model.max_seq_len) "
+        f"and a prompt needs one of them; set task.max_new_tokens={positions - 1} or less{other}"
+    ]
+
+
 class LanguageModelingTask:
     """``step(model, (tokens, targets[, positions]), stage)``: the mean cross-entropy of every target token
     (``ignore_index`` ones left out) and ``acc``, the share of tokens predicted exactly. Perplexity
@@ -88,7 +101,7 @@ class LanguageModelingTask:
                 f"{key} needs logits per token, but model {model.name} has no vocabulary (no vocab_size); "
                 "choose model=gpt (or a language model of your own)"
             )
-        return problems
+        return problems + _room_to_generate(run)
 
     def __init__(
         self,

@@ -215,3 +215,22 @@ def test_a_row_stops_at_its_end_of_sequence(gpt_run):
     stopped = generate(model, tokens, None, Sampling(8), eos=[stop], pad=255)[0].tolist()
     cut = free.index(stop)
     assert stopped == free[: cut + 1] + [255] * (7 - cut)
+
+
+def test_new_tokens_beyond_the_models_positions_are_refused_before_start_and_a_long_prompt_is_cut(gpt_run):
+    from framework.config.errors import ConfigError
+    from framework.job.preflight import preflight
+
+    # model.max_seq_len follows datamodule.seq_len (32) in GPT_TINY; 64 new tokens had crashed after training
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*GPT_TINY, "predict=true", "task.max_new_tokens=32"]))
+    assert err.value.problems == [
+        "task.max_new_tokens: 32 new tokens, but the model holds 32 positions (model.max_seq_len) and a prompt "
+        "needs one of them; set task.max_new_tokens=31 or less, or predict=false"
+    ]
+    preflight(compose([*GPT_TINY, "predict=true", "task.max_new_tokens=31"]))
+    model = trained_gpt(gpt_run)  # 40 positions: a prompt of 8 and 36 new tokens keep its last 4
+    tokens = torch.tensor([[84, 104, 101, 32, 97, 98, 99, 100]])
+    assert torch.equal(generate(model, tokens, None, Sampling(36)), generate(model, tokens[:, -4:], None, Sampling(36)))
+    with pytest.raises(ValueError, match="task.max_new_tokens: 40 new tokens, but the model holds 40 positions"):
+        generate(model, tokens, None, Sampling(40))
