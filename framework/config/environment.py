@@ -57,8 +57,9 @@ def available_cores() -> int:
 
 
 def resolve_accelerator(name: str) -> str:
-    """``auto`` -> cuda if available, else mps, else cpu; other names unchanged."""
-    if name != "auto":
+    """``auto`` -> cuda if available, else mps, else cpu; ``gpu`` (Lightning's name) -> cuda, or mps
+    where that is the one here; other names unchanged."""
+    if name not in ("auto", "gpu"):
         return name
     import torch
 
@@ -66,7 +67,7 @@ def resolve_accelerator(name: str) -> str:
         return "cuda"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
-    return "cpu"
+    return "cpu" if name == "auto" else "cuda"  # (gpu without one: the cuda check names it)
 
 
 def detect_environment(environ: dict | None = None) -> RankEnv | None:

@@ -24,7 +24,8 @@ from framework.config.ranges import ranged
 class TrainerConfig:
     """Lightning-compatible trainer options (same names, same meaning)."""
 
-    accelerator: Literal["auto", "cpu", "cuda", "mps"] = "auto"  # auto: cuda when available, else cpu
+    # auto: cuda, else mps, else cpu; gpu (Lightning's name): cuda, or mps where that is the one here
+    accelerator: Literal["auto", "cpu", "cuda", "mps", "gpu"] = "auto"
     # Number of devices (processes for multi-process strategies) per node.
     devices: int = ranged(1, low=1)
     # On CPU, more processes per node than cores are refused; true runs them anyway (slowly).

@@ -112,6 +112,21 @@ def test_cuda_requested_without_cuda():
     assert "no CUDA device" in msg
 
 
+def test_lightnings_gpu_is_the_gpu_here(monkeypatch):
+    import torch
+
+    from framework.config.environment import resolve_accelerator
+
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_accelerator("gpu") == "cuda" and resolve_accelerator("auto") == "cpu"  # (cuda's check names it)
+    assert "no CUDA device" in problems("trainer.accelerator=gpu")[0]
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_accelerator("gpu") == "mps"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_accelerator("gpu") == resolve_accelerator("auto") == "cuda"
+
+
 def test_both_limits_unlimited():
     [msg] = problems("trainer.max_epochs=-1", "trainer.max_steps=-1")
     assert "both unlimited" in msg
