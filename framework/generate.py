@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                 output = args.output or str(ckpt.parent.parent / "generate" / stamp)
                 jsonl = ["predict_format=jsonl", f"++datamodule.predict_file='{prompts_file}'", "++harness.tasks=[]"]
                 results = predict(str(ckpt), [*jsonl, *GREEDY, *overrides], output_dir=output)
+            elif not source.exists():
+                print(f"{args.source}: nothing there (a run directory, a checkpoint or a model)", file=sys.stderr)
+                return 2
             elif (source / "adapter_config.json").is_file() and not (source / "config.json").is_file():
                 print(_ADAPTERS_ALONE.format(source=source), file=sys.stderr)
                 return 2

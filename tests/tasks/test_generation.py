@@ -234,3 +234,11 @@ def test_new_tokens_beyond_the_models_positions_are_refused_before_start_and_a_l
     assert torch.equal(generate(model, tokens, None, Sampling(36)), generate(model, tokens[:, -4:], None, Sampling(36)))
     with pytest.raises(ValueError, match="task.max_new_tokens: 40 new tokens, but the model holds 40 positions"):
         generate(model, tokens, None, Sampling(40))
+
+
+def test_framework_generate_names_a_source_that_is_not_there(tmp_path, capsys):
+    from framework.generate import main
+
+    assert main([str(tmp_path / "run_typo"), "--prompt", "hi"]) == 2
+    said = capsys.readouterr().err
+    assert said == f"{tmp_path / 'run_typo'}: nothing there (a run directory, a checkpoint or a model)\n"
