@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import tempfile
 
 from framework.config.environment import LAUNCHER_PID
 from framework.launch.main_module import ranks_without_main
@@ -57,9 +58,32 @@ def standard_start_method() -> None:
         multiprocessing.set_start_method("spawn", force=True)
 
 
+# An AF_UNIX socket's path holds at most 107 bytes (103 on macOS); the fork server's is made under
+# TMPDIR (pymp-*/listener-*: 32 more), so a deep TMPDIR (a job's scratch, a test's tmp_path) failed
+# with "AF_UNIX path too long". As Python 3.13 does, a short system directory holds it then.
+_SOCKET_DIR_MAX = 103 - len("/pymp-12345678/listener-12345678")
+
+
+def short_socket_directory() -> None:
+    """multiprocessing's directory for its sockets, in a short system directory where TMPDIR is too deep."""
+    from multiprocessing import process, util
+
+    if "tempdir" in process.current_process()._config or len(tempfile.gettempdir()) <= _SOCKET_DIR_MAX:
+        return  # (made already, or short enough)
+    for base in ("/tmp", "/var/tmp"):
+        if os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK):
+            saved, tempfile.tempdir = tempfile.tempdir, base
+            try:
+                util.get_temp_dir()  # made now, and removed at exit as multiprocessing removes its own
+            finally:
+                tempfile.tempdir = saved
+            return
+
+
 def use_fork_server() -> None:
     """Ranks fork from a server that preloaded the framework (the user's script stays out: see
     main_module)."""
+    short_socket_directory()
     multiprocessing.get_context("forkserver").set_forkserver_preload(
         ["framework.launch.quick_server_exit", "__main__", "framework.rank.run"]
     )
@@ -135,5 +159,6 @@ def start_job_server() -> None:
     from multiprocessing import forkserver
 
     standard_start_method()
+    short_socket_directory()
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
     forkserver.ensure_running()

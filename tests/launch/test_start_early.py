@@ -30,3 +30,23 @@ def test_the_fork_server_starts_early_only_for_ranks_it_will_fork(overrides, sta
     with mock.patch.object(servers, "start_fork_server") as start:
         start_ranks_early(compose(overrides))
     assert start.called == starts
+
+
+def test_the_fork_server_starts_under_a_tmpdir_too_deep_for_its_socket(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    deep = tmp_path / ("d" * 80)  # with multiprocessing's pymp-*/listener-*: beyond AF_UNIX's 107 bytes
+    deep.mkdir()
+    code = (
+        "from multiprocessing import forkserver\n"
+        "from framework.launch.servers import start_fork_server\n"
+        "start_fork_server()\n"
+        "print(forkserver._forkserver._forkserver_address)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(deep)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]  # (it had failed: "OSError: AF_UNIX path too long")
+    address = done.stdout.strip()
+    assert address.startswith(("/tmp/pymp-", "/var/tmp/pymp-")) and not os.path.exists(os.path.dirname(address))
