@@ -92,6 +92,7 @@ def test_a_validation_interval_beyond_the_epoch_is_refused_before_the_first_step
     dm.setup("fit")
     epoch = len(dm.train_set) // 32  # the trainer's batches per epoch, from the corpus as setup reads it
     run = ["experiment=gpt_text", "datamodule.seq_len=64", "datamodule.batch_size=32", "trainer.max_steps=1"]
+    run += ["task.max_new_tokens=16"]  # (room to generate in 64 positions: its prediction is refused otherwise)
     with pytest.raises(ConfigError) as err:
         fit(compose([*run, *ranks, f"trainer.val_check_interval={epoch + 1}"]), output_dir=str(tmp_path))
     assert any(

@@ -107,7 +107,7 @@ def test_continuations_need_a_task_that_generates_them():
     from framework.job.preflight import preflight
     from tests.helpers.configs import GPT_TINY
 
-    run = [*GPT_TINY, "predict=true", "predict_format=jsonl"]
+    run = [*GPT_TINY, "predict=true", "predict_format=jsonl", "task.max_new_tokens=16"]  # (32 positions)
     with pytest.raises(ConfigError) as err:
         preflight(compose([*run, "task._target_=tests.helpers.probes.LogitsOnly"]))
     assert any(
