@@ -2,13 +2,17 @@
 ends: the signal handlers it installs and its TORCHELASTIC_SIGNALS_TO_HANDLE (afterwards Ctrl-C
 would raise its SignalException, a notebook kernel's shutdown print its traceback), and, when a
 signal ends the launch, the rendezvous it keeps open (a keep-alive thread and its store) for a
-later scaling event that a one-off local launch never has."""
+later scaling event that a one-off local launch never has; and the directory of the ranks' error
+files (by default torch makes a torchelastic_* directory in TMPDIR per launch and leaves it there:
+thousands of them after a few sweeps)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import threading
 
 # The c10d rendezvous, under a name of ours so that the launch knows the handlers it created.
@@ -20,15 +24,19 @@ _created: list = []
 
 @contextlib.contextmanager
 def agent_leftovers_taken_back():
-    """For one launch with ``rdzv_backend=RENDEZVOUS_BACKEND``: this process as it was before it."""
+    """For one launch with ``rdzv_backend=RENDEZVOUS_BACKEND``: this process as it was before it.
+    Yields the directory for the agent's ``logs_specs`` (its failures read their error files
+    before the launch returns)."""
     _register_backend()
     main = threading.current_thread() is threading.main_thread()
     handlers = {getattr(signal, n): signal.getsignal(getattr(signal, n)) for n in AGENT_SIGNALS} if main else {}
     previous = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
     first = len(_created)
+    scratch = tempfile.mkdtemp(prefix="framework-agent-")
     try:
-        yield
+        yield scratch
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
         if previous is None:

@@ -61,14 +61,15 @@ def launch_elastic(run: Experiment, nprocs: int, fork: bool = False) -> dict:
     )
     try:
         with (
-            agent_leftovers_taken_back(),
+            agent_leftovers_taken_back() as agent_dir,
             ranks_without_main(needs_main(run)) if not fork else contextlib.nullcontext(),
             stores_listening_on("127.0.0.1"),
             _without_the_agents_failure_dump(),
         ):
             if usr1:
                 signal.signal(signal.SIGUSR1, _stop_agent)
-            returns = elastic_launch(_launch_config(run, nprocs, fork), _elastic_entry)(run, environment_changes())
+            config = _launch_config(run, nprocs, fork, agent_dir)
+            returns = elastic_launch(config, _elastic_entry)(run, environment_changes())
     except SignalException as err:
         # The agent got the signal and passed it to the ranks, which stopped at one step, saved
         # `last` and results.json; it waited for them (or killed them after its grace period).
@@ -92,7 +93,8 @@ def launch_elastic(run: Experiment, nprocs: int, fork: bool = False) -> dict:
     return returns[0]
 
 
-def _launch_config(run: Experiment, nprocs: int, fork: bool):
+def _launch_config(run: Experiment, nprocs: int, fork: bool, agent_dir: str):
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
     # Port 0: the agent's rendezvous store binds a free port itself (no pick-then-bind race),
@@ -108,6 +110,7 @@ def _launch_config(run: Experiment, nprocs: int, fork: bool):
         max_restarts=int(run.trainer.max_restarts or 0),
         monitor_interval=0.1,
         start_method="fork" if fork else "forkserver",
+        logs_specs=DefaultLogsSpecs(log_dir=agent_dir),  # (the ranks' own logs are the run's: ranks/)
     )
 
 

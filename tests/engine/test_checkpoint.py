@@ -195,6 +195,7 @@ def test_evaluate_a_saved_checkpoint_with_another_strategy(straight, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert not list((tmp_path / "tmp").glob("framework-evaluate-*"))  # its primary config, removed at the end
+    assert not list((tmp_path / "tmp").glob("torchelastic_*"))  # nor the elastic agent's directory for a launch
     evaluated = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert evaluated["status"] == "completed" and evaluated["steps"] == 0 and evaluated["world_size"] == 2
     # the final weights, tested again: the same test metrics as the run itself
