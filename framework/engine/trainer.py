@@ -363,7 +363,17 @@ class Trainer:
         self.state = LoopState(**state["loop"])
         self.logged_metrics.update(state["logged_metrics"])
         if self.scheduler is not None and state.get("scheduler") is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
+            stretched = self.scheduler_spec.load(self.scheduler, state["scheduler"])
+            if stretched and self.is_global_zero:
+                log.warning(
+                    "scheduler.%s: null, the run's length: %d %ss now (the checkpoint's run: %d); the learning "
+                    "rate follows the longer schedule from here (lr %s)",
+                    stretched[0],
+                    stretched[2],
+                    self.scheduler_spec.interval,
+                    stretched[1],
+                    ", ".join(f"{lr:.3g}" for lr in self.scheduler.get_last_lr()),
+                )
         if self.precision.scaler is not None and state.get("scaler") is not None:
             self.precision.scaler.load_state_dict(state["scaler"])
         saved = self.callbacks.load_states(state.get("callbacks", {}))

@@ -117,6 +117,25 @@ def test_onecycle_total_steps_is_filled_from_the_run_length(tiny_cfg, tmp_path):
     assert results["steps"] == 6  # OneCycleLR raises if stepped past total_steps
 
 
+@pytest.mark.parametrize("scheduler", ["scheduler=cosine", "scheduler=onecycle"])
+def test_a_resume_with_more_epochs_stretches_a_schedule_of_the_runs_length(tiny_cfg, tmp_path, scheduler):
+    """T_max / total_steps null: the run's length. Resumed with more epochs, the rest of the run follows
+    the schedule of its new length (OneCycleLR had raised past its steps; a cosine climbed again)."""
+
+    def lrs(run_dir) -> dict:
+        with open(run_dir / "metrics.csv") as f:
+            return {int(r["step"]): float(r["lr-Adam"]) for r in csv.DictReader(f) if r.get("lr-Adam")}
+
+    common = [scheduler, "logger=csv", "callbacks.lr_monitor.logging_interval=step", "callbacks.early_stopping=null"]
+    assert fit(tiny_cfg(*common, "trainer.max_epochs=2"), output_dir=str(tmp_path / "a"))["steps"] == 12
+    resumed = fit(tiny_cfg(*common, "trainer.max_epochs=4", "ckpt_path=last"), output_dir=str(tmp_path / "a"))
+    whole = fit(tiny_cfg(*common, "trainer.max_epochs=4"), output_dir=str(tmp_path / "b"))
+    assert resumed["status"] == whole["status"] == "completed" and resumed["steps"] == whole["steps"] == 24
+    assert "Resumed from" in (tmp_path / "a" / "train.log").read_text()
+    after = {step: lr for step, lr in lrs(tmp_path / "a").items() if step > 12}
+    assert len(after) >= 10 and after == pytest.approx({step: lrs(tmp_path / "b")[step] for step in after})
+
+
 def test_results_json_has_every_field(tiny_cfg, tmp_path):
     fit(tiny_cfg(), output_dir=str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
