@@ -51,12 +51,13 @@ def fit(
     if overwrite:
         with open_dict(cfg):
             cfg.overwrite = True
-    with _process_kept(), _log_to(Path(output_dir) / "train.log"):
-        _for_this_process(verbose)
-        try:
-            return run_job(cfg)
-        except ConfigError as err:
-            raise ConfigError([_in_api_words(p) for p in err.problems]) from None
+    with _process_kept():
+        _for_this_process(verbose)  # (first: the log's console handler follows it)
+        with _log_to(Path(output_dir) / "train.log"):
+            try:
+                return run_job(cfg)
+            except ConfigError as err:
+                raise ConfigError([_in_api_words(p) for p in err.problems]) from None
 
 
 def evaluate(
@@ -144,22 +145,32 @@ def _in_api_words(problem: str) -> str:
 
 
 class _log_to:
-    """The run's train.log, as the command line writes it, for the duration of one fit."""
+    """The run's train.log, as the command line writes it, for the duration of one fit; and the
+    console too where ``verbose`` says (as a launched rank 0 does: rank/logs.py), unless this
+    process logs to the console already."""
 
     def __init__(self, path: Path):
+        from framework.callbacks.progress import console_handler
+        from framework.rank.logs import CONSOLE_LOG, FORMAT
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.handler = logging.FileHandler(path)
-        self.handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+        self.handlers: list[logging.Handler] = [logging.FileHandler(path)]
+        if os.environ.get(CONSOLE_LOG, "1") != "0" and console_handler(logging.getLogger()) is None:
+            self.handlers.append(logging.StreamHandler(sys.stdout))
+        for handler in self.handlers:
+            handler.setFormatter(logging.Formatter(FORMAT))
 
     def __enter__(self):
         root = logging.getLogger()
-        root.addHandler(self.handler)
+        for handler in self.handlers:
+            root.addHandler(handler)
         self.previous_level = root.level
         if root.level > logging.INFO or root.level == logging.NOTSET:
             root.setLevel(logging.INFO)
 
     def __exit__(self, *exc):
         root = logging.getLogger()
-        root.removeHandler(self.handler)
+        for handler in self.handlers:
+            root.removeHandler(handler)
+            handler.close()
         root.setLevel(self.previous_level)
-        self.handler.close()

@@ -8,6 +8,7 @@ of the batch, at the latest log step), the same quantity on every strategy."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -33,6 +34,12 @@ def notebook_bar():
     return widget_tqdm
 
 
+def console_handler(logger: logging.Logger):
+    """The first of ``logger``'s handlers that writes to the console (stdout or stderr), or None."""
+    streams = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    return next((h for h in logger.handlers if isinstance(h, logging.StreamHandler) and h.stream in streams), None)
+
+
 class ProgressBar:
     """Refreshes its figures every ``refresh_every_n_steps`` optimizer steps. ``plain``: null = a bar
     on a terminal or in a notebook's own process, plain lines elsewhere."""
@@ -53,8 +60,9 @@ class ProgressBar:
         if self.plain is None:
             self.plain = not sys.stderr.isatty() and self._bar_class is None
         self._bar_class = self._bar_class or tqdm
-        if trainer.is_global_zero and not self.plain:
-            # Log lines (checkpoints saved, ...) print above the bar instead of through it.
+        if trainer.is_global_zero and not self.plain and console_handler(logging.getLogger()) is not None:
+            # Log lines (checkpoints saved, ...) print above the bar instead of through it. (Only
+            # where they print at all: tqdm's redirect adds a console handler where there was none.)
             from tqdm.contrib.logging import logging_redirect_tqdm
 
             self._redirect = logging_redirect_tqdm(tqdm_class=self._bar_class)

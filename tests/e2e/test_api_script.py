@@ -108,3 +108,31 @@ def test_after_a_multi_rank_fit_the_scripts_signal_handlers_are_its_own(tmp_path
     assert "same handlers True threads 0 environment True" in proc.stdout
     assert "mine 15" in proc.stdout and "KeyboardInterrupt" in proc.stdout
     assert "SignalException" not in proc.stderr
+
+
+def test_rank_zeros_log_lines_reach_the_console_as_verbose_says_on_one_device_as_on_two(tmp_path):
+    """verbose (default outside a notebook: on) shows rank 0's log lines, in train.log's format, on
+    one device as on two; off, the console has the progress alone, a bar included (tqdm's redirect
+    of log lines above the bar had printed them where nothing printed any)."""
+    tiny = [o for o in OVERRIDES if o.split("=")[0] not in ("strategy", "trainer.devices")]
+    bar = ["trainer.enable_progress_bar=true", "callbacks.progress_bar.plain=false"]
+    (tmp_path / "script.py").write_text(
+        textwrap.dedent(
+            f"""
+            from framework import compose, fit
+            for name, layout in (("single", ["strategy=single"]), ("ddp", ["strategy=ddp", "trainer.devices=2"])):
+                print("--", name, "verbose", flush=True)
+                fit(compose({tiny!r} + layout), output_dir="out/" + name)
+                print("--", name, "quiet", flush=True)
+                fit(compose({tiny!r} + layout + {bar!r}), output_dir="out/" + name + "_quiet", verbose=False)
+            print("-- end", flush=True)
+            """
+        )
+    )
+    together = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}  # (in the order they were written)
+    proc = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, text=True, timeout=300, **together)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    shown = {part.split("\n", 1)[0]: part.split("\n", 1)[1] for part in proc.stdout.split("-- ") if part.strip()}
+    for name in ("single", "ddp"):
+        assert "][INFO] - Saved checkpoint" in shown[f"{name} verbose"], shown[f"{name} verbose"]
+        assert "Saved checkpoint" not in shown[f"{name} quiet"] and "Model summary" not in shown[f"{name} quiet"]
