@@ -8,6 +8,7 @@ from typing import Iterable, Optional
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir, initialize_config_module
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, open_dict
 
 from framework.config.location import CONFIG_PACKAGE
@@ -28,7 +29,13 @@ def compose(overrides: Iterable[str] = (), config_dir: Optional[str] = None, con
     else:
         init = initialize_config_module(CONFIG_PACKAGE, version_base="1.3", job_name="framework")
     with init:
-        cfg = hydra_compose(config_name, overrides=lenient(overrides), return_hydra_config=True)
+        try:
+            cfg = hydra_compose(config_name, overrides=lenient(overrides), return_hydra_config=True)
+        except ConfigCompositionException as err:
+            if err.__cause__ is None:
+                raise
+            # why, as the command line prints it (its first line: OmegaConf's key and type follow)
+            raise ConfigCompositionException(f"{err}: {str(err.__cause__).splitlines()[0]}") from err.__cause__
     choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]

@@ -124,6 +124,17 @@ def test_command_line_group_choice_wins_over_the_experiment():
     assert cfg.model._target_ == "framework.models.MLP"
 
 
+def test_an_override_that_fails_to_merge_says_why_from_python_as_on_the_command_line():
+    from hydra.errors import ConfigCompositionException
+
+    # the model's input_shape reads the datamodule's, which ~datamodule removed
+    with pytest.raises(ConfigCompositionException) as err:
+        compose(["experiment=digits_mlp", "~datamodule", "+datamodule._target_=my.Data", "~model.input_shape"])
+    assert str(err.value) == (
+        "Error merging override ~model.input_shape: Interpolation key 'datamodule.input_shape' not found"
+    )
+
+
 def test_logger_list_and_none():
     assert set(compose(["logger=[tensorboard,csv]"]).logger) == {"tensorboard", "csv"}
     assert not compose(["logger=none"]).logger
