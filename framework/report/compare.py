@@ -17,6 +17,14 @@ def swept_keys(rows: list[dict]) -> list[str]:
     return [k for k in keys if len({o.get(k) for o in recorded}) > 1]
 
 
+def sweep_line(rows: list[dict]) -> str:
+    """What the jobs varied, and the overrides every job shared (report.md says what was compared)."""
+    recorded = [r["overrides"] for r in rows if r.get("overrides") is not None]
+    swept = swept_keys(rows)
+    shared = [f"{k}={v}" for k, v in (recorded[0] if recorded else {}).items() if k not in swept]
+    return f"Swept: {', '.join(swept) or 'nothing'}; every job: {', '.join(shared) or 'the defaults'}."
+
+
 def is_strategy_key(key: str) -> bool:
     return key == "strategy" or key.startswith("strategy.")
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
-from framework.report.compare import swept_keys
+from framework.report.compare import sweep_line, swept_keys
 from framework.report.plots import plots
 from framework.report.rows import NOISY_SPREAD, collect, sweep_record
 from framework.report.tensorboard_runs import link_tensorboard_runs
@@ -73,6 +74,8 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         "",
         ", ".join(f"{sum(r.get('status') == s for r in rows)} {s}" for s in STATUSES) + ".",
         "",
+        sweep_line(rows),
+        "",
         *_stopped(sweep),
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),
@@ -87,7 +90,8 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         lines += [
             "",
             f"Best by {metric} ({mode}): job {best['job']} ({fmt(best[metric])}), "
-            + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params]),
+            + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params])
+            + _ties(rows, best, metric),
         ]
     lines += ["", *footnotes(rows), *timing(sweep, rows), ""]
     runs = link_tensorboard_runs(sweep_dir, rows)
@@ -96,6 +100,17 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
     lines += [f"![{p.stem}]({p.name})" for p in plots(sweep_dir, rows)]
     (sweep_dir / "report.md").write_text("\n".join(lines) + "\n")
     return sweep_dir / "report.md"
+
+
+def _ties(rows: list[dict], best: dict, metric: str) -> str:
+    """The other jobs whose ``metric`` is the best's to float tolerance: the pick among them is arbitrary."""
+    value = best[metric]
+    tied = [
+        str(r["job"])
+        for r in rows
+        if r is not best and isinstance(r.get(metric), (int, float)) and math.isclose(r[metric], value, rel_tol=1e-5)
+    ]
+    return f" (tied to 1e-5 with job(s) {', '.join(tied)})" if tied else ""
 
 
 def _columns(rows: list[dict], params: list[str]) -> tuple[list[str], int]:

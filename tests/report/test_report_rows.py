@@ -10,10 +10,10 @@ import pytest
 from framework.report import collect, finish_sweep, write_report
 
 
-def _job(sweep, num, strategy, devices, samples_per_s, losses, status="completed", **extra):
+def _job(sweep, num, strategy, devices, samples_per_s, losses, status="completed", shared=(), **extra):
     job = sweep / str(num)
     job.mkdir(parents=True)
-    overrides = [f"strategy={strategy}", f"trainer.devices={devices}"]
+    overrides = [f"strategy={strategy}", f"trainer.devices={devices}", *shared]
     results = {
         "status": status,
         "strategy": strategy,
@@ -114,3 +114,14 @@ def test_the_report_compares_harness_scores_across_strategies(tmp_path):
     at = columns.index("harness/stdlib_modules/acc")
     assert columns.index("val/loss") < at < columns.index("harness/stdlib_topics/exact_match:strip")
     assert [r.strip("|").split("|")[at].strip() for r in rows] == ["0.3014", "0.3014"]
+
+
+def test_the_report_says_what_was_swept_and_which_jobs_tie_with_the_best(tmp_path):
+    shared = ["experiment=digits_mlp", "trainer.max_epochs=2"]
+    _job(tmp_path, 0, "single", 1, 1000.0, [2.0, 0.5], shared=shared)
+    _job(tmp_path, 1, "ddp", 2, 1800.0, [2.0, 0.5 * (1 + 1e-7)], shared=shared)  # the same to float noise
+    _job(tmp_path, 2, "fsdp", 2, 1700.0, [2.0, 0.6], shared=shared)
+    lines = write_report(tmp_path).read_text().splitlines()
+    assert "Swept: strategy, trainer.devices; every job: experiment=digits_mlp, trainer.max_epochs=2." in lines
+    best = next(line for line in lines if line.startswith("Best by"))
+    assert best == "Best by val/loss (min): job 0 (0.5), strategy=single, devices=1 (tied to 1e-5 with job(s) 1)"
