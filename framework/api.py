@@ -61,11 +61,15 @@ def fit(
 
 
 def evaluate(
-    ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None, mode: str = "eval"
+    ckpt_path: str,
+    overrides: Iterable[str] = (),
+    output_dir: Optional[str] = None,
+    mode: str = "eval",
+    verbose: Optional[bool] = None,
 ) -> dict:
     """Test the checkpoint ``ckpt_path`` with its run's saved config and ``overrides``
     (``mode="predict"``: predict with it); returns the evaluation's results.json. Writes to
-    ``<run dir>/<mode>/<date>_<time>/`` unless ``output_dir`` is given."""
+    ``<run dir>/<mode>/<date>_<time>/`` unless ``output_dir`` is given; ``verbose`` as ``fit``'s."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
@@ -80,13 +84,15 @@ def evaluate(
         shutil.rmtree(config_dir, ignore_errors=True)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
     output_dir = output_dir or str(run_dir_of(ckpt_path) / mode / stamp)
-    return fit(evaluation_config(cfg, output_dir), output_dir=output_dir)
+    return fit(evaluation_config(cfg, output_dir), output_dir=output_dir, verbose=verbose)
 
 
-def predict(ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None) -> dict:
+def predict(
+    ckpt_path: str, overrides: Iterable[str] = (), output_dir: Optional[str] = None, verbose: Optional[bool] = None
+) -> dict:
     """Predict with the checkpoint ``ckpt_path``; returns the run's results.json (``predictions``:
     the file and the number of samples)."""
-    return evaluate(ckpt_path, overrides, output_dir, mode="predict")
+    return evaluate(ckpt_path, overrides, output_dir, mode="predict", verbose=verbose)
 
 
 def build_trainer(cfg: DictConfig, *args, **kwargs):

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             if ckpt is not None:
                 output = args.output or str(ckpt.parent.parent / "generate" / stamp)
                 jsonl = ["predict_format=jsonl", f"++datamodule.predict_file='{prompts_file}'", "++harness.tasks=[]"]
-                results = predict(str(ckpt), [*jsonl, *GREEDY, *overrides], output_dir=output)
+                # (its log in train.log: this command's output is the continuations)
+                results = predict(str(ckpt), [*jsonl, *GREEDY, *overrides], output_dir=output, verbose=False)
             elif not source.exists():
                 print(f"{args.source}: nothing there (a run directory, a checkpoint or a model)", file=sys.stderr)
                 return 2
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             else:
                 output = args.output or str(Path("outputs/generate") / stamp.replace("_", "/"))
-                results = fit(compose(_model_run(source, prompts_file, args.chat, overrides)), output_dir=output)
+                run = compose(_model_run(source, prompts_file, args.chat, overrides))
+                results = fit(run, output_dir=output, verbose=False)
         except ConfigError as err:
             print(err, file=sys.stderr)
             return 2
