@@ -251,6 +251,16 @@ def check_export_format(run: Experiment) -> list[str]:
     ]
 
 
+def check_export_directory(run: Experiment) -> list[str]:
+    """``export_format=hf`` writes ``model_hf/`` of the run's directory: never through a link, nor over a
+    file of the user's (models/hf_export.py)."""
+    if not (run.export_weights and run.export_format == "hf" and run.output_dir):
+        return []
+    from framework.models.hf_export import export_problems
+
+    return export_problems(Path(str(run.output_dir)) / "model_hf")
+
+
 # What each kind of batch and output is called in a message, and the option that gives (or scores) it.
 _KINDS = {
     "features": ("features (float tensors)", "model=mlp or cnn"),

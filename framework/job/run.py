@@ -102,11 +102,11 @@ def _remove_previous_run(run: Experiment) -> None:
     replaced = replaces_previous_run(run)
     for name in replaced:
         path = Path(run.output_dir) / name
-        if name == "model_hf" and path.is_dir():  # an export's own files: a file of the user's in it stays
+        if name == "model_hf" and (path.is_dir() or path.is_symlink()):  # an export's own files: the user's stay
             kept = remove_export(path)
             if kept:
                 log.warning("overwrite=true: kept %s in %s, not written by the previous run's export", kept, path)
             continue
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()  # (a link: itself)
     if replaced:
         log.warning("overwrite=true: removed the previous run's %s from %s", ", ".join(replaced), run.output_dir)

@@ -4,14 +4,13 @@ base; or, merged (``export_merge=true``), the whole model as ``from_pretrained``
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Optional
 
 import torch
 
 from framework.config.schemas import AdapterConfig
-from framework.models.hf_export import replace_export
+from framework.models.hf_export import fresh_folder, replace_export
 
 # peft's names of our adapter tensors
 PEFT_NAMES = {"lora_a": "lora_A.weight", "lora_b": "lora_B.weight", "lora_magnitude": "lora_magnitude_vector"}
@@ -48,12 +47,10 @@ def peft_config(settings: AdapterConfig, weights: dict, base: Optional[Path]):
 
 def write_adapters(directory: Path, model, weights: dict[str, torch.Tensor], source: Optional[Path]) -> None:
     """``directory`` as peft's ``save_pretrained`` writes it (and the source's tokenizer files), written
-    beside it and renamed; a file of the user's there is kept."""
+    beside it first (hf_export.replace_export); a file of the user's there is kept."""
     from safetensors.torch import save_file
 
-    tmp = directory.with_name(f".{directory.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = fresh_folder(directory)
     peft_config(model.adapter_settings, weights, source).save_pretrained(str(tmp))
     save_file(peft_tensors(weights, model.hf_name), str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
     replace_export(tmp, directory, source)

@@ -13,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from framework.config.errors import ConfigError
+
 log = logging.getLogger(__name__)
 MANIFEST = ".export.json"  # the files an export wrote: a second export replaces these, and keeps the rest
 
@@ -30,15 +32,18 @@ SOURCE_FILES = (
     "added_tokens.json",
     "generation_config.json",
 )
+# every name an export may write (the model's or the adapters' files, the source's): a file of the
+# user's under one of these names is refused rather than overwritten
+EXPORT_FILES = frozenset(
+    {"config.json", "model.safetensors", "adapter_config.json", "adapter_model.safetensors", MANIFEST, *SOURCE_FILES}
+)
 
 
 def write_directory(directory: Path, hf_config, weights: dict[str, torch.Tensor], source: Optional[Path]) -> None:
-    """Write the export into ``directory`` (a folder beside it first, then renamed: never half an export)."""
+    """Write the export into ``directory`` (a folder beside it first: never half an export)."""
     from safetensors.torch import save_file
 
-    tmp = directory.with_name(f".{directory.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = fresh_folder(directory)
     hf_config.save_pretrained(str(tmp))
     # one tensor per name, each its own contiguous storage (safetensors refuses shared ones)
     save_file(
@@ -49,46 +54,122 @@ def write_directory(directory: Path, hf_config, weights: dict[str, torch.Tensor]
     replace_export(tmp, directory, source)
 
 
+def fresh_folder(directory: Path) -> Path:
+    """An empty folder beside ``directory`` to write an export into (an earlier one's leftovers
+    removed: only ever the export's own files, as nothing else is moved into it; a link there is
+    removed, never followed)."""
+    tmp = directory.with_name(f".{directory.name}.tmp")
+    if tmp.is_symlink() or tmp.is_file():
+        tmp.unlink()
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
 def replace_export(tmp: Path, directory: Path, source: Optional[Path]) -> None:
     """An export written in ``tmp`` (with the source's tokenizer files and a manifest of its files) put
-    in ``directory``'s place by a rename; a file of the user's there is kept."""
+    in ``directory``'s place. Nothing of the user's there is moved or replaced: an empty directory, or
+    one of an earlier export's files alone, is swapped by a rename; one that holds files of the
+    user's too gets the export's files one by one (the manifest last), the user's left where they
+    are. A link, or a file of the user's under a name the export writes, is refused
+    (``export_problems``, before start too)."""
     for name in SOURCE_FILES if source is not None else ():
         if (source / name).is_file():
             shutil.copy2(source / name, tmp / name)
     ours = sorted(p.name for p in tmp.iterdir())
+    problems = export_problems(directory, "export")
+    if problems:
+        shutil.rmtree(tmp)
+        raise ExportRefused(problems)
     (tmp / MANIFEST).write_text(json.dumps({"files": ours}))
-    kept = _keep_foreign(directory, tmp, set(ours))
-    if directory.exists():
-        shutil.rmtree(directory)
+    earlier = _earlier_files(directory)
+    foreign = [p.name for p in directory.iterdir() if p.name not in earlier | {MANIFEST}] if directory.is_dir() else []
+    if not foreign:
+        _swap(tmp, directory)
+        return
+    for name in ours:  # each file atomically in place; the user's files stay untouched
+        os.replace(tmp / name, directory / name)
+    for name in earlier - set(ours):  # what the earlier export wrote and this one did not
+        _remove(directory / name)
+    os.replace(tmp / MANIFEST, directory / MANIFEST)  # last: the export is whole
+    tmp.rmdir()
+    log.warning("%s: kept %s, not written by an export (the export replaced only its own files)", directory, foreign)
+
+
+def _swap(tmp: Path, directory: Path) -> None:
+    """``tmp`` in the place of ``directory`` (absent, or holding an earlier export's files alone)."""
+    if not directory.exists():
+        os.replace(tmp, directory)
+        return
+    old = directory.with_name(f".{directory.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(directory, old)
     os.replace(tmp, directory)
-    if kept:
-        log.warning("%s: kept %s, not written by an export (the export replaced only its own files)", directory, kept)
+    shutil.rmtree(old)
 
 
-def _keep_foreign(directory: Path, new: Path, ours: set[str]) -> list[str]:
-    """Move into ``new`` what ``directory`` holds that no export wrote (a file of the user's): an
-    export replaces its own files only. An export's files are those its manifest lists, or, from an
-    export that wrote none, those this one writes."""
-    if not directory.is_dir():
-        return []
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _earlier_files(directory: Path) -> set[str]:
+    """The files an earlier export wrote into ``directory``: those its manifest lists (a directory
+    without one holds no export's files: everything there is the user's)."""
     listed = directory / MANIFEST
-    earlier = set(json.loads(listed.read_text()).get("files", [])) if listed.is_file() else set()
-    foreign = [p for p in sorted(directory.iterdir()) if p.name not in ours | earlier | {MANIFEST}]
-    for path in foreign:
-        os.replace(path, new / path.name)
-    return [p.name for p in foreign]
+    if not listed.is_file() or listed.is_symlink():
+        return set()
+    try:
+        files = json.loads(listed.read_text()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {str(name) for name in files if isinstance(name, str) and Path(name).name == name}
+
+
+class ExportRefused(ConfigError):
+    """An export that would touch what the run did not write (found when the export is written: the
+    same check as before start, for a link made during training)."""
+
+
+def export_problems(directory: Path, key: str = "export_format") -> list[str]:
+    """Why an export may not write into ``directory`` (a run's ``model_hf/``): a link (there, or a
+    file of it), or a file of the user's under a name an export writes (``EXPORT_FILES``: it would
+    be overwritten). Files an earlier export wrote (its manifest) are replaced; any other file stays."""
+    if directory.is_symlink():
+        return [
+            f"{key}: {directory} is a link (to {os.readlink(directory)}): an export writes only into a directory "
+            "of the run's own; remove the link (the export creates the directory) or choose another output_dir"
+        ]
+    if not directory.exists():
+        return []
+    if not directory.is_dir():
+        return [f"{key}: {directory} is a file, not the directory an export writes; move it away"]
+    earlier = _earlier_files(directory)
+    links = sorted(p.name for p in directory.iterdir() if p.is_symlink())
+    clashes = sorted(p.name for p in directory.iterdir() if p.name in EXPORT_FILES - earlier - {MANIFEST})
+    problems = [f"{key}: {directory} holds links ({', '.join(links)}); an export replaces no link: remove them"]
+    problems = problems if links else []
+    if clashes:
+        problems.append(
+            f"{key}: {directory} holds {', '.join(clashes)} of your own (not written by an export), which the "
+            "export would overwrite; move them out of the directory, or choose another output_dir"
+        )
+    return problems
 
 
 def remove_export(directory: Path) -> list[str]:
-    """Remove what an export wrote into ``directory`` (its manifest's files; an export's usual files
-    where it has none), the directory too once empty; the names of the files kept (the user's)."""
-    listed = directory / MANIFEST
-    ours = set(json.loads(listed.read_text()).get("files", [])) if listed.is_file() else set()
-    ours |= {MANIFEST} | ({"config.json", "model.safetensors", *SOURCE_FILES} if not listed.is_file() else set())
+    """Remove what an export wrote into ``directory`` (its manifest's files), the directory too once
+    empty; the names of the files kept (the user's). A link is removed itself, never followed."""
+    if directory.is_symlink():
+        directory.unlink()
+        return []
+    ours = _earlier_files(directory) | {MANIFEST}
     kept = []
     for path in sorted(directory.iterdir()):
-        if path.name in ours:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.name in ours and not path.is_symlink():
+            _remove(path)
         else:
             kept.append(path.name)
     if not kept:

@@ -227,3 +227,38 @@ def test_a_second_export_keeps_the_files_it_did_not_write(llama_dir, tmp_path):
     assert fit(compose(run), output_dir=str(tmp_path), overwrite=True)["status"] == "completed"
     assert (tmp_path / "model_hf" / "README.md").read_text() == "my notes"
     assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "model_hf") is not None
+
+
+def test_an_export_never_touches_a_linked_directory_nor_a_file_of_the_users(llama_dir, tmp_path):
+    from framework import fit
+    from framework.models.hf_export import ExportRefused, fresh_folder, replace_export
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "precious.txt").write_text("mine")
+    (theirs / "config.json").write_text('{"mine": true}')
+    before = {p.name: p.read_bytes() for p in theirs.iterdir()}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "model_hf").symlink_to(theirs)
+    run = [*llama(llama_dir), "trainer.max_steps=1", "test=false", "export_weights=true", "export_format=hf"]
+    run += ["callbacks=none", "trainer.limit_val_batches=0"]
+    [problem] = refused([*run, f"output_dir={run_dir}"])
+    assert problem.startswith(f"export_format: {run_dir / 'model_hf'} is a link (to {theirs})")
+    # a link made after the checks (during training): the export itself refuses it, moving nothing
+    tmp = fresh_folder(run_dir / "model_hf")
+    (tmp / "config.json").write_text("{}")
+    with pytest.raises(ExportRefused, match="is a link"):
+        replace_export(tmp, run_dir / "model_hf", None)
+    assert {p.name: p.read_bytes() for p in theirs.iterdir()} == before and not tmp.exists()
+
+    # a directory of the run's own holding a file of the user's under an export's name: refused, named
+    (run_dir / "model_hf").unlink()
+    (run_dir / "model_hf").mkdir()
+    (run_dir / "model_hf" / "config.json").write_text('{"mine": true}')
+    [problem] = refused([*run, f"output_dir={run_dir}"])
+    assert "holds config.json of your own" in problem
+    (run_dir / "model_hf" / "config.json").rename(run_dir / "model_hf" / "notes.json")
+    assert fit(compose(run), output_dir=str(run_dir))["status"] == "completed"
+    assert (run_dir / "model_hf" / "notes.json").read_text() == '{"mine": true}'
+    assert (run_dir / "model_hf" / "config.json").is_file() and not (run_dir / ".model_hf.tmp").exists()
