@@ -50,6 +50,7 @@ class BaseDataModule:
             shuffle=shuffle,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            collate_fn=getattr(dataset, "collate", None),  # (a dataset that batches its own: prompts padded per batch)
         )
 
     def train_dataloader(self) -> Optional[DataLoader]:

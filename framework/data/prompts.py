@@ -13,23 +13,30 @@ from torch.utils.data import Dataset
 
 
 class Prompts(Dataset):
-    """Samples ``{"input_ids", "attention_mask", "index"}``; ``encoded``: each prompt's token ids (at
-    least one), ``pad``: the id the padding holds (never attended)."""
+    """Samples ``{"input_ids", "attention_mask", "index"}``, each of its prompt's own length; a batch
+    (``collate``) is padded on the left to its own longest prompt only, so one long prompt costs its
+    batch, not the set. ``encoded``: each prompt's token ids (at least one), ``pad``: the id the
+    padding holds (never attended)."""
 
     def __init__(self, encoded: list[list[int]], pad: int):
-        longest = max(len(e) for e in encoded)
-        self.input_ids = torch.tensor([[pad] * (longest - len(e)) + list(e) for e in encoded], dtype=torch.long)
-        self.attention_mask = torch.tensor([[False] * (longest - len(e)) + [True] * len(e) for e in encoded])
+        self.encoded = [torch.tensor(list(e), dtype=torch.long) for e in encoded]
+        self.pad = pad
 
     def __len__(self) -> int:
-        return len(self.input_ids)
+        return len(self.encoded)
 
     def __getitem__(self, i: int) -> dict:
-        return {
-            "input_ids": self.input_ids[i],
-            "attention_mask": self.attention_mask[i],
-            "index": torch.tensor(i),
-        }
+        ids = self.encoded[i]
+        return {"input_ids": ids, "attention_mask": torch.ones(len(ids), dtype=torch.bool), "index": torch.tensor(i)}
+
+    def collate(self, samples: list[dict]) -> dict:
+        longest = max(len(s["input_ids"]) for s in samples)
+        ids = torch.full((len(samples), longest), self.pad, dtype=torch.long)
+        mask = torch.zeros((len(samples), longest), dtype=torch.bool)
+        for k, sample in enumerate(samples):
+            n = len(sample["input_ids"])
+            ids[k, longest - n :], mask[k, longest - n :] = sample["input_ids"], True
+        return {"input_ids": ids, "attention_mask": mask, "index": torch.stack([s["index"] for s in samples])}
 
 
 def prompt_ids(codec, text: str) -> list[int]:
@@ -71,25 +78,63 @@ class PromptsToContinue:
         return records(self.codec, self.predict_prompts or [], predictions)
 
 
+class PromptFileError(ValueError):
+    """A prompt file that does not read as prompts: ``problems`` name its lines."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+SHOWN = 5  # the problems named one by one; the rest are counted
+
+
 def read_prompts(path: Optional[str]) -> Optional[list[str]]:
-    """The prompts of a file: a .jsonl's ``prompt`` of each line, else each non-empty line of text
-    (None: no file)."""
+    """The prompts of a file: a .jsonl's ``prompt`` of each line (a string), else each non-empty line
+    of text (None: no file). Read once (a pipe, ``/dev/stdin``, reads once only). Raises
+    ``PromptFileError`` naming the file's bad lines (the first few, and how many more)."""
     if not path:
         return None
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    if str(path).endswith(".jsonl"):
-        return [json.loads(line)["prompt"] for line in lines if line.strip()]
-    return [line for line in lines if line.strip()]
+    try:
+        with open(path, encoding="utf-8") as f:  # (not Path.read_text: one read of a pipe, as of a file)
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise PromptFileError([f"cannot read '{path}' ({reason})"]) from None
+    if not str(path).endswith(".jsonl"):
+        prompts = [line for line in lines if line.strip()]
+    else:
+        prompts, bad = [], []
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                prompt, problem = _jsonl_prompt(line)
+                prompts.append(prompt)
+                bad += [f"'{path}' line {number}: {problem}"] if problem else []
+        if bad:
+            more = [f"'{path}': {len(bad) - SHOWN} more lines like these"] if len(bad) > SHOWN else []
+            raise PromptFileError(bad[:SHOWN] + more)
+    if not prompts:
+        raise PromptFileError([f"'{path}' holds no prompt"])
+    return prompts
+
+
+def _jsonl_prompt(line: str) -> tuple[str, Optional[str]]:
+    """A .jsonl line's prompt, or what is wrong with the line."""
+    try:
+        row = json.loads(line)
+    except ValueError as err:
+        return "", f"not JSON ({err})"
+    if not isinstance(row, dict) or "prompt" not in row:
+        return "", 'expected an object with "prompt" (a string), e.g. {"prompt": "def "}'
+    if not isinstance(row["prompt"], str):
+        return "", f'"prompt" is {type(row["prompt"]).__name__} {row["prompt"]!r}, expected a string'
+    return row["prompt"], None
 
 
 def prompt_file_problems(path: Optional[str]) -> list[str]:
-    """``predict_file`` is readable and holds prompts."""
-    if not path:
-        return []
+    """``predict_file`` is readable and holds prompts (every line checked)."""
     try:
-        prompts = read_prompts(path)
-    except (OSError, UnicodeDecodeError) as err:
-        return [f"predict_file: cannot read '{path}' ({err.strerror if isinstance(err, OSError) else err})"]
-    except (ValueError, KeyError, TypeError):
-        return [f"predict_file: '{path}' is not a .jsonl of {{\"prompt\": ...}} lines"]
-    return [] if prompts else [f"predict_file: '{path}' holds no prompt"]
+        read_prompts(path)
+    except PromptFileError as err:
+        return [f"predict_file: {problem}" for problem in err.problems]
+    return []

@@ -8,15 +8,19 @@ loggers, datamodule and task, the checkpoint to resume, and the run directory.
 
 from __future__ import annotations
 
+import copy
+import logging
 import zipfile
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from framework.config import validate
 from framework.config.experiment import Experiment
 from framework.config.param_groups import match_problems, structure_problems
 from framework.config.validate import check_target, import_target
+from framework.data.prompts import PromptFileError, read_prompts
 from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, resolve_ckpt_path
 from framework.engine.protocols import contract_problems
 from framework.engine.safe_load import scan_checkpoint
@@ -41,14 +45,18 @@ from framework.job.overwrite import check_output_dir
 from framework.job.strategy_choice import candidate_problems
 from framework.rank.tested_weights import test_ckpt_problems
 
+log = logging.getLogger(__name__)
+
 
 def preflight(cfg: DictConfig) -> ResolvedExperiment:
     """Raise ``ConfigError`` listing every problem of the experiment ``cfg``; return its typed run
     when it can run."""
+    cfg, unread = read_inputs(cfg)
     return validate(
         cfg,
         subject=ResolvedExperiment,  # the typed run, its layout and meta-device model worked out once for every check
         checks=[
+            lambda run: unread,
             lambda run: run.size_problems,  # the model too large to build here is not built, even on meta
             lambda run: run.strategy_problems,
             candidate_problems,
@@ -80,6 +88,31 @@ def preflight(cfg: DictConfig) -> ResolvedExperiment:
             check_output_dir,
         ],
     )
+
+
+def read_inputs(cfg: DictConfig) -> tuple[DictConfig, list[str]]:
+    """The inputs a run reads whole, read once, here, into the run (a copy of ``cfg``): the prompts of
+    ``datamodule.predict_file`` become its ``predict_prompts`` (the file null), so the checks, the
+    ranks and config.yaml hold this copy: a pipe such as /dev/stdin reads once only. Returns the run
+    and the problems of a file that does not read as prompts."""
+    try:
+        path = OmegaConf.select(cfg, "datamodule.predict_file", default=None)
+        takes_prompts = "predict_prompts" in (cfg.get("datamodule") or {})
+    except OmegaConfBaseException:
+        return cfg, []  # (a key that does not resolve is named by the schema check)
+    if not path or not isinstance(path, str) or not takes_prompts:
+        return cfg, []  # (a datamodule of the user's without predict_prompts reads its own file)
+    cfg = copy.deepcopy(cfg)
+    try:
+        prompts, problems = read_prompts(path), []
+        log.info("datamodule.predict_file: %d prompts read from %s", len(prompts), path)
+    except PromptFileError as err:
+        prompts, problems = None, [f"datamodule.predict_file: {p}" for p in err.problems]
+    with open_dict(cfg):
+        cfg.datamodule.predict_file = None
+        if prompts is not None:
+            cfg.datamodule.predict_prompts = prompts
+    return cfg, problems
 
 
 def check_components(run: Experiment) -> list[str]:

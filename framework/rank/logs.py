@@ -24,15 +24,26 @@ def configure_rank_logging(output_dir: str, rank: int) -> None:
         root.removeHandler(handler)
     formatter = logging.Formatter(FORMAT.replace("[%(name)s]", f"[rank {rank}][%(name)s]"))
     handlers: list[logging.Handler] = [logging.FileHandler(path)]
-    if rank == 0 and os.environ.get(CONSOLE_LOG, "1") != "0":
-        handlers.append(logging.StreamHandler(sys.stdout))
+    if rank == 0:
+        handlers.append(logging.StreamHandler(sys.stdout) if os.environ.get(CONSOLE_LOG, "1") != "0" else warnings_only())
     for handler in handlers:
-        handler.setFormatter(formatter)
+        handler.setFormatter(handler.formatter or formatter)
         root.addHandler(handler)
     root.setLevel(logging.INFO)
     # a rank that dies of SIGABRT or SIGSEGV (a C++ abort in a library's thread) writes where each
     # of its threads was into its log: the launcher names the spot (launch/elastic.py)
     faulthandler.enable(file=handlers[0].stream, all_threads=True)
+
+
+def warnings_only() -> logging.Handler:
+    """The console of a run that logs to its file only (``verbose=False``: a notebook, framework-generate,
+    whose stdout is the continuations): the framework's warnings still reach the user, on stderr (a
+    prompt cut to the model's positions, a template missing, a key ignored), in one line each."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(lambda record: record.name.startswith("framework"))
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    return handler
 
 
 def rank_log(output_dir: str, rank: int) -> Path:

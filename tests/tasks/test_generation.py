@@ -242,3 +242,36 @@ def test_framework_generate_names_a_source_that_is_not_there(tmp_path, capsys):
     assert main([str(tmp_path / "run_typo"), "--prompt", "hi"]) == 2
     said = capsys.readouterr().err
     assert said == f"{tmp_path / 'run_typo'}: nothing there (a run directory, a checkpoint or a model)\n"
+
+
+@pytest.mark.multiprocess
+def test_framework_generate_reads_piped_prompts_once_and_names_a_bad_line(gpt_run, tmp_path):
+    command = [sys.executable, "-m", "framework.generate", str(gpt_run), "--prompts", "/dev/stdin"]
+    piped = subprocess.run(
+        [*command, "--output", str(tmp_path / "piped"), "task.max_new_tokens=4"],
+        input="def \nThe \n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    assert [r["prompt"] for r in rows(tmp_path / "piped")] == ["def ", "The "]  # those two, not the run's own
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "def "}\n{"prompt": 5}\n')
+    refused = subprocess.run(
+        [sys.executable, "-m", "framework.generate", str(gpt_run), "--prompts", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"'{bad}' line 2: \"prompt\" is int 5, expected a string" in refused.stderr
+    # a prompt longer than the model's 40 positions is cut, and the terminal says so (not train.log alone)
+    cut = subprocess.run(
+        [*command[:-2], "--prompt", "x" * 60, "--output", str(tmp_path / "cut"), "task.max_new_tokens=4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cut.returncode == 0, cut.stderr[-3000:]
+    assert "WARNING: Generation: prompts of 60 tokens and 4 new ones exceed the model's 40 positions" in cut.stderr
