@@ -5,7 +5,6 @@ its draws when generation samples); and predictions.jsonl's rows of what was gen
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Optional
 
 import torch

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 from framework.config.environment import resolve_accelerator
 from framework.config.experiment import Experiment
-from framework.engine.attempts import attempt_dir, holds_the_top
+from framework.engine.attempts import PROMOTED, attempt_dir, holds_the_top, promote
 
 if TYPE_CHECKING:
     import torch
@@ -97,10 +97,12 @@ def write_results(run_dir: Path, results: dict, attempt: Optional[int] = None) -
     """``run_dir``/results.json, unless that would replace a finished run's results with a failure
     (a resume that failed): then results.<status>.json beside it. Returns the path written.
     ``attempt``: a later attempt in the run directory (engine/attempts.py) writes its own
-    ``attempts/<n>/results.json``, and the top one only once it holds the top record."""
+    ``attempts/<n>/results.json``, and the top one once it ends other than failed (its record promoted)."""
     if attempt:
         own = attempt_dir(run_dir, attempt) / "results.json"
         write_json(own, results)
+        if results.get("status") in PROMOTED:
+            promote(run_dir, attempt)
         if not holds_the_top(run_dir, attempt):
             if results.get("status") not in ("completed", "diverged"):  # beside the run's, as it always was
                 write_json(run_dir / f"results.{results.get('status')}.json", results)

@@ -6,13 +6,16 @@ import csv
 import os
 from pathlib import Path
 
+from framework.engine.attempts import lineage_file
+
 
 class CSVLogger:
     """A step's row is appended and flushed as soon as a later step is logged (and at the end),
     so a killed run loses at most the step being logged. The file is rewritten whole only when
     a new column appears (``val/*`` after the first validation), through a temporary file and a
     rename, so a reader never sees half of it. A run resumed in the same directory continues
-    the file: rows after the resumed step (logged before the interruption) are dropped."""
+    the file: rows after the resumed step (logged before the interruption) are dropped; a later
+    attempt in it writes its own (``record_in``)."""
 
     def __init__(self, save_dir: str, filename: str = "metrics.csv"):
         self.path = Path(save_dir) / filename
@@ -21,15 +24,29 @@ class CSVLogger:
         self._columns: list[str] | None = None  # the metric columns of the file's header
         self._pending: set[int] = set()  # steps not in the file yet
         self._rewrite = False
-        if self.path.exists():
-            with open(self.path, newline="") as f:
+        self._read(self.path)
+
+    def _read(self, path: Path) -> None:
+        """The rows of an earlier run's file, which this run continues."""
+        self._rows = {}
+        if path.exists():
+            with open(path, newline="") as f:
                 for row in csv.DictReader(f):
                     step = int(row.pop("step"))  # popped first: the step is the key, not a column
                     self._rows[step] = {
                         k: int(float(v)) if k == "epoch" else float(v) for k, v in row.items() if v not in ("", None)
                     }
-            self._names = {k for row in self._rows.values() for k in row} - {"epoch"}
-            self._columns = sorted(self._names)
+        self._names = {k for row in self._rows.values() for k in row} - {"epoch"}
+        self._columns = sorted(self._names) if self._rows else None
+
+    def record_in(self, directory: Path) -> None:
+        """A later attempt in the run's directory: the file is written into ``directory`` (its
+        ``attempts/<n>/``), continuing the newest of the run's and its earlier attempts' rows; the
+        run's own file is replaced only when the attempt ends (engine/attempts.py)."""
+        attempt = int(Path(directory).name) if Path(directory).name.isdigit() else None
+        self._read(lineage_file(Path(directory).parent.parent, self.path.name, attempt))
+        self.path = Path(directory) / self.path.name
+        self._pending, self._rewrite = set(self._rows), bool(self._rows)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if step in self._rows and step not in self._pending:

@@ -22,7 +22,7 @@ from framework.config.experiment import Experiment
 from framework.config.param_groups import OptimizerFactory
 from framework.config.schemas import AdapterConfig, SchedulerConfig
 from framework.config.validate import FRAMEWORK_KEYS
-from framework.engine.attempts import promote
+from framework.engine.attempts import attempt_dir
 from framework.engine.scheduler import SchedulerSpec
 from framework.engine.seed import seed_everything, set_debug_flags, set_deterministic
 from framework.engine.trainer import Trainer
@@ -88,8 +88,6 @@ def build_callbacks(run: Experiment) -> dict:
     """The configured callbacks by config name, with those the trainer keys ask for (progress bar,
     model summary, timer, profiler) and without those they turn off."""
     callbacks = {name: _make(spec.node, f"callback '{name}'") for name, spec in run.callbacks.items() if spec.node}
-    if run.attempt:  # first: the run's record is this attempt's before any callback writes into the run
-        callbacks = {"attempt_record": AttemptRecord(run.output_dir, run.attempt), **callbacks}
     trainer = run.trainer
     _switch(callbacks, trainer.enable_progress_bar, ProgressBar, "progress_bar", ProgressBar)
     _switch(callbacks, trainer.enable_model_summary, ModelSummary, "model_summary", ModelSummary)
@@ -133,6 +131,9 @@ def build_components(run: Experiment, is_global_zero: bool, on_meta: bool = Fals
     loggers = []
     if is_global_zero and not run.trainer.fast_dev_run:  # fast_dev_run writes no logger files
         loggers = [_make(spec.node, f"logger '{name}'") for name, spec in run.loggers.items() if spec.node]
+    for logger in loggers if run.attempt else ():  # a later attempt: its record in attempts/<n>/ (engine/attempts.py)
+        if callable(getattr(logger, "record_in", None)):
+            logger.record_in(attempt_dir(Path(run.output_dir), run.attempt))
     return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(run))
 
 
@@ -188,17 +189,3 @@ def apply_configured_init(run: Experiment, model) -> dict | None:
     if not (init.weights or init.freeze):
         return None
     return apply_init(model, init.weights, init.strict, list(init.reset), list(init.freeze), trust=run.trust_checkpoint)
-
-
-# The moment a later attempt in a run's directory takes the top record: when it trains.
-class AttemptRecord:
-    """A callback (added by build_trainer for a later attempt): at the start of the fit loop, once
-    the checkpoint loaded, rank 0 makes this attempt's config the run's (engine/attempts.py).
-    Anything that fails before that point leaves the run's record as it was."""
-
-    def __init__(self, run_dir: str, attempt: int):
-        self.run_dir, self.attempt = Path(run_dir), attempt
-
-    def on_fit_start(self, trainer) -> None:
-        if trainer.is_global_zero:
-            promote(self.run_dir, self.attempt)

@@ -25,7 +25,8 @@ def configure_rank_logging(output_dir: str, rank: int) -> None:
     formatter = logging.Formatter(FORMAT.replace("[%(name)s]", f"[rank {rank}][%(name)s]"))
     handlers: list[logging.Handler] = [logging.FileHandler(path)]
     if rank == 0:
-        handlers.append(logging.StreamHandler(sys.stdout) if os.environ.get(CONSOLE_LOG, "1") != "0" else warnings_only())
+        loud = os.environ.get(CONSOLE_LOG, "1") != "0"
+        handlers.append(logging.StreamHandler(sys.stdout) if loud else warnings_only())
     for handler in handlers:
         handler.setFormatter(handler.formatter or formatter)
         root.addHandler(handler)

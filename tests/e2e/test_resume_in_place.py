@@ -71,3 +71,25 @@ def test_a_command_line_that_names_an_experiment_composes_as_it_did(tmp_path):
     assert resumed_run_dir([at, "ckpt_path=last", "debug=fdr"]) is None
     assert resumed_run_dir([at, f"ckpt_path={tmp_path.parent}/elsewhere/last"]) is None
     assert resumed_run_dir([at]) is None
+
+
+def test_a_resume_failing_in_the_data_leaves_a_finished_runs_record_byte_for_byte(tmp_path):
+    from framework.data.token_shards import read_index
+    from tests.data.test_corpus_integrity import RUN, prepared
+
+    corpus, run_dir = prepared(tmp_path, slice(0, 6)), tmp_path / "run"
+    finished = train(*RUN, f"datamodule.path={corpus}", "trainer.max_steps=4", "test=true", f"hydra.run.dir={run_dir}")
+    assert finished.returncode == 0, finished.stderr
+    before = {name: (run_dir / name).read_bytes() for name in ("config.yaml", "results.json", "metrics.csv")}
+    before.update({f".hydra/{p.name}": p.read_bytes() for p in (run_dir / ".hydra").iterdir()})
+    assert "test/loss" in before["metrics.csv"].decode()
+    for shard in read_index(corpus)["splits"]["train"]:  # one byte flipped in each: the first read fails
+        path = corpus / shard["file"]
+        data = bytearray(path.read_bytes())
+        data[10] = (data[10] + 1) % 256
+        path.write_bytes(bytes(data))
+
+    failed = train(f"hydra.run.dir={run_dir}", "ckpt_path=last", "trainer.max_steps=8")
+    assert failed.returncode == 1 and "is damaged: its checksum is" in failed.stderr
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    assert json.loads((run_dir / "attempts/2/results.json").read_text())["status"] == "failed"
