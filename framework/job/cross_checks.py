@@ -362,14 +362,32 @@ def check_harness(run: Experiment) -> list[str]:
         )
     if problems:
         return problems
-    from framework.rank.harness import SHIPPED_TASKS, unknown_tasks
+    from framework.rank.harness import SHIPPED_TASKS, task_problems, unknown_tasks, yaml_problems
 
     shipped = ", ".join(sorted(p.stem for p in SHIPPED_TASKS.glob("*.yaml")))
-    return [
+    unknown = [
         f"harness.tasks: lm-eval knows no task '{name}'{f'; did you mean {close}?' if close else ''} (shipped: "
         f"{shipped}; your own: harness.include_path=<a directory of task YAMLs>)"
         for name, close in unknown_tasks([str(n) for n in names], str(include) if include else None)
     ]
+    if unknown:  # (a task YAML of the user's that does not parse is one lm-eval does not know)
+        return unknown + (yaml_problems(Path(str(include))) if include else [])
+    return task_problems(run.harness, _harness_codec(run.datamodule), run.model.sizes().get("max_seq_len"))
+
+
+def _harness_codec(data: Spec):
+    """The tokenizer the datamodule will encode the harness's questions with (framework/data/text.py's
+    Codec: its ``tokenizer``, a prepared corpus's own, or bytes)."""
+    from framework.data.text import Codec
+    from framework.data.token_shards import read_index
+
+    tokenizer = data.get("tokenizer")
+    if not tokenizer and data.get("path") and "seq_len" in data and data.declared("train_samples") is not None:
+        try:  # datamodule=tokens: the tokenizer its corpus was prepared with
+            tokenizer = read_index(str(data["path"]))["tokenizer"]["file"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return Codec(str(tokenizer) if tokenizer else None)
 
 
 def check_init_names(run: ResolvedExperiment) -> list[str]:

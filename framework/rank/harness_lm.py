@@ -27,6 +27,24 @@ DEFAULT_LENGTH = 2048  # HFLM's, for a model that does not say how many position
 DEFAULT_GEN_TOKS = 256  # HFLM's max_gen_toks
 
 
+def encode(codec, string: str, add_special_tokens: bool | None = None) -> list[int]:
+    """``string``'s token ids as the harness's model encodes them (bytes without a tokenizer)."""
+    if codec.tokenizer is None:
+        return list(string.encode("utf-8"))
+    return codec.tokenizer.encode(string, add_special_tokens=add_special_tokens is not False).ids
+
+
+def continuation_ids(codec, context: str, continuation: str) -> list[int]:
+    """The token ids a log-likelihood request scores, paired with its context as lm-eval's TemplateLM
+    pairs them (a context's trailing spaces go to the continuation; the whole text encoded, then split)."""
+    if not context:
+        return encode(codec, continuation)
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    return encode(codec, context + continuation)[len(encode(codec, context)) :]
+
+
 class RankShares:
     """Runs ``work`` over a list of items that every rank holds alike, each data-parallel rank its share."""
 
@@ -93,9 +111,7 @@ class FrameworkLM(TemplateLM):
         return self._device
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
-        if self.codec.tokenizer is None:
-            return list(string.encode("utf-8"))
-        return self.codec.tokenizer.encode(string, add_special_tokens=add_special_tokens is not False).ids
+        return encode(self.codec, string, add_special_tokens)
 
     def tok_decode(self, tokens: Sequence[int]) -> str:
         return self.codec.decode(tokens)

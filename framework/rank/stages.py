@@ -49,7 +49,11 @@ def run_stages(run: Experiment, trainer: Trainer, parts: Components, signals=Non
             from framework.rank.harness import score  # here: lm-eval imports in seconds
 
             t3 = time.perf_counter()
-            out["harness"] = score(run.harness, trainer, parts, ckpt, str(run.output_dir))
+            try:
+                out["harness"] = score(run.harness, trainer, parts, ckpt, str(run.output_dir))
+            except Exception as err:  # noqa: BLE001 - scores come after: the training's results stay whole
+                out["harness_error"] = f"{type(err).__name__}: {err}"
+                log.error("The harness failed (the run's other results are kept): %s", out["harness_error"])
             out.update(harness_time_s=time.perf_counter() - t3)
     out.update(test_time_s=time.perf_counter() - t2)
     return out

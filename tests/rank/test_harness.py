@@ -131,3 +131,80 @@ def test_unknown_tasks_and_models_that_are_not_language_models_are_refused_befor
     assert "harness.tasks: lm-evaluation-harness scores a language model (logits per token); model MLP gives " in (
         " ".join(err.value.problems)
     )
+
+
+GPT_HARNESS = [*(o for o in GPT_TINY if not o.startswith("datamodule.seq_len")), "predict=false"]
+ROWS = [{"q": f"question {i}", "choices": [" yes", " no"], "answer": i % 2} for i in range(6)]
+
+
+def user_task(directory, name: str = "mine", text: str = "Q: {{q}}\\nA:", rows=ROWS, **extra) -> str:
+    """A task YAML of the user's reading a .jsonl through datasets' json builder (which caches it)."""
+    (directory / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = [
+        f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:",
+        f"    test: {directory / 'rows.jsonl'}", "test_split: test", "output_type: multiple_choice",
+        f'doc_to_text: "{text}"', 'doc_to_choice: "{{choices}}"', "doc_to_target: answer",
+        "metric_list:", "  - metric: acc", *(f"{k}: {v}" for k, v in extra.items()),
+    ]  # fmt: skip
+    (directory / f"{name}.yaml").write_text("\n".join(lines) + "\n")
+    return str(directory)
+
+
+def test_what_a_harness_needs_is_checked_before_start(tmp_path):
+    """Positions for each task's answers and new tokens, its few-shot examples, its rows, its YAML."""
+    problems = refused([*GPT_HARNESS, "datamodule.seq_len=8", TASKS])
+    assert "harness.tasks: task 'stdlib_modules' scores answers of up to 13 tokens, but the model holds 8 " in (
+        " ".join(problems)
+    )
+    assert "harness.tasks: task 'stdlib_topics' generates up to 16 new tokens (its max_gen_toks), but the model " in (
+        " ".join(problems)
+    )
+    [few] = refused(
+        [*GPT_HARNESS, "datamodule.seq_len=64", "harness.tasks=[stdlib_modules]", "harness.num_fewshot=1000"]
+    )
+    assert (
+        few
+        == f"harness.num_fewshot: 1000 examples, but task 'stdlib_modules' has {len(lines('stdlib_modules')) - 1} "
+        + (f"to draw them from; set harness.num_fewshot={len(lines('stdlib_modules')) - 1} or less")
+    )
+    bad = [*ROWS[:3], {"q": "no choices", "answer": 0}, {**ROWS[4], "answer": 7}, ROWS[5]]
+    include = user_task(tmp_path, rows=bad)
+    rows = refused([*GPT_HARNESS, "datamodule.seq_len=64", "harness.tasks=[mine]", f"harness.include_path={include}"])
+    assert rows[0].startswith("harness.tasks: task 'mine' row 3: ") and len(rows) == 2
+    assert rows[1] == "harness.tasks: task 'mine' row 4: its answer 7 is not one of its 2 choices"
+    (tmp_path / "broken.yaml").write_text("task: broken\ndoc_to_text: [unclosed\n")
+    broken = refused(
+        [*GPT_HARNESS, "datamodule.seq_len=64", "harness.tasks=[broken]", f"harness.include_path={include}"]
+    )
+    assert broken[1].startswith(f"harness.include_path: '{tmp_path / 'broken.yaml'}' line 3 does not parse as YAML")
+
+
+def lines(task: str) -> list[str]:
+    return (SHIPPED_TASKS / f"{task}.jsonl").read_text().splitlines()
+
+
+def refused(overrides: list[str]) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        preflight(compose(overrides))
+    return err.value.problems
+
+
+def test_a_harness_writes_nothing_outside_the_run_and_its_failure_keeps_the_training_results(tmp_path, monkeypatch):
+    """A task of the user's loads its rows through datasets, whose cache lives in the run and goes after;
+    a task that fails while scoring leaves the run completed with its test metrics, the error beside them."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
+    include = user_task(tmp_path / "tasks" if (tmp_path / "tasks").mkdir() is None else None)
+    run = [*GPT_HARNESS, "datamodule.seq_len=64", "trainer.max_steps=2", f"harness.include_path={include}"]
+    results = fit(compose([*run, "harness.tasks=[mine]"]), output_dir=str(tmp_path / "run"))
+    assert results["status"] == "completed" and 0 <= results["harness"]["mine"]["acc"] <= 1
+    assert not list(home.rglob("*")) and not (tmp_path / "run" / "harness").exists()
+
+    (tmp_path / "tasks" / "utils.py").write_text("def boom(doc, results):\n    raise RuntimeError('boom')\n")
+    user_task(tmp_path / "tasks", name="failing", process_results="!function utils.boom")
+    failed = fit(compose([*run, "harness.tasks=[failing]"]), output_dir=str(tmp_path / "failed"))
+    assert failed["status"] == "completed" and "test/loss" in failed["metrics"]
+    assert failed["harness_error"] == "RuntimeError: boom"
