@@ -80,10 +80,14 @@ _ADAPTERS_ALONE = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    from hydra.errors import HydraException
+
     from framework.api import fit, predict
     from framework.cli.compose import compose
     from framework.config import ConfigError
+    from framework.config.errors import InputError
     from framework.engine.signals import Interrupted
+    from framework.launch.failures import JobFailed
 
     args, overrides = _arguments(sys.argv[1:] if argv is None else argv)
     source, stamp = Path(args.source).resolve(), _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
@@ -108,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
                 output = args.output or str(Path("outputs/generate") / stamp.replace("_", "/"))
                 run = compose(_model_run(source, prompts_file, args.chat, overrides))
                 results = fit(run, output_dir=output, verbose=False)
-        except ConfigError as err:
+        except (ConfigError, HydraException) as err:  # (an override Hydra cannot parse: as framework-train says it)
             print(err, file=sys.stderr)
             return 2
+        except (InputError, JobFailed):  # a damaged checkpoint, a rank that died: the run's log said why, once
+            return 1
         except Interrupted as err:  # (a stop signal: nothing to resume, the prompts are run again whole)
             print(f"framework-generate: stopped by signal {err.signum}", file=sys.stderr)
             return 128 + err.signum

@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.config import ConfigError
 from framework.config.environment import PACKED_JOB, PARALLEL_JOBS, available_cores, detect_environment
+from framework.config.errors import InputError
 from framework.engine.attempts import ATTEMPTS
-from framework.engine.checkpoint_files import CheckpointError
 from framework.engine.results import update_json, write_json
 from framework.engine.run_directory import DirectoryBusy
 from framework.engine.signals import Interrupted
@@ -63,7 +63,7 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
             if not os.environ.get(PACKED_JOB):  # a packed sweep's launcher writes it once its jobs end
                 finish_sweep(Path(hydra_cfg.sweep.dir), stopped_by=err.signum)
         sys.exit(128 + err.signum)
-    except (JobFailed, CheckpointError) as err:
+    except (JobFailed, InputError) as err:
         return job_failed(err, sweeping, runtime.output_dir)
     except Exception:
         if not sweeping:
@@ -80,9 +80,9 @@ def hydra_job(cfg: DictConfig, prepare: Optional[Callable[[DictConfig], DictConf
 
 def job_failed(err: Exception, sweeping: bool, output_dir: str) -> None:
     """A job that failed in a way its rank already said: no launcher or engine frames. Alone, the
-    program exits 1 (a checkpoint it could not use said once, in one line); in a sweep, the next job."""
+    program exits 1 (a damaged checkpoint or shard said once, in one line); in a sweep, the next job."""
     if not sweeping:
-        if isinstance(err, CheckpointError):
+        if isinstance(err, InputError):
             print(f"Error: {err}", file=sys.stderr)
         sys.exit(1)
     log.error("job %s failed: %s", output_dir, err)

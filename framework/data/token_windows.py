@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from framework.config.errors import InputError
 from framework.data.batched import GatheredSamples
 from framework.data.sampler import feistel
 from framework.data.token_shards import file_crc32, offsets_file
@@ -41,11 +42,11 @@ class ShardChecks:
         threading.Thread(target=self._check_all, daemon=True, name="shard-checks").start()
 
     def ensure(self, shard: int) -> None:
-        """Return once ``shard`` is known whole; ValueError naming it when it is not."""
+        """Return once ``shard`` is known whole; InputError naming it when it is not."""
         if self.results[shard] is not True:
             self._check(shard)
             if self.results[shard] is not True:
-                raise ValueError(self.results[shard])
+                raise InputError(self.results[shard])
 
     def _check(self, shard: int) -> None:
         with self.locks[shard]:

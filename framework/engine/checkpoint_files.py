@@ -16,13 +16,15 @@ import shutil
 import zlib
 from pathlib import Path
 
+from framework.config.errors import InputError
+
 log = logging.getLogger(__name__)
 
 TRAINER_FILE = "trainer.pt"
 MANIFEST = "manifest.json"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(InputError, RuntimeError):
     """A checkpoint that cannot be used, with the file and the reason."""
 
 

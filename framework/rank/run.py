@@ -16,11 +16,10 @@ import traceback
 import torch
 
 from framework.config.environment import PARALLEL_JOBS, RankEnv, available_cores
-from framework.config.errors import ConfigError
+from framework.config.errors import ConfigError, InputError
 from framework.config.experiment import Experiment
 from framework.config.relocate import relocate
 from framework.engine import signals
-from framework.engine.checkpoint_files import CheckpointError
 from framework.engine.signals import StopNow, StopSignals, stop_signals, watch_parent
 from framework.rank.benchmark_repeats import repeat_timing
 from framework.rank.build import build_trainer
@@ -124,10 +123,10 @@ def _run_stages_and_clean_up(
         )
         if isinstance(err, ConfigError):  # a check where the work found it: the job says it as before start
             results["problems"] = err.problems
-        # a checkpoint that cannot be used, a refused config, a peer lost (its own failure is the verdict):
-        # why in a line (the traceback is in results.json)
+        # a damaged input (a checkpoint, a shard), a refused config, a peer lost (its own failure is the
+        # verdict): why in a line (the traceback is in results.json)
         peer_lost = env.world_size > 1 and lost_peer(err)
-        brief = peer_lost or isinstance(err, (CheckpointError, ConfigError))
+        brief = peer_lost or isinstance(err, (InputError, ConfigError))
         said = "" if brief else "\n" + results["traceback"].rstrip()
         log.error("rank %d failed: %s%s", env.rank, results["error"], said)
         if peer_lost:

@@ -91,5 +91,6 @@ def test_a_resume_failing_in_the_data_leaves_a_finished_runs_record_byte_for_byt
 
     failed = train(f"hydra.run.dir={run_dir}", "ckpt_path=last", "trainer.max_steps=8")
     assert failed.returncode == 1 and "is damaged: its checksum is" in failed.stderr
+    assert "Traceback" not in failed.stdout + failed.stderr  # named in a few lines
     assert {name: (run_dir / name).read_bytes() for name in before} == before
     assert json.loads((run_dir / "attempts/2/results.json").read_text())["status"] == "failed"

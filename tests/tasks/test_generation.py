@@ -275,3 +275,27 @@ def test_framework_generate_reads_piped_prompts_once_and_names_a_bad_line(gpt_ru
     )
     assert cut.returncode == 0, cut.stderr[-3000:]
     assert "WARNING: Generation: prompts of 60 tokens and 4 new ones exceed the model's 40 positions" in cut.stderr
+
+
+@pytest.mark.multiprocess
+def test_framework_generate_names_a_damaged_checkpoint_and_a_bad_override_without_a_traceback(gpt_run, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(gpt_run, run_dir)
+    weights = max(
+        (p for p in (run_dir / "checkpoints" / "last").iterdir() if p.is_file()), key=lambda p: p.stat().st_size
+    )
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 1
+    weights.write_bytes(bytes(data))
+    command = [sys.executable, "-m", "framework.generate", "--prompt", "def "]
+    damaged = subprocess.run([*command, str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert damaged.returncode == 1 and "Traceback" not in damaged.stderr
+    assert (
+        f"checkpoint '{run_dir / 'checkpoints' / 'last'}' is corrupted: the contents of {weights.name}"
+        in damaged.stderr
+    )
+    unparsed = subprocess.run([*command, str(gpt_run), "task.max_new_tokens=["], capture_output=True, text=True)
+    assert unparsed.returncode == 2 and "Traceback" not in unparsed.stderr
+    assert "no viable alternative at input '['" in unparsed.stderr
