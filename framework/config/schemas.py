@@ -80,6 +80,9 @@ class TrainerConfig:
     overfit_batches: Union[int, float] = ranged(0.0, low=0)
     # Validation batches run before training to catch a broken val loop early; -1 = all.
     num_sanity_val_steps: int = ranged(2, low=-1)
+    # A whole validation before the first step, logged at step 0 (before and after training in one
+    # metrics.csv, seen by the callbacks: the untrained weights may be best), in the sanity check's place.
+    val_on_start: bool = False
     # null | simple (time per loop section -> profile.txt) | pytorch (torch.profiler trace -> profiler/).
     profiler: Optional[Literal["simple", "pytorch"]] = None
     # true: torch.compile the whole model (in place, parameter names unchanged) before the strategy

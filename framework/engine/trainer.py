@@ -236,6 +236,8 @@ class Trainer:
             self.scheduler_spec = scheduler
         if ckpt_path is not None:
             self._resume(ckpt_path)
+        elif val_loader is not None and self.config.val_on_start:  # (logged at step 0: the weights before training)
+            self._run_guarded(lambda: self.evaluation.evaluate(self, val_loader, "val"))
         elif val_loader is not None and self.config.num_sanity_val_steps:
             self._run_guarded(lambda: self.evaluation.evaluate(self, val_loader, "val", sanity=True))
         self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))

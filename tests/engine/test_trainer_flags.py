@@ -127,3 +127,16 @@ def test_bad_flag_values_are_refused_with_the_accepted_forms():
     assert 'trainer.max_time: expected "DD:HH:MM:SS"' in text and "'12:00'" in text
     assert "trainer.min_steps: must be >= 0" in text
     assert "trainer.precision" in text and "bf16-true" in text
+
+
+def test_val_on_start_logs_the_untrained_weights_validation_at_step_zero(tmp_path):
+    import csv
+
+    run = [*TINY, "trainer.max_epochs=1", "trainer.limit_val_batches=3"]
+    assert fit(compose([*run, "trainer.val_on_start=true"]), output_dir=str(tmp_path / "on"))["status"] == "completed"
+    with open(tmp_path / "on" / "metrics.csv") as f:
+        rows = {int(r["step"]): r for r in csv.DictReader(f)}
+    assert rows[0]["val/loss"] and float(rows[0]["val/loss"]) > float(rows[max(rows)]["val/loss"])  # before, after
+    assert fit(compose(run), output_dir=str(tmp_path / "off"))["status"] == "completed"
+    with open(tmp_path / "off" / "metrics.csv") as f:
+        assert all(int(r["step"]) > 0 for r in csv.DictReader(f))  # the sanity check is not logged
