@@ -160,6 +160,9 @@ class HarnessConfig:
     limit: Optional[float] = ranged(None, low=0, strict=True)  # per task: a count (>= 1) or a fraction; null: all
     batch_size: int = ranged(8, low=1)  # requests per forward on each data-parallel rank
     log_samples: bool = False  # each question's answers in <run>/harness/<task>.jsonl (lm-eval's --log_samples)
+    # the weights training starts from (a fine-tune's base) scored too, before the first step: logged at
+    # step 0 as harness_start/<task>/<metric>, results.json's harness_start, beside the trained weights' scores
+    on_start: bool = False
 
 
 @dataclass(frozen=True)

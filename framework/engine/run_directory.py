@@ -112,6 +112,7 @@ RUN_OUTPUTS = (
     "predictions.csv",
     "predictions.jsonl",
     "harness",
+    "harness_start",
     "profile.txt",
     "tb",
     "wandb",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -22,6 +23,23 @@ def seed_everything(seed: int | None) -> int:
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
     return seed
+
+
+@contextlib.contextmanager
+def random_states_kept():
+    """Every random state (python, numpy, torch on the CPU and each CUDA device) as it was, after work
+    that seeds or draws on its own (lm-eval's scoring seeds all three): training after it draws what it
+    would have drawn without it."""
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def set_deterministic(enabled: bool) -> None:

@@ -87,7 +87,7 @@ def _log_outcome(name: str, results: dict, output_dir: Path) -> None:
     shown = ", ".join(
         f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
         for k, v in sorted(metrics.items())
-        if k.startswith(("val/", "test/", "harness/"))
+        if k.startswith(("val/", "test/", "harness_start/", "harness/"))
     )
     log.info("Finished '%s' (%s): %s", name, results.get("status"), shown or "no metrics")
     written = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in output_dir.iterdir()))

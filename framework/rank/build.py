@@ -101,6 +101,10 @@ def build_callbacks(run: Experiment) -> dict:
             callbacks["timer"] = Timer(max_time)
     if trainer.profiler:
         callbacks["profiler"] = PROFILERS[trainer.profiler](str(run.output_dir))
+    if run.harness.tasks and run.harness.on_start and run.train:
+        from framework.rank.harness import ScoresOnStart  # (here: lm-eval loads only when asked for)
+
+        callbacks["harness_on_start"] = ScoresOnStart(run.harness, str(run.output_dir))
     if trainer.fast_dev_run:
         # Lightning's fast_dev_run: a check of the pipeline that leaves nothing to resume from or monitor
         skipped = [name for name, cb in callbacks.items() if isinstance(cb, FAST_DEV_RUN_SKIPS)]

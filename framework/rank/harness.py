@@ -176,9 +176,11 @@ def _first(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [""])[0]
 
 
-def score(settings: HarnessConfig, trainer, parts, ckpt: Optional[Path], output_dir: str) -> Optional[dict]:
-    """Every task's metrics on rank 0 (None on the others), logged as ``harness/<task>/<metric>``; with
-    ``log_samples``, each question's answers in ``<output_dir>/harness/<task>.jsonl``. Collective: every
+def score(
+    settings: HarnessConfig, trainer, parts, ckpt: Optional[Path], output_dir: str, prefix: str = "harness"
+) -> Optional[dict]:
+    """Every task's metrics on rank 0 (None on the others), logged as ``<prefix>/<task>/<metric>``; with
+    ``log_samples``, each question's answers in ``<output_dir>/<prefix>/<task>.jsonl``. Collective: every
     rank scores its share of each task's requests (framework/rank/harness_lm.py). The datasets a task
     loads are cached inside the run, and removed after (nothing is written outside the run)."""
     os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"  # nothing downloads
@@ -211,13 +213,18 @@ def score(settings: HarnessConfig, trainer, parts, ckpt: Optional[Path], output_
     if not trainer.is_global_zero or results is None:
         return None
     if settings.log_samples:
-        write_samples(results["samples"], Path(output_dir))
-    scores = summary(results)
-    log.info("Harness: %s", "; ".join(f"{t}: {_line(m)}" for t, m in scores.items()))
-    # beside the test metrics: the loggers, results.json's metrics, a sweep's objective
+        write_samples(results["samples"], Path(output_dir) / prefix)
+    return _logged(summary(results), trainer, prefix)
+
+
+def _logged(scores: dict, trainer, prefix: str) -> dict:
+    """``scores`` in the log and, as ``<prefix>/<task>/<metric>``, beside the test metrics: the loggers,
+    results.json's metrics, a sweep's objective."""
+    where = " on start" if prefix != "harness" else ""
+    log.info("Harness%s: %s", where, "; ".join(f"{t}: {_line(m)}" for t, m in scores.items()))
     trainer.log_metrics(
         {
-            f"harness/{task}/{name}": value
+            f"{prefix}/{task}/{name}": value
             for task, metrics in scores.items()
             for name, value in metrics.items()
             if name != "samples" and "stderr" not in name
@@ -270,11 +277,10 @@ def lm_eval_quietly(cache: Path):
                 cache.parent.rmdir()
 
 
-def write_samples(samples: dict, output_dir: Path) -> None:
+def write_samples(samples: dict, directory: Path) -> None:
     """Each task's questions with the model's answers (lm-eval's ``--log_samples``, less the documents)."""
     import json
 
-    directory = output_dir / "harness"
     directory.mkdir(exist_ok=True)
     for task, rows in samples.items():
         kept = [{k: v for k, v in row.items() if k not in ("doc", "arguments")} for row in rows]
@@ -299,3 +305,23 @@ def summary(results: dict) -> dict:
 
 def _line(metrics: dict) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if "stderr" not in k and k != "samples")
+
+
+class ScoresOnStart:
+    """``harness.on_start``: a callback scoring the weights training starts from (a fine-tune's base),
+    once the strategy set the model up, before the first step (a resumed run starts from trained
+    weights: no scores then). The random states are kept: training draws what it would have drawn."""
+
+    def __init__(self, settings: HarnessConfig, output_dir: str):
+        self.settings, self.output_dir, self.scores = settings, output_dir, None
+
+    def on_fit_start(self, trainer) -> None:
+        from types import SimpleNamespace
+
+        from framework.engine.seed import random_states_kept
+
+        if trainer.global_step != 0:
+            return
+        parts = SimpleNamespace(model=None, datamodule=trainer.datamodule, task=trainer.task)
+        with random_states_kept():
+            self.scores = score(self.settings, trainer, parts, None, self.output_dir, prefix="harness_start")

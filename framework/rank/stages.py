@@ -35,6 +35,9 @@ def run_stages(run: Experiment, trainer: Trainer, parts: Components, signals=Non
         t0 = time.perf_counter()
         trainer.fit(parts.model, parts.datamodule, parts.optimizer_factory, parts.scheduler, ckpt_path=ckpt)
         out.update(fit_time_s=time.perf_counter() - t0)
+        on_start = parts.callbacks.get("harness_on_start")
+        if on_start is not None and on_start.scores is not None:  # (the base's scores, beside the trained ones)
+            out["harness_start"] = on_start.scores
     if trainer.interrupted:
         return out
     with signals.at_once() if signals is not None else contextlib.nullcontext():

@@ -149,8 +149,13 @@ def _row(name: str, r: dict) -> dict:
     low, high = row.get("samples_per_s_min"), row.get("samples_per_s_max")
     if low and high and high / low > NOISY_SPREAD:
         flag(row, f"noisy timing: {low:.4g}-{high:.4g} samples/s across the steady-state windows")
-    row.update({k: v for k, v in metrics.items() if k.startswith(("val/", "test/", "harness/"))})
+    row.update({k: v for k, v in metrics.items() if k.startswith(METRIC_PREFIXES)})
     return row
+
+
+# The metrics a report shows (the harness's on the weights training started from, harness.on_start, before
+# the trained weights' scores).
+METRIC_PREFIXES = ("val/", "test/", "harness_start/", "harness/")
 
 
 def _throughput(throughput: dict) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from framework.report.compare import sweep_line, swept_keys
 from framework.report.plots import plots
-from framework.report.rows import NOISY_SPREAD, collect, sweep_record
+from framework.report.rows import METRIC_PREFIXES, NOISY_SPREAD, collect, sweep_record
 from framework.report.tensorboard_runs import link_tensorboard_runs
 from framework.report.timing import timing
 
@@ -179,8 +179,9 @@ def footnotes(rows: list[dict]) -> list[str]:
 
 
 def metric_columns(rows: list[dict]) -> list[str]:
-    """Every val/*, then test/*, then harness/* (lm-evaluation-harness scores) metric that some job logged."""
-    order = ("val/", "test/", "harness/")
+    """Every val/*, then test/*, then harness_start/* and harness/* (lm-evaluation-harness scores of the
+    weights training started from and of the trained ones) metric that some job logged."""
+    order = METRIC_PREFIXES
     names = {k for row in rows for k in row if k.startswith(order)}
     return sorted(names, key=lambda k: (next(i for i, p in enumerate(order) if k.startswith(p)), k))
 

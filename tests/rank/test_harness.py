@@ -208,3 +208,20 @@ def test_a_harness_writes_nothing_outside_the_run_and_its_failure_keeps_the_trai
     failed = fit(compose([*run, "harness.tasks=[failing]"]), output_dir=str(tmp_path / "failed"))
     assert failed["status"] == "completed" and "test/loss" in failed["metrics"]
     assert failed["harness_error"] == "RuntimeError: boom"
+
+
+def test_the_weights_training_starts_from_are_scored_too_and_training_draws_as_without(tmp_path):
+    import csv
+
+    from tests.helpers.configs import train_losses
+
+    run = [*GPT_HARNESS, "datamodule.seq_len=64", "trainer.max_steps=3", "model.dropout=0.1", "test=false"]
+    run += ["harness.tasks=[stdlib_modules]", "harness.limit=8"]
+    scored = fit(compose([*run, "harness.on_start=true"]), output_dir=str(tmp_path / "on"))
+    plain = fit(compose(run), output_dir=str(tmp_path / "plain"))
+    assert scored["harness_start"]["stdlib_modules"]["samples"] == 8 and "harness_start" not in plain
+    assert scored["harness"] == plain["harness"]  # the same training: lm-eval's seeding changed no draw
+    assert train_losses(tmp_path / "on") == train_losses(tmp_path / "plain")
+    with open(tmp_path / "on" / "metrics.csv") as f:
+        first = next(r for r in csv.DictReader(f) if r["step"] == "0")
+    assert float(first["harness_start/stdlib_modules/acc"]) == scored["harness_start"]["stdlib_modules"]["acc"]
