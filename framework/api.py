@@ -152,17 +152,17 @@ def _in_api_words(problem: str) -> str:
 
 class _log_to:
     """The run's train.log, as the command line writes it, for the duration of one fit; and the
-    console too where ``verbose`` says (as a launched rank 0 does: rank/logs.py), unless this
-    process logs to the console already."""
+    console too where ``verbose`` says (as a launched rank 0 does: rank/logs.py), else its warnings
+    alone, unless this process logs to the console already."""
 
     def __init__(self, path: Path):
         from framework.callbacks.progress import console_handler
-        from framework.rank.logs import CONSOLE_LOG, FORMAT
+        from framework.rank.logs import FORMAT, ConsoleWarnings, console_log
 
         path.parent.mkdir(parents=True, exist_ok=True)
         self.handlers: list[logging.Handler] = [logging.FileHandler(path)]
-        if os.environ.get(CONSOLE_LOG, "1") != "0" and console_handler(logging.getLogger()) is None:
-            self.handlers.append(logging.StreamHandler(sys.stdout))
+        if console_handler(logging.getLogger()) is None:
+            self.handlers.append(logging.StreamHandler(sys.stdout) if console_log() else ConsoleWarnings())
         for handler in self.handlers:
             handler.setFormatter(logging.Formatter(FORMAT))
 

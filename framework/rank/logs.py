@@ -24,8 +24,8 @@ def configure_rank_logging(output_dir: str, rank: int) -> None:
         root.removeHandler(handler)
     formatter = logging.Formatter(FORMAT.replace("[%(name)s]", f"[rank {rank}][%(name)s]"))
     handlers: list[logging.Handler] = [logging.FileHandler(path)]
-    if rank == 0 and os.environ.get(CONSOLE_LOG, "1") != "0":
-        handlers.append(logging.StreamHandler(sys.stdout))
+    if rank == 0:
+        handlers.append(logging.StreamHandler(sys.stdout) if console_log() else ConsoleWarnings())
     for handler in handlers:
         handler.setFormatter(formatter)
         root.addHandler(handler)
@@ -33,6 +33,28 @@ def configure_rank_logging(output_dir: str, rank: int) -> None:
     # a rank that dies of SIGABRT or SIGSEGV (a C++ abort in a library's thread) writes where each
     # of its threads was into its log: the launcher names the spot (launch/elastic.py)
     faulthandler.enable(file=handlers[0].stream, all_threads=True)
+
+
+def console_log() -> bool:
+    """Whether rank 0's log lines go to the console (else its warnings alone do: ``ConsoleWarnings``)."""
+    return os.environ.get(CONSOLE_LOG, "1") != "0"
+
+
+class ConsoleWarnings(logging.Handler):
+    """A run's warnings on stderr where its log lines stay in train.log (``verbose=False``): a warning
+    (examples cut to fit a window, ...) must not be seen only by whoever opens the file. Not a
+    StreamHandler, so that a progress bar's redirect of the console's handlers (callbacks/progress.py)
+    leaves it, and its level, alone."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - logging's own rule: a handler never raises
+            self.handleError(record)
 
 
 def rank_log(output_dir: str, rank: int) -> Path:

@@ -48,3 +48,33 @@ def test_a_full_disk_from_the_start_is_named_before_any_process_starts(tmp_path,
     with pytest.raises(ConfigError, match=r"output_dir: cannot write the run's config.yaml .*\(the disk is full\)"):
         fit(compose(TINY), output_dir=str(tmp_path / "run"))
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+# The language-model path as a careless user takes it (issue 61): the built-in GPT on instruction data.
+INSTRUCTIONS = ["model=gpt/tiny", "datamodule=instructions", "task=language_modeling", "model.max_seq_len=256"]
+
+
+def refused(proc, *messages: str) -> None:
+    """Exit 2 before anything starts, each message said once, no traceback."""
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for message in messages:
+        assert proc.stderr.count(message) == 1, proc.stderr[-3000:]
+
+
+def test_a_bad_instruction_row_on_line_6_is_named_by_its_file_and_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "q", "response": "a"}\n' * 5 + '{"prompt": "hi"\n')
+    proc = train(*INSTRUCTIONS, f"datamodule.path={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    refused(proc, f"datamodule.path: {path} line 6: not JSON (Expecting ',' delimiter at column 16)")
+
+
+def test_rows_without_an_assistant_turn_are_refused_before_they_train_on_nothing(tmp_path):
+    path = tmp_path / "questions.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "a question"}]}\n' * 8)
+    run = [*INSTRUCTIONS, f"datamodule.path={path}", "datamodule.batch_size=1", f"hydra.run.dir={tmp_path / 'run'}"]
+    refused(
+        train(*run),
+        f"datamodule.path: {path} line 1: no assistant turn (user): nothing in it to train on",
+        f"datamodule.path: 3 more bad rows in {path} (8 of 8)",
+    )
+    assert not (tmp_path / "run" / "results.json").exists()
