@@ -78,3 +78,14 @@ def test_rows_without_an_assistant_turn_are_refused_before_they_train_on_nothing
         f"datamodule.path: 3 more bad rows in {path} (8 of 8)",
     )
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_an_infinite_weight_of_a_mixture_is_named_by_its_key(tmp_path):
+    from tests.helpers.configs import GPT_TINY
+    from tests.helpers.corpora import prepared_help
+
+    corpus = prepared_help(tmp_path)
+    tokens = [*(o for o in GPT_TINY if not o.startswith("datamodule=")), "datamodule=tokens", "datamodule.seq_len=32"]
+    proc = train(*tokens, f"datamodule.path=[{corpus},{corpus}]", "datamodule.weights=[inf,1]",
+                 f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    refused(proc, "datamodule.weights: [inf, 1]; one positive number per corpus of datamodule.path (2), each finite")
