@@ -5,6 +5,7 @@ What one component says of the run it is in is its own ``check_run`` (job/prefli
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from framework.config.experiment import Experiment, Spec
@@ -12,6 +13,8 @@ from framework.config.ranges import are_ints
 from framework.config.writable import unwritable
 from framework.data.corpus_checks import data_vocabulary
 from framework.job.experiment import ResolvedExperiment
+
+log = logging.getLogger(__name__)
 
 
 def check_tokens(run: Experiment) -> list[str]:
@@ -102,21 +105,22 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
     """``adapter=lora|qlora``: a strategy that runs adapters (QLoRA: one that holds 4-bit weights; DoRA:
     one that does not split the adapted weights), and target modules that name linear layers of the
     model (built on the meta device)."""
-    from framework.models.lora import targets
-
     settings = run.adapter
     if settings is None or not run.model.given or run.layout is None:
         return []
     cls, options, topology = run.layout
     problems = adapter_layout_problems(getattr(options, "name", cls.name), topology, settings)
-    model = run.meta_model
-    if model is not None and not problems and not targets(model, settings):
+    model, layers = run.meta_model, run.adapted_layers
+    if model is not None and not problems and not layers:
         linears = [n for n, m in model.named_modules() if type(m).__name__ == "Linear"]
         problems.append(
             f"adapter.target_modules: {settings.target_modules or 'the model default'} names no linear layer of "
             f"{type(model).__name__} (its linear layers: {', '.join(linears[:6])}{' ...' if len(linears) > 6 else ''})"
         )
-    return problems
+    warning = settings.rank_warning(layers or {})
+    if warning:
+        log.warning(warning)
+    return problems + settings.rank_problems(layers or {})
 
 
 def check_adapter_packages(run: Experiment) -> list[str]:

@@ -89,3 +89,13 @@ def test_an_infinite_weight_of_a_mixture_is_named_by_its_key(tmp_path):
     proc = train(*tokens, f"datamodule.path=[{corpus},{corpus}]", "datamodule.weights=[inf,1]",
                  f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
     refused(proc, "datamodule.weights: [inf, 1]; one positive number per corpus of datamodule.path (2), each finite")
+
+
+def test_an_adapter_rank_of_a_billion_is_refused_before_it_allocates(tmp_path):
+    """adapter.r=1e9 started the rank, which tried to allocate 128 GB for the adapters."""
+    proc = train(*INSTRUCTIONS, "adapter=lora", "adapter.r=1000000000", f"hydra.run.dir={tmp_path / 'run'}")
+    refused(
+        proc,
+        "adapter.r: 1000000000 makes about 4.48e+11 adapter parameters (r x (in + out) on each of its 8 linear layers)",
+        "adapter.r: 1000000000, but B A's rank is at most min(in, out) of the layer it adapts",
+    )
