@@ -162,22 +162,27 @@ def adapter_layout_problems(name: str, topology, settings) -> list[str]:
 
 
 def check_adapter_base(run: Experiment) -> list[str]:
-    """An adapter checkpoint (``ckpt_path``) continues or is evaluated on the base it trained on: its
-    manifest records the base's fingerprint (a saved model's weight files, or the config and seed
-    that draw it)."""
+    """An adapter checkpoint (``ckpt_path``) continues or is evaluated with the adapter it trained (its
+    manifest records the settings: it holds the adapters alone, not the base) and on the base it
+    trained on (the manifest records the base's fingerprint: a saved model's weight files, or the
+    config and seed that draw it); a whole model's checkpoint, without one."""
     from framework.models.lora import base_fingerprint
 
     model = run.model
-    if not run.ckpt_path or run.adapter is None or not model.given:
+    if not run.ckpt_path or not model.given:
         return []
     try:
         path, manifest = _manifest(run)
-        saved = manifest.get("adapter_base")
-        if saved is None or (run.seed is None and not model.get("path")):
-            return []  # (no base recorded; or one drawn from a seed this config does not fix)
+    except (OSError, ValueError, KeyError):
+        return []  # a missing checkpoint is named by its own check
+    problems = _adapter_settings_problems(run, path, manifest)
+    saved = manifest.get("adapter_base")
+    if problems or saved is None or run.adapter is None or (run.seed is None and not model.get("path")):
+        return problems  # (or no base recorded; or one drawn from a seed this config does not fix)
+    try:
         now = base_fingerprint(model.node, run.seed, run.init.weights)
     except (OSError, ValueError, KeyError):
-        return []  # a missing checkpoint or model is named by its own check
+        return []  # a missing model is named by its own check
     if now["fingerprint"] == saved["fingerprint"]:
         return []
     return [
@@ -185,6 +190,57 @@ def check_adapter_base(run: Experiment) -> list[str]:
         f"{saved['fingerprint']}); this run's is {now['source']} ({now['fingerprint']}): name the base they "
         "adapt (model.path)"
     ]
+
+
+# What shapes an adapter's tensors (alpha and dropout change none: a resume may change them).
+_ADAPTER_SHAPES = ("r", "use_dora", "target_modules")
+
+
+def _adapter_settings_problems(run: Experiment, path: Path, manifest: dict) -> list[str]:
+    """The run's adapter against the one a checkpoint trained (``manifest``'s): loading the one into the
+    other failed as "another model or optimizer", not saying which adapter it needs."""
+    adapted, saved = "adapter_base" in manifest, manifest.get("adapter")
+    if not adapted and run.adapter is not None:
+        return [
+            f"ckpt_path: {path} holds a whole model's weights, without adapters, and this run adds adapters "
+            f"(adapter.r={run.adapter.r}); load it without them (~adapter on the command line)"
+        ]
+    if not adapted:
+        return []
+    selection = _adapter_selection(saved) if saved else "adapter=lora"
+    if run.adapter is None:
+        return [
+            f"ckpt_path: {path} holds adapters alone, not the base's weights: it loads into the model with its "
+            f"adapter ({selection}{'' if saved else ', with the settings it trained with'}), and this run has none "
+            "(adapter: null); run it with that adapter (a resume in the run's own directory has it unless ~adapter "
+            "removes it), or leave ckpt_path out to train a model without adapters"
+        ]
+    differ = [k for k in _ADAPTER_SHAPES if saved and k in saved and saved[k] != getattr(run.adapter, k)]
+    if not differ:
+        return []
+    ours = " ".join(f"adapter.{k}={_shown(getattr(run.adapter, k))}" for k in differ)
+    return [f"ckpt_path: {path} holds the adapters of {selection}, and this run's are {ours}: load it with its own"]
+
+
+def _adapter_selection(saved: dict) -> str:
+    """The command line that selects the adapter a checkpoint's manifest records (its option, and the
+    keys where it differs from that option's defaults)."""
+    from framework.config.schemas import AdapterConfig
+
+    defaults = AdapterConfig(quantize=saved.get("quantize"))
+    keys = [
+        f"adapter.{k}={_shown(v)}"
+        for k, v in saved.items()
+        if k != "quantize" and hasattr(defaults, k) and v != getattr(defaults, k)
+    ]
+    return " ".join([f"adapter={'qlora' if saved.get('quantize') else 'lora'}", *keys])
+
+
+def _shown(value) -> str:
+    """A value as the command line writes it (``[wq,wk]``, ``true``, ``null``)."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(_shown, value)) + "]"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_compile_blocks(run: ResolvedExperiment) -> list[str]:
