@@ -174,6 +174,10 @@ CASES = [
     ([*LORA, "adapter.r=0"], "adapter.r: must be >= 1, got 0"),
     ([*LORA, "adapter.alpha=0"], "adapter.alpha: must be > 0, got 0"),
     ([*LORA, "adapter.dropout=1"], "adapter.dropout: must be in [0, 1), got 1"),
+    (
+        ["export_weights=true", "export_merge=true"],
+        "export_merge: true merges adapters into the base weights, but this run has none (adapter: null); select",
+    ),
 ]
 
 
