@@ -322,16 +322,18 @@ def damaged_inputs(directory: Path) -> dict:
     arrow = directory / "arrow" / "data-00000-of-00001.arrow"
     arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
     (directory / "line.jsonl").write_bytes(lines.replace(b"document 1500 ", b'document "1500 ', 1))
+    (directory / "latin.txt").write_bytes("one\n\ntwo\n".encode() + "caf\xe9\n".encode("latin-1"))
     return {
         "gz": (directory / "cut.jsonl.gz", "is cut short or damaged: gzip fails after its first"),
         "zst": (directory / "bad.jsonl.zst", "is cut short or damaged: zstd fails before its first line (ZSTD"),
         "parquet": (directory / "bad.parquet", "does not read as Parquet, damaged or cut short? ("),
         "arrow": (arrow, "does not read as Arrow before its first row, damaged or cut short? ("),
         "line": (directory / "line.jsonl", "line 1501: not JSON (Expecting ',' delimiter at column 21); each line"),
+        "txt": (directory / "latin.txt", "line 4: not UTF-8 text (invalid continuation byte)"),
     }
 
 
-@pytest.mark.parametrize("damage", ["gz", "zst", "parquet", "arrow", "line"])
+@pytest.mark.parametrize("damage", ["gz", "zst", "parquet", "arrow", "line", "txt"])
 def test_a_damaged_input_is_named_by_its_file_and_line_not_an_os_error(tmp_path, damage):
     """An OSError from pyarrow ("Truncated compressed stream") had named no file."""
     path, message = damaged_inputs(tmp_path)[damage]
