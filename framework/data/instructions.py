@@ -206,18 +206,16 @@ class InstructionsDataModule(PromptsToContinue, BaseDataModule):
         counted = any(t != IGNORE for i in train for t in examples[i][1])
         if counted and any(self.cuts[i] != "response" for i in train):
             return
-        system = f", datamodule.system's turn {self._system_tokens()} of them" if self.system else ""
+        why = "loses its whole prompt and its response's end" if counted else "keeps no token of a response"
+        system = system_tokens(self.renderer, self.codec, self.system) if self.system else None
+        within = f", datamodule.system's turn {system} of them" if system else ""
         raise ConfigError(
             [
-                f"datamodule.seq_len: nothing to train on: each of the {len(train)} training examples loses its "
-                f"whole prompt and its response's end in a window of seq_len={self.seq_len} tokens (the longest "
-                f"is {self.longest} tokens{system}); raise datamodule.seq_len"
-                + (" or shorten datamodule.system" if self.system else "")
+                f"datamodule.seq_len: nothing to train on: each of the {len(train)} training examples {why} in a "
+                f"window of seq_len={self.seq_len} tokens (the longest is {self.longest} tokens{within}); raise "
+                "datamodule.seq_len" + (" or shorten datamodule.system" if system else "")
             ]
         )
-
-    def _system_tokens(self) -> int:
-        return system_tokens(self.renderer, self.codec, self.system)
 
     def _loader(self, dataset, shuffle: bool) -> Optional[DataLoader]:
         loader = super()._loader(dataset, shuffle)
