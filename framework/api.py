@@ -152,18 +152,17 @@ def _in_api_words(problem: str) -> str:
 
 class _log_to:
     """The run's train.log, as the command line writes it, for the duration of one fit; and the
-    console too where ``verbose`` says, else its warnings alone, on stderr (as a launched rank 0 does:
-    rank/logs.py), unless this process logs to the console already."""
+    console too where ``verbose`` says (as a launched rank 0 does: rank/logs.py), else its warnings
+    alone, unless this process logs to the console already."""
 
     def __init__(self, path: Path):
         from framework.callbacks.progress import console_handler
-        from framework.rank.logs import CONSOLE_LOG, FORMAT, warnings_only
+        from framework.rank.logs import FORMAT, ConsoleWarnings, console_log
 
         path.parent.mkdir(parents=True, exist_ok=True)
         self.handlers: list[logging.Handler] = [logging.FileHandler(path)]
         if console_handler(logging.getLogger()) is None:
-            loud = os.environ.get(CONSOLE_LOG, "1") != "0"
-            self.handlers.append(logging.StreamHandler(sys.stdout) if loud else warnings_only())
+            self.handlers.append(logging.StreamHandler(sys.stdout) if console_log() else ConsoleWarnings())
         for handler in self.handlers:
             handler.setFormatter(handler.formatter or logging.Formatter(FORMAT))
 

@@ -60,11 +60,9 @@ class ProgressBar:
         if self.plain is None:
             self.plain = not sys.stderr.isatty() and self._bar_class is None
         self._bar_class = self._bar_class or tqdm
-        console = console_handler(logging.getLogger())
-        if trainer.is_global_zero and not self.plain and console is not None and console.level <= logging.INFO:
+        if trainer.is_global_zero and not self.plain and console_handler(logging.getLogger()) is not None:
             # Log lines (checkpoints saved, ...) print above the bar instead of through it. (Only
-            # where they print at all: tqdm's redirect adds a console handler where there was none,
-            # and its handler would print every line where a quiet run's console shows warnings alone.)
+            # where they print at all: tqdm's redirect adds a console handler where there was none.)
             from tqdm.contrib.logging import logging_redirect_tqdm
 
             self._redirect = logging_redirect_tqdm(tqdm_class=self._bar_class)

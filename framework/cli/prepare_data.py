@@ -70,9 +70,12 @@ def main() -> None:
     except Stopped as err:
         print(f"framework-prepare-data: stopped: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
-    except (ValueError, FileNotFoundError, ImportError) as err:
+    except (ValueError, FileNotFoundError, ImportError) as err:  # a bad input or key: named, no traceback
         print(f"framework-prepare-data: {err}", file=sys.stderr)
         sys.exit(2)
+    except OSError as err:  # the machine's (a full disk, a file it may not read): named too, the pieces done kept
+        print(f"framework-prepare-data: {err}", file=sys.stderr)
+        sys.exit(1)
     tokens = index["tokens"]
     print(
         f"{index['documents']:,} documents, {sum(tokens.values()):,} tokens ({index['dtype']}): "

@@ -182,6 +182,37 @@ class AdapterConfig:
     def scale(self) -> float:
         return self.alpha / self.r
 
+    def parameters(self, layers: dict[str, tuple[int, int]]) -> int:
+        """The adapters' parameters on ``layers`` (each adapted linear's name: (in, out) features):
+        r x (in + out) each (A and B), and DoRA's magnitude (out) too."""
+        return sum(self.r * (n_in + n_out) + (n_out if self.use_dora else 0) for n_in, n_out in layers.values())
+
+    def rank_problems(self, layers: dict[str, tuple[int, int]]) -> list[str]:
+        """``r`` against the adapted ``layers``' sizes: B A's rank is at most min(in, out), so an r above
+        that of every layer adds parameters and no capacity (and shrinks the update by alpha / r):
+        refused, as a value that would change the run silently (``rank_warning``: above some only)."""
+        largest = max((min(shape) for shape in layers.values()), default=None)
+        if largest is None or self.r <= largest:
+            return []
+        shown = ", ".join(f"{name} {n_in}x{n_out}" for name, (n_in, n_out) in list(layers.items())[:3])
+        return [
+            f"adapter.r: {self.r}, but B A's rank is at most min(in, out) of the layer it adapts, and no adapted "
+            f"layer's is above {largest} ({len(layers)} layers: {shown}{' ...' if len(layers) > 3 else ''}): a "
+            f"larger r adds parameters and no capacity, and scales the update by alpha / r; choose adapter.r <= "
+            f"{largest}"
+        ]
+
+    def rank_warning(self, layers: dict[str, tuple[int, int]]) -> Optional[str]:
+        """Where ``r`` is above min(in, out) of some adapted layers, not all (their updates cannot reach
+        rank r: a waste, not a wrong run), what to say."""
+        over = [name for name, shape in layers.items() if self.r > min(shape)]
+        if not over or len(over) == len(layers):
+            return None
+        return (
+            f"adapter.r: {self.r} is above min(in, out) of {len(over)} of the {len(layers)} adapted layers ("
+            f"{', '.join(over[:3])}{' ...' if len(over) > 3 else ''}): their updates' rank stays below it"
+        )
+
 
 @dataclass
 class RootConfig:

@@ -84,6 +84,7 @@ def validate(
     for group, schema in GROUP_SCHEMAS.items():
         check_schema(container.get(group) or {}, schema, group, problems)
     problems += _unselected_adapter(container.get("adapter")) + _init_problems(container.get("init") or {})
+    problems += _merge_without_adapter(container)
     _check_trainer_values(container.get("trainer") or {}, problems)
     named = {p.split(":")[0] for p in problems}
     problems.extend(p for p in oversized_integers(container) if p.split(":")[0] not in named)
@@ -112,6 +113,17 @@ def _unselected_adapter(node) -> list[str]:
     return [
         f"adapter: {keys} set, but no adapter selected (an experiment's keys stay after ~adapter); "
         f"select adapter=lora or adapter=qlora, or remove them too to train the whole model: ~adapter {removals}"
+    ]
+
+
+def _merge_without_adapter(container: dict) -> list[str]:
+    """``export_merge=true`` with no adapter to merge: refused rather than ignored, as a user who sets it
+    expects a merge (an adapter that a sweep or ``~adapter`` left out) and would get the base alone."""
+    if container.get("export_merge") is not True or container.get("adapter"):
+        return []
+    return [
+        "export_merge: true merges adapters into the base weights, but this run has none (adapter: null); select "
+        "one (adapter=lora), or leave export_merge out: the whole model is exported as it is"
     ]
 
 

@@ -19,10 +19,18 @@ from typing import Optional, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from framework.config.errors import ConfigError
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule, split_indices, split_problems
 from framework.data.batched import GatheringTensorDataset
-from framework.data.chat import Renderer, encode_example, messages_of, read_examples
+from framework.data.chat import (
+    Renderer,
+    checked_examples,
+    encode_example,
+    messages_of,
+    read_examples,
+    template_problems,
+)
 from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
 from framework.data.text import Codec, vocabulary_problems
 
@@ -136,24 +144,33 @@ class InstructionsDataModule(PromptsToContinue, BaseDataModule):
         return self.codec.vocab_size
 
     @classmethod
-    def check_config(cls, path: Optional[str] = None, tokenizer: Optional[str] = None, **rest) -> list[str]:
+    def check_config(
+        cls,
+        path: Optional[str] = None,
+        tokenizer: Optional[str] = None,
+        template: Optional[str] = None,
+        system: Optional[str] = None,
+        seq_len: int = 256,
+        **rest,
+    ) -> list[str]:
+        """Before start: the tokenizer, the template, every row of the data (as setup reads them again)
+        and a system prompt that leaves room in a window; keyed relative to the datamodule."""
         problems = vocabulary_problems(tokenizer, rest.get("vocab_size"))
         problems += prompt_file_problems(rest.get("predict_file"))
-        if path and not Path(path).exists():
-            return [*problems, f"path: nothing at '{path}' (a .jsonl or .parquet file, or a datasets directory)"]
-        try:
-            first = next(iter(read_examples(str(path or SHIPPED))), None)
-        except Exception as err:  # noqa: BLE001 - pyarrow and json raise their own types
-            return [*problems, f"path: '{path}' does not read as instruction rows ({str(err).splitlines()[0]})"]
-        if first is None or not ({"prompt", "response"} <= set(first) or "messages" in first):
-            problems.append(f"path: '{path}' holds no row of {{prompt, response}} or {{messages}}")
-        return problems + split_problems(100, rest.get("val_fraction", 0.05), rest.get("test_fraction", 0.05))
+        problems += template_problems(template)
+        rows, found = checked_examples(str(path or SHIPPED))
+        if not problems and system:
+            problems += system_problems(tokenizer, template, system, seq_len)
+        fractions = rest.get("val_fraction", 0.05), rest.get("test_fraction", 0.05)
+        return problems + found + (split_problems(len(rows), *fractions) if rows and not found else [])
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return
         examples = self._encoded(read_examples(str(self.path or SHIPPED)))
         parts = split_indices(len(examples), [self.val_fraction, self.test_fraction], self.split_seed)
+        if stage == "fit" and parts[2]:
+            self._check_trainable(parts[2], examples)
         val, test, train = ([examples[i] for i in part] for part in parts)
         build = (lambda rows: pack(rows, self.seq_len, self.codec.pad)) if self.packed else Examples
         self.train_set, self.val_set, self.test_set = (build(rows) if rows else None for rows in (train, val, test))
@@ -162,25 +179,43 @@ class InstructionsDataModule(PromptsToContinue, BaseDataModule):
         self.predict_set = prompt_set(self.codec, prompts) if prompts else None
 
     def _encoded(self, rows: list[dict]) -> list[tuple[list, list]]:
-        """Each row as (inputs, targets) within a window; the cuts counted and logged."""
+        """Each row as (inputs, targets) within a window; the cuts counted (``cuts``: each example's,
+        ``longest``: the longest example's tokens) and logged."""
         eos = next(iter(self.codec.special["eos"]), None)
-        out, self.counts = [], {"examples": len(rows), "truncated": 0, "responses_cut": 0}
+        out, self.cuts, self.longest = [], [], 0
         for row in rows:
             ids, trained = encode_example(self.renderer, self.codec, messages_of(row, self.system), eos)
+            self.longest = max(self.longest, len(ids) - 1)
             ids, trained, cut = fit_window(ids, trained, self.seq_len + 1)
-            self.counts["truncated"] += bool(cut)
-            self.counts["responses_cut"] += cut == "response"
+            self.cuts.append(cut)
             out.append(shifted(ids, trained))
-        if self.counts["truncated"]:
+        truncated, cut = sum(map(bool, self.cuts)), self.cuts.count("response")
+        self.counts = {"examples": len(rows), "truncated": truncated, "responses_cut": cut}
+        if truncated:  # (a warning: on the console too, whatever the run's verbosity: rank/logs.py)
             log.warning(
                 "datamodule: %d of %d examples longer than seq_len=%d lost their earliest prompt tokens; %d of "
-                "them their response's end too",
-                self.counts["truncated"],
-                len(rows),
-                self.seq_len,
-                self.counts["responses_cut"],
+                "them lost their whole prompt and their response's end too (the longest is %d tokens: raise "
+                "datamodule.seq_len to keep them whole)",
+                *(truncated, len(rows), self.seq_len, cut, self.longest),
             )
         return out
+
+    def _check_trainable(self, train: list[int], examples: list[tuple[list, list]]) -> None:
+        """Refuse a training split left with nothing to learn from once fitted into windows: no response
+        token counted, or every example cut down to its response's start (its prompt all gone)."""
+        counted = any(t != IGNORE for i in train for t in examples[i][1])
+        if counted and any(self.cuts[i] != "response" for i in train):
+            return
+        why = "loses its whole prompt and its response's end" if counted else "keeps no token of a response"
+        system = system_tokens(self.renderer, self.codec, self.system) if self.system else None
+        within = f", datamodule.system's turn {system} of them" if system else ""
+        raise ConfigError(
+            [
+                f"datamodule.seq_len: nothing to train on: each of the {len(train)} training examples {why} in a "
+                f"window of seq_len={self.seq_len} tokens (the longest is {self.longest} tokens{within}); raise "
+                "datamodule.seq_len" + (" or shorten datamodule.system" if system else "")
+            ]
+        )
 
     def _loader(self, dataset, shuffle: bool) -> Optional[DataLoader]:
         loader = super()._loader(dataset, shuffle)
@@ -190,3 +225,26 @@ class InstructionsDataModule(PromptsToContinue, BaseDataModule):
 
     def predict_dataloader(self) -> Optional[DataLoader]:
         return self._loader(self.predict_set, shuffle=False) if self.predict_set is not None else None
+
+
+def system_tokens(renderer: Renderer, codec: Codec, system: str) -> int:
+    """The tokens of a conversation's system turn alone (``datamodule.system``'s)."""
+    return len(encode_example(renderer, codec, [{"role": "system", "content": system}], None)[0])
+
+
+def system_problems(tokenizer: Optional[str], template: Optional[str], system: str, seq_len) -> list[str]:
+    """A ``system`` prompt whose turn fills a window of ``seq_len`` tokens: every example would lose its
+    start (fit_window drops the earliest tokens first); keyed relative to the datamodule."""
+    if not isinstance(system, str) or not isinstance(seq_len, int):
+        return []  # (named by the type and range checks)
+    try:
+        tokens = system_tokens(Renderer(tokenizer, template, say=False), Codec(tokenizer), system)
+    except Exception:  # noqa: BLE001 - a chat template may refuse a lone system turn: setup's check stands
+        return []
+    if tokens < seq_len:
+        return []
+    return [
+        f"system: its turn is {tokens} tokens, and a window holds seq_len={seq_len}: every example would be cut, "
+        f"losing the start of the system prompt (an example longer than a window loses its earliest tokens); "
+        f"shorten datamodule.system or raise datamodule.seq_len well above {tokens}"
+    ]

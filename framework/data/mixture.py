@@ -12,6 +12,8 @@ The engine's sampler shuffles whole blocks on top (``shuffle_order``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from torch.utils.data import Dataset
 
@@ -108,23 +110,33 @@ def source_names(paths: list[str]) -> list[str]:
     return [n if names.count(n) == 1 else f"{i}_{n}" for i, n in enumerate(names)]
 
 
-def mixture_problems(paths: list[str], weights, indexes: list[dict]) -> list[str]:
-    """Corpora mixed: of one tokenizer, and one positive weight each."""
-    problems = []
+def mixture_problems(paths: list[str], indexes: list[dict]) -> list[str]:
+    """Corpora mixed: of one tokenizer."""
     prints = {index["tokenizer"]["fingerprint"] for index in indexes}
-    if len(prints) > 1:
-        problems.append(
-            "path: the corpora were prepared with different tokenizers ("
-            + ", ".join(f"{p}: {i['tokenizer']['file'] or 'UTF-8 bytes'}" for p, i in zip(paths, indexes))
-            + "); mix corpora of one tokenizer"
-        )
-    if weights is not None:
-        numbers = isinstance(weights, (list, tuple)) and all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weights
-        )
-        if not numbers or len(weights) != len(paths):
-            problems.append(
-                f"weights: {weights}; one positive number per corpus of datamodule.path ({len(paths)}), e.g. "
-                f"[{', '.join(['0.5'] * len(paths))}] (null: by their sizes)"
-            )
-    return problems
+    if len(prints) < 2:
+        return []
+    return [
+        "path: the corpora were prepared with different tokenizers ("
+        + ", ".join(f"{p}: {i['tokenizer']['file'] or 'UTF-8 bytes'}" for p, i in zip(paths, indexes))
+        + "); mix corpora of one tokenizer"
+    ]
+
+
+def weight_problems(weights, sources: int) -> list[str]:
+    """``weights`` (null: by the corpora's sizes): one finite number > 0 per corpus of ``sources`` (an
+    infinite one made every quota NaN: ``quotas``); keyed relative to the datamodule."""
+    if weights is None:
+        return []
+    listed = isinstance(weights, (list, tuple))
+    wrong = [w for w in weights if not _positive(w)] if listed else []
+    if listed and not wrong and len(weights) == sources and math.isfinite(sum(weights)):
+        return []
+    why = f" ({', '.join(map(str, wrong))} {'is' if len(wrong) == 1 else 'are'} not)" if wrong else ""
+    return [
+        f"weights: {weights}; one positive number per corpus of datamodule.path ({sources}), each finite and > 0"
+        f"{why}, e.g. [{', '.join(['0.5'] * sources)}] (null: by their sizes)"
+    ]
+
+
+def _positive(weight) -> bool:
+    return isinstance(weight, (int, float)) and not isinstance(weight, bool) and math.isfinite(weight) and weight > 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".txt.gz", ".txt.zst", ".jsonl.gz", ".jsonl.zst")
 _CODECS = {".gz": "gzip", ".zst": "zstd"}
@@ -123,9 +124,7 @@ def plan_pieces(input_number: int, path: Path, piece_bytes: int, separator: str)
         size = path.stat().st_size
         return [Piece(input_number, 0, str(path), 0, size, size)]
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        metadata = pq.ParquetFile(path).metadata
+        metadata = _parquet(path).metadata
         return [
             Piece(input_number, g, str(path), g, g + 1, metadata.row_group(g).total_byte_size)
             for g in range(metadata.num_row_groups)
@@ -161,21 +160,18 @@ def _table(path: Path, piece: Piece, raw: bytes, text_key: str, keep: Filter):
     import pyarrow as pa
 
     if kind(path) == ".parquet":
-        import pyarrow.parquet as pq
-
-        parquet = pq.ParquetFile(path)
+        parquet = _parquet(path)
         if text_key not in parquet.schema_arrow.names:
             raise ValueError(
                 f"text_key: '{path}' has no column '{text_key}' (its columns: {', '.join(parquet.schema_arrow.names)})"
             )
         wanted = [c for c in _columns(text_key, keep) if c in parquet.schema_arrow.names]
-        return parquet.read_row_group(piece.start, columns=wanted or None)
-    if kind(path) == ".arrow":  # datasets' save_to_disk: Arrow IPC streams
-        with pa.memory_map(str(path)) as source:
-            try:
-                return pa.ipc.open_stream(source).read_all()
-            except pa.ArrowInvalid:
-                return pa.ipc.open_file(source).read_all()
+        try:
+            return parquet.read_row_group(piece.start, columns=wanted or None)
+        except (OSError, pa.ArrowException) as err:
+            raise ValueError(f"input: '{path}' row group {piece.start} does not read ({_first_line(err)})") from None
+    if kind(path) == ".arrow":
+        return _arrow_table(path)
     import pyarrow.json as pj
 
     fields = [(text_key, pa.string())]
@@ -185,22 +181,124 @@ def _table(path: Path, piece: Piece, raw: bytes, text_key: str, keep: Filter):
     try:
         return pj.read_json(pa.BufferReader(raw), parse_options=options)
     except pa.ArrowInvalid as err:
+        line = _bad_line(path, piece, raw, text_key)
+        if line:
+            raise ValueError(f"input: '{path}' {line}; each line is a JSON object with a text '{text_key}'") from None
         raise ValueError(
             f"input: '{path}' (bytes {piece.start}-{piece.end}) is not JSON lines with a text '{text_key}': {err}"
-        ) from err
+        ) from None
+
+
+def _parquet(path: Path):
+    """A Parquet file's reader; ValueError naming the file whose footer does not read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as err:
+        raise ValueError(
+            f"input: '{path}' does not read as Parquet, damaged or cut short? ({_first_line(err)})"
+        ) from None
+
+
+def _arrow_table(path: Path):
+    """A ``datasets`` file (``save_to_disk``: an Arrow IPC stream, or an IPC file), batch by batch:
+    ValueError naming the file and the rows read before it broke."""
+    import pyarrow as pa
+
+    rows = 0
+    with pa.memory_map(str(path)) as source:
+        try:
+            try:
+                reader = pa.ipc.open_stream(source)
+            except pa.ArrowInvalid:
+                return pa.ipc.open_file(source).read_all()
+            batches = []
+            for batch in reader:
+                batches.append(batch)
+                rows += batch.num_rows
+            return pa.Table.from_batches(batches, reader.schema)
+        except (OSError, pa.ArrowException) as err:
+            raise ValueError(
+                f"input: '{path}' does not read as Arrow {_after(rows, 'row')}, damaged or cut short? "
+                f"({_first_line(err)})"
+            ) from None
+
+
+def _bad_line(path: Path, piece: Piece, raw: bytes, text_key: str) -> Optional[str]:
+    """ "line N: why" of the first line of ``raw`` that is not a JSON object with a text (or null)
+    ``text_key``, numbered in the whole file; None when each line is one."""
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        why = _line_problem(line, text_key) if line.strip() else ""
+        if why:
+            return f"line {_lines_before(path, piece) + number}: {why}"
+    return None
+
+
+def _line_problem(line: bytes, text_key: str) -> str:
+    import json
+
+    try:
+        row = json.loads(line)
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except json.JSONDecodeError as err:
+        return f"not JSON ({err.msg} at column {err.colno})"
+    if not isinstance(row, dict):
+        return f"not a JSON object (a {type(row).__name__})"
+    value = row.get(text_key)
+    return "" if value is None or isinstance(value, str) else f"'{text_key}' is {type(value).__name__}, not text"
+
+
+def _lines_before(path: Path, piece: Piece) -> int:
+    """The lines of ``path`` before ``piece`` (none in a compressed file, read whole)."""
+    if piece.start == 0 or _CODECS.get(path.suffix):
+        return 0
+    count, left = 0, piece.start
+    with open(path, "rb") as f:
+        while left > 0:
+            block = f.read(min(left, 1 << 20))
+            count, left = count + block.count(b"\n"), left - len(block)
+    return count
+
+
+def _after(count: int, unit: str) -> str:
+    """Where reading stopped: "after its first 957 lines" ("before its first line")."""
+    return f"after its first {count:,} {unit}s" if count else f"before its first {unit}"
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err) or type(err).__name__).strip().splitlines()[0]
 
 
 def _raw(path: Path, piece: Piece) -> bytes:
     """A piece's bytes: its range of a plain file, or a compressed file's whole contents."""
-    import pyarrow as pa
 
     codec = _CODECS.get(path.suffix)
     if codec is not None and kind(path) != path.suffix:
-        with pa.input_stream(str(path), compression=codec) as stream:
-            return stream.read()
+        return _decompressed(path, codec)
     with open(path, "rb") as f:
         f.seek(piece.start)
         return f.read(piece.end - piece.start)
+
+
+def _decompressed(path: Path, codec: str) -> bytes:
+    """A compressed file's contents; ValueError naming the file and how far it read (in lines) where
+    it is cut short or damaged."""
+    import pyarrow as pa
+
+    blocks, lines = [], 0
+    try:
+        with pa.input_stream(str(path), compression=codec) as stream:
+            while block := stream.read(1 << 16):
+                blocks.append(block)
+                lines += block.count(b"\n")
+    except (OSError, pa.ArrowException) as err:
+        raise ValueError(
+            f"input: '{path}' is cut short or damaged: {codec} fails {_after(lines, 'line')} ({_first_line(err)})"
+        ) from None
+    return b"".join(blocks)
 
 
 def read_documents(piece: Piece, separator: str, text_key: str, keep: Filter = Filter()) -> list[str]:
@@ -209,7 +307,12 @@ def read_documents(piece: Piece, separator: str, text_key: str, keep: Filter = F
     path = Path(piece.path)
     raw = b"" if kind(path) in (".parquet", ".arrow") else _raw(path, piece)
     if kind(path).startswith(".txt"):
-        return [d for d in _paragraphs(raw.decode("utf-8"), separator) if len(d) >= keep.min_chars]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            line = _lines_before(path, piece) + raw[: err.start].count(b"\n") + 1
+            raise ValueError(f"input: '{path}' line {line}: not UTF-8 text ({err.reason})") from None
+        return [d for d in _paragraphs(text, separator) if len(d) >= keep.min_chars]
     if kind(path).startswith(".jsonl") and not raw.strip():
         return []
     return _texts(_table(path, piece, raw, text_key, keep), path, piece, text_key, keep)

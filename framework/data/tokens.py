@@ -19,7 +19,7 @@ from framework.config.experiment import Experiment
 from framework.config.ranges import Range
 from framework.data.base import BaseDataModule
 from framework.data.corpus_checks import document_boundaries_problems, prepared_tokenizer_problems, token_ids_problems
-from framework.data.mixture import MixedWindows, mixture_problems, source_names
+from framework.data.mixture import MixedWindows, mixture_problems, source_names, weight_problems
 from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
 from framework.data.text import Codec
 from framework.data.token_shards import (
@@ -161,9 +161,10 @@ class TokensDataModule(PromptsToContinue, BaseDataModule):
             key = f"path ({one})" if len(paths) > 1 else "path"
             problems += [p.replace("path: ", f"{key}: ", 1) for p in found]
             indexes.append(index)
-        if len(paths) > 1 and None not in indexes:
-            problems += mixture_problems([str(p) for p in paths], weights, indexes)
-        elif weights is not None and len(paths) == 1:
+        if len(paths) > 1:
+            problems += weight_problems(weights, len(paths))
+            problems += mixture_problems([str(p) for p in paths], indexes) if None not in indexes else []
+        elif weights is not None:
             problems.append("weights: given for one corpus; name several in datamodule.path=[A,B] to mix them")
         return problems
 

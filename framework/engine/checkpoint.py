@@ -18,6 +18,7 @@ and the previous one under the same name stays loadable until the new one replac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -131,9 +132,12 @@ def checkpoint_about(trainer) -> dict:
         "strategy": strategy.name,
         "world_size": strategy.world_size,
     }
-    base = getattr(strategy.unwrap(trainer.model), "adapter_base", None) if trainer.model is not None else None
-    if base is not None:  # an adapter's checkpoint: the frozen base it trained on
+    model = strategy.unwrap(trainer.model) if trainer.model is not None else None
+    base = getattr(model, "adapter_base", None)
+    if base is not None:  # an adapter's checkpoint: the frozen base it trained on, and the adapter's settings
         about["adapter_base"] = base
+        settings = getattr(model, "adapter_settings", None)
+        about.update({"adapter": dataclasses.asdict(settings)} if dataclasses.is_dataclass(settings) else {})
     data = trainer.datamodule_state() if getattr(trainer, "datamodule", None) is not None else None
     try:
         return {**about, **({"datamodule": json.loads(json.dumps(data))} if data is not None else {})}
@@ -245,7 +249,7 @@ def _reading(path: Path, expected: dict | None = None):
             if "crc32" in json.loads((path / MANIFEST).read_text())
             else "sizes; its manifest has no checksums, so changed contents would not show"
         )
-        differences = _differences(path, expected)
+        differences = _differences(path, expected) + _adapter_hint(path, expected)
         cause = (
             f"was it saved with another model or optimizer?{differences}"
             if differences or not expected
@@ -295,6 +299,16 @@ def _differences(path: Path, expected: dict | None) -> str:
         [f"not in the checkpoint: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")] if missing else []
     ) + ([f"other shapes: {', '.join(shapes[:5])}" + (" ..." if len(shapes) > 5 else "")] if shapes else [])
     return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _adapter_hint(path: Path, expected: dict | None) -> str:
+    """What an adapter checkpoint loaded into a model without adapters needs: the adapter its manifest
+    records (the checks before start say it with the command line that selects it: job/cross_checks.py)."""
+    manifest = json.loads((path / MANIFEST).read_text())
+    if "adapter_base" not in manifest or any(k.endswith("lora_a") for k in _shapes(expected or {})):
+        return ""
+    settings = ", ".join(f"{k}={v}" for k, v in (manifest.get("adapter") or {}).items())
+    return f"; it holds adapters alone ({settings or 'their settings unrecorded'}): load it into a model with them"
 
 
 def _io_failure(err: BaseException) -> bool:

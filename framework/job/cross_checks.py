@@ -5,6 +5,7 @@ What one component says of the run it is in is its own ``check_run`` (job/prefli
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from framework.config.experiment import Experiment, Spec
@@ -12,6 +13,8 @@ from framework.config.ranges import are_ints
 from framework.config.writable import unwritable
 from framework.data.corpus_checks import data_vocabulary
 from framework.job.experiment import ResolvedExperiment
+
+log = logging.getLogger(__name__)
 
 
 def check_tokens(run: Experiment) -> list[str]:
@@ -102,21 +105,22 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
     """``adapter=lora|qlora``: a strategy that runs adapters (QLoRA: one that holds 4-bit weights; DoRA:
     one that does not split the adapted weights), and target modules that name linear layers of the
     model (built on the meta device)."""
-    from framework.models.lora import targets
-
     settings = run.adapter
     if settings is None or not run.model.given or run.layout is None:
         return []
     cls, options, topology = run.layout
     problems = adapter_layout_problems(getattr(options, "name", cls.name), topology, settings)
-    model = run.meta_model
-    if model is not None and not problems and not targets(model, settings):
+    model, layers = run.meta_model, run.adapted_layers
+    if model is not None and not problems and not layers:
         linears = [n for n, m in model.named_modules() if type(m).__name__ == "Linear"]
         problems.append(
             f"adapter.target_modules: {settings.target_modules or 'the model default'} names no linear layer of "
             f"{type(model).__name__} (its linear layers: {', '.join(linears[:6])}{' ...' if len(linears) > 6 else ''})"
         )
-    return problems
+    warning = settings.rank_warning(layers or {})
+    if warning:
+        log.warning(warning)
+    return problems + settings.rank_problems(layers or {})
 
 
 def check_adapter_packages(run: Experiment) -> list[str]:
@@ -158,22 +162,27 @@ def adapter_layout_problems(name: str, topology, settings) -> list[str]:
 
 
 def check_adapter_base(run: Experiment) -> list[str]:
-    """An adapter checkpoint (``ckpt_path``) continues or is evaluated on the base it trained on: its
-    manifest records the base's fingerprint (a saved model's weight files, or the config and seed
-    that draw it)."""
+    """An adapter checkpoint (``ckpt_path``) continues or is evaluated with the adapter it trained (its
+    manifest records the settings: it holds the adapters alone, not the base) and on the base it
+    trained on (the manifest records the base's fingerprint: a saved model's weight files, or the
+    config and seed that draw it); a whole model's checkpoint, without one."""
     from framework.models.lora import base_fingerprint
 
     model = run.model
-    if not run.ckpt_path or run.adapter is None or not model.given:
+    if not run.ckpt_path or not model.given:
         return []
     try:
         path, manifest = _manifest(run)
-        saved = manifest.get("adapter_base")
-        if saved is None or (run.seed is None and not model.get("path")):
-            return []  # (no base recorded; or one drawn from a seed this config does not fix)
+    except (OSError, ValueError, KeyError):
+        return []  # a missing checkpoint is named by its own check
+    problems = _adapter_settings_problems(run, path, manifest)
+    saved = manifest.get("adapter_base")
+    if problems or saved is None or run.adapter is None or (run.seed is None and not model.get("path")):
+        return problems  # (or no base recorded; or one drawn from a seed this config does not fix)
+    try:
         now = base_fingerprint(model.node, run.seed, run.init.weights)
     except (OSError, ValueError, KeyError):
-        return []  # a missing checkpoint or model is named by its own check
+        return []  # a missing model is named by its own check
     if now["fingerprint"] == saved["fingerprint"]:
         return []
     return [
@@ -181,6 +190,57 @@ def check_adapter_base(run: Experiment) -> list[str]:
         f"{saved['fingerprint']}); this run's is {now['source']} ({now['fingerprint']}): name the base they "
         "adapt (model.path)"
     ]
+
+
+# What shapes an adapter's tensors (alpha and dropout change none: a resume may change them).
+_ADAPTER_SHAPES = ("r", "use_dora", "target_modules")
+
+
+def _adapter_settings_problems(run: Experiment, path: Path, manifest: dict) -> list[str]:
+    """The run's adapter against the one a checkpoint trained (``manifest``'s): loading the one into the
+    other failed as "another model or optimizer", not saying which adapter it needs."""
+    adapted, saved = "adapter_base" in manifest, manifest.get("adapter")
+    if not adapted and run.adapter is not None:
+        return [
+            f"ckpt_path: {path} holds a whole model's weights, without adapters, and this run adds adapters "
+            f"(adapter.r={run.adapter.r}); load it without them (~adapter on the command line)"
+        ]
+    if not adapted:
+        return []
+    selection = _adapter_selection(saved) if saved else "adapter=lora"
+    if run.adapter is None:
+        return [
+            f"ckpt_path: {path} holds adapters alone, not the base's weights: it loads into the model with its "
+            f"adapter ({selection}{'' if saved else ', with the settings it trained with'}), and this run has none "
+            "(adapter: null); run it with that adapter (a resume in the run's own directory has it unless ~adapter "
+            "removes it), or leave ckpt_path out to train a model without adapters"
+        ]
+    differ = [k for k in _ADAPTER_SHAPES if saved and k in saved and saved[k] != getattr(run.adapter, k)]
+    if not differ:
+        return []
+    ours = " ".join(f"adapter.{k}={_shown(getattr(run.adapter, k))}" for k in differ)
+    return [f"ckpt_path: {path} holds the adapters of {selection}, and this run's are {ours}: load it with its own"]
+
+
+def _adapter_selection(saved: dict) -> str:
+    """The command line that selects the adapter a checkpoint's manifest records (its option, and the
+    keys where it differs from that option's defaults)."""
+    from framework.config.schemas import AdapterConfig
+
+    defaults = AdapterConfig(quantize=saved.get("quantize"))
+    keys = [
+        f"adapter.{k}={_shown(v)}"
+        for k, v in saved.items()
+        if k != "quantize" and hasattr(defaults, k) and v != getattr(defaults, k)
+    ]
+    return " ".join([f"adapter={'qlora' if saved.get('quantize') else 'lora'}", *keys])
+
+
+def _shown(value) -> str:
+    """A value as the command line writes it (``[wq,wk]``, ``true``, ``null``)."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(_shown, value)) + "]"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_compile_blocks(run: ResolvedExperiment) -> list[str]:

@@ -35,14 +35,31 @@ class ResolvedExperiment(Experiment):
 
     @cached_property
     def size_problems(self) -> list[str]:
-        """Why the model does not fit a rank of this machine (empty: it fits, or its size is unknown)."""
+        """Why the model, with its adapters, does not fit a rank of this machine (empty: it fits, or its
+        size is unknown). The base is counted from its config, before anything is built; the adapters
+        from the base's layers on the meta device (``adapted_layers``)."""
+        return self._base_size_problems or model_size_problems(self, self.layout, self.adapted_layers)
+
+    @cached_property
+    def _base_size_problems(self) -> list[str]:
         return model_size_problems(self, self.layout)
 
     @cached_property
     def meta_model(self):
-        """The configured model on the meta device (no memory, no weights), or None where it does not
-        build (its own errors surface when the ranks build it) or is too large to build even there."""
-        return None if self.size_problems or not self.model.given else _built_on_meta(self.model.node)
+        """The configured model on the meta device (no memory, no weights), without adapters, or None
+        where it does not build (its own errors surface when the ranks build it) or is too large to
+        build even there."""
+        return None if self._base_size_problems or not self.model.given else _built_on_meta(self.model.node)
+
+    @cached_property
+    def adapted_layers(self) -> Optional[dict[str, tuple[int, int]]]:
+        """The linear layers ``adapter`` adapts, name: (in, out) features (None: no adapter, or no model
+        on the meta device)."""
+        if self.adapter is None or self.meta_model is None:
+            return None
+        from framework.models.lora import adapted_layers
+
+        return adapted_layers(self.meta_model, self.adapter)
 
 
 def _built_on_meta(node: dict):

@@ -59,29 +59,49 @@ def memory_per_rank(trainer: TrainerConfig, processes: int) -> tuple[Optional[in
     return total // max(1, processes), f"this machine's {_gib(total)} over {processes} process(es)"
 
 
-def model_size_problems(run: Experiment, layout: Optional[tuple]) -> list[str]:
+def model_size_problems(run: Experiment, layout: Optional[tuple], layers: Optional[dict] = None) -> list[str]:
     """The model state per rank (weights; training: with gradients and optimizer state, as the strategy
-    lays them out) within the memory a rank has."""
+    lays them out) within the memory a rank has. With adapters (``adapter``; ``layers``: the adapted
+    linears' (in, out), once known): the base's weights, and the adapters with their gradients and
+    optimizer state (``predict_adapted_state_bytes``, framework-plan's accounting)."""
     params, keys = declared_parameters(run.model.node) if layout is not None else (None, "")
     if params is None:
         return []
     cls, _, topology = layout
-    optimizer = optimizer_state_bytes(run.optimizer.node) if run.optimizer.node else 8
-    state = cls.predict_model_state_bytes(params, optimizer, topology)
-    if run.strategy.get("name") == "auto":  # its plan chooses: the most sharded it could
-        state = (8 + optimizer) * params / topology.world_size
-    if not run.train:
-        state = state * 4 / (8 + optimizer)  # weights only
+    adapters = run.adapter.parameters(layers or {}) if run.adapter is not None else None
+    state = _state_bytes(run, cls, topology, params, adapters)
     budget, source = memory_per_rank(run.trainer, topology.processes_per_node)
     if budget is None or state <= budget:
         return []
     what = "weights, gradients and optimizer state" if run.train else "weights"
     name = run.strategy.get("name") or cls.name
+    fits = (
+        f"{_gib(state)} of {what} per rank under strategy={name} on {topology.world_size} rank(s), more than the "
+        f"{_gib(budget)} a rank has ({source})"
+    )
+    if adapters:
+        return [
+            f"adapter.r: {run.adapter.r} makes about {adapters:.3g} adapter parameters (r x (in + out) on each of "
+            f"its {len(layers)} linear layers) beside the base's {params:.3g} ({keys}): {fits}; choose a smaller "
+            "adapter.r, or more ranks of a sharding strategy (fsdp)"
+        ]
     return [
-        f"model: its config makes about {params:.3g} parameters ({keys}): {_gib(state)} of {what} per rank "
-        f"under strategy={name} on {topology.world_size} rank(s), more than the {_gib(budget)} a rank has "
-        f"({source}); choose a smaller model, or more ranks of a sharding strategy (fsdp)"
+        f"model: its config makes about {params:.3g} parameters ({keys}): {fits}; choose a smaller model, or more "
+        "ranks of a sharding strategy (fsdp)"
     ]
+
+
+def _state_bytes(run: Experiment, cls, topology, params: int, adapters: Optional[int]) -> float:
+    """A rank's bytes of model state: every parameter trained (``adapters`` None), else the base frozen
+    (4 B a weight: an upper bound for QLoRA's 4-bit one) and the ``adapters`` trained; weights alone where
+    the run does not train."""
+    optimizer = optimizer_state_bytes(run.optimizer.node) if run.optimizer.node else 8
+    if adapters is not None:
+        return cls.predict_adapted_state_bytes(params + adapters, adapters if run.train else 0, optimizer, topology)
+    state = cls.predict_model_state_bytes(params, optimizer, topology)
+    if run.strategy.get("name") == "auto":  # its plan chooses: the most sharded it could
+        state = (8 + optimizer) * params / topology.world_size
+    return state if run.train else state * 4 / (8 + optimizer)  # (weights only)
 
 
 def _gib(count: float) -> str:

@@ -82,8 +82,12 @@ def _primary_config(
     )
     args = []
     for override in overrides:
-        if override.startswith("~") and not _has(container, override[1:].split("=", 1)[0].split(".")):
+        removed = override[1:].split("=", 1)[0] if override.startswith("~") else None
+        if removed and not _has(container, removed.split(".")):
             continue  # deleted in the saved run already (its own command line, repeated on resume)
+        if removed in groups:  # a group is a key of the saved config, not a selection Hydra could remove
+            container.pop(removed)
+            continue
         match = _SELECTION.match(override)
         if match and match.group(1) in groups:
             container.pop(match.group(1), None)

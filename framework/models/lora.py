@@ -83,6 +83,13 @@ def targets(model: nn.Module, settings: AdapterConfig) -> list[str]:
     return [n for n in names if any(n == w or n.endswith(f".{w}") or fnmatch.fnmatchcase(n, w) for w in wanted)]
 
 
+def adapted_layers(model: nn.Module, settings: AdapterConfig) -> dict[str, tuple[int, int]]:
+    """The linear layers ``settings`` adapts, each as (in, out) features (a model on the meta device too:
+    what the checks before start count, nothing allocated)."""
+    modules = dict(model.named_modules())
+    return {name: (modules[name].in_features, modules[name].out_features) for name in targets(model, settings)}
+
+
 def inject_adapters(model: nn.Module, settings: AdapterConfig, seed: int) -> list[str]:
     """Adapt the target layers of ``model`` and freeze everything else; their weights drawn now, or,
     for a model on the meta device, after its own ``init_weights`` (which this wraps). Returns the

@@ -25,8 +25,7 @@ def configure_rank_logging(output_dir: str, rank: int) -> None:
     formatter = logging.Formatter(FORMAT.replace("[%(name)s]", f"[rank {rank}][%(name)s]"))
     handlers: list[logging.Handler] = [logging.FileHandler(path)]
     if rank == 0:
-        loud = os.environ.get(CONSOLE_LOG, "1") != "0"
-        handlers.append(logging.StreamHandler(sys.stdout) if loud else warnings_only())
+        handlers.append(logging.StreamHandler(sys.stdout) if console_log() else ConsoleWarnings())
     for handler in handlers:
         handler.setFormatter(handler.formatter or formatter)
         root.addHandler(handler)
@@ -36,15 +35,28 @@ def configure_rank_logging(output_dir: str, rank: int) -> None:
     faulthandler.enable(file=handlers[0].stream, all_threads=True)
 
 
-def warnings_only() -> logging.Handler:
-    """The console of a run that logs to its file only (``verbose=False``: a notebook, framework-generate,
-    whose stdout is the continuations): the framework's warnings still reach the user, on stderr (a
-    prompt cut to the model's positions, a template missing, a key ignored), in one line each."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.WARNING)
-    handler.addFilter(lambda record: record.name.startswith("framework"))
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-    return handler
+def console_log() -> bool:
+    """Whether rank 0's log lines go to the console (else its warnings alone do: ``ConsoleWarnings``)."""
+    return os.environ.get(CONSOLE_LOG, "1") != "0"
+
+
+class ConsoleWarnings(logging.Handler):
+    """A run's warnings on stderr where its log lines stay in train.log (``verbose=False``): a warning
+    (examples cut to fit a window, ...) must not be seen only by whoever opens the file. Not a
+    StreamHandler, so that a progress bar's redirect of the console's handlers (callbacks/progress.py)
+    leaves it, and its level, alone."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.addFilter(lambda record: record.name.startswith("framework"))  # (not a library's notes)
+        self.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))  # (a line of its own: no timestamps)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - logging's own rule: a handler never raises
+            self.handleError(record)
 
 
 def rank_log(output_dir: str, rank: int) -> Path:

@@ -296,3 +296,62 @@ def test_two_preparations_into_one_output_at_once_the_second_is_refused(tmp_path
         with pytest.raises(ValueError, match="output: another framework-prepare-data is writing"):
             prepare(PrepareSettings(input=[str(source)], output=str(tmp_path / "out"), workers=1))
     prepare(PrepareSettings(input=[str(source)], output=str(tmp_path / "out"), workers=1))  # once it is done
+
+
+def damaged_inputs(directory: Path) -> dict:
+    """Each kind of input damaged as a download or a disk leaves it: name -> (path, what the error says)."""
+    import gzip
+
+    import pyarrow.parquet as pq
+
+    lines = "".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(2000)).encode()
+    packed = gzip.compress(lines)
+    (directory / "cut.jsonl.gz").write_bytes(packed[: len(packed) // 2])
+    with pa.output_stream(str(directory / "good.jsonl.zst"), compression="zstd") as out:
+        out.write(lines)
+    good = (directory / "good.jsonl.zst").read_bytes()
+    (directory / "bad.jsonl.zst").write_bytes(good[:100] + b"\0" * 50 + good[150:])
+    table = pa.table({"text": [f"row {i} " * 30 for i in range(3000)]})
+    pq.write_table(table, directory / "good.parquet", row_group_size=500)
+    good = (directory / "good.parquet").read_bytes()
+    (directory / "bad.parquet").write_bytes(good[: len(good) // 2] + good[-8:])
+    (directory / "arrow").mkdir()
+    with pa.OSFile(str(directory / "arrow" / "data-00000-of-00001.arrow"), "wb") as sink:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    arrow = directory / "arrow" / "data-00000-of-00001.arrow"
+    arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
+    (directory / "line.jsonl").write_bytes(lines.replace(b"document 1500 ", b'document "1500 ', 1))
+    (directory / "latin.txt").write_bytes("one\n\ntwo\n".encode() + "caf\xe9\n".encode("latin-1"))
+    return {
+        "gz": (directory / "cut.jsonl.gz", "is cut short or damaged: gzip fails after its first"),
+        "zst": (directory / "bad.jsonl.zst", "is cut short or damaged: zstd fails before its first line (ZSTD"),
+        "parquet": (directory / "bad.parquet", "does not read as Parquet, damaged or cut short? ("),
+        "arrow": (arrow, "does not read as Arrow before its first row, damaged or cut short? ("),
+        "line": (directory / "line.jsonl", "line 1501: not JSON (Expecting ',' delimiter at column 21); each line"),
+        "txt": (directory / "latin.txt", "line 4: not UTF-8 text (invalid continuation byte)"),
+    }
+
+
+@pytest.mark.parametrize("damage", ["gz", "zst", "parquet", "arrow", "line", "txt"])
+def test_a_damaged_input_is_named_by_its_file_and_line_not_an_os_error(tmp_path, damage):
+    """An OSError from pyarrow ("Truncated compressed stream") had named no file."""
+    path, message = damaged_inputs(tmp_path)[damage]
+    with pytest.raises(ValueError) as err:
+        prepare(PrepareSettings(input=[str(path)], output=str(tmp_path / "out"), workers=1))
+    assert str(err.value).startswith(f"input: '{path}' {message}"), str(err.value)
+
+
+def test_a_truncated_gzip_on_the_command_line_exits_2_and_keeps_the_corpus_prepared_before(tmp_path):
+    damaged = damaged_inputs(tmp_path)
+    source, out = help_text(tmp_path), tmp_path / "out"
+    prepare(PrepareSettings(input=[str(source)], output=str(out), workers=1))
+    before = {**files_of(out), "index.json": (out / "index.json").read_bytes()}
+    command = [sys.executable, "-m", "framework.cli.prepare_data", f"output={out}", "workers=2"]
+    done = subprocess.run([*command, f"input=[{source},{damaged['gz'][0]}]"], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"framework-prepare-data: input: '{damaged['gz'][0]}' is cut short or damaged: gzip fails")
+    assert {**files_of(out), "index.json": (out / "index.json").read_bytes()} == before  # (it resumes from here)
+    again = subprocess.run([*command, f"input=[{source}]"], capture_output=True, text=True)
+    assert again.returncode == 0 and "up to date" in again.stdout

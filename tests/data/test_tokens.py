@@ -108,6 +108,30 @@ def test_another_tokenizer_and_a_vocabulary_beyond_the_embedding_are_refused(cor
     assert any("MLP.forward takes no 'positions'" in p for p in found)
 
 
+@pytest.mark.parametrize(
+    "weights, shown",
+    [
+        (
+            "[inf,1]",
+            "[inf, 1]; one positive number per corpus of datamodule.path (2), each finite and > 0 (inf is not)",
+        ),
+        (
+            "[nan,1]",
+            "[nan, 1]; one positive number per corpus of datamodule.path (2), each finite and > 0 (nan is not)",
+        ),
+        (
+            "[0,-1]",
+            "[0, -1]; one positive number per corpus of datamodule.path (2), each finite and > 0 (0, -1 are not)",
+        ),
+        ("[1]", "[1]; one positive number per corpus of datamodule.path (2), each finite and > 0"),
+    ],
+)
+def test_a_mixtures_weights_are_finite_and_positive_one_per_corpus(corpus, weights, shown):
+    """An infinite weight made every quota NaN ("cannot convert float NaN to integer" in the rank)."""
+    found = problems(f"datamodule.path=[{corpus},{corpus}]", f"datamodule.weights={weights}")
+    assert found == [f"datamodule.weights: {shown}, e.g. [0.5, 0.5] (null: by their sizes)"]
+
+
 @pytest.mark.multiprocess
 def test_vocab_size_comes_from_the_corpus_and_packed_documents_train_under_tp_as_on_one_device(corpus, tmp_path):
     run = [*TOKENS, f"datamodule.path={corpus}", "trainer.max_steps=4", "datamodule.document_boundaries=true"]

@@ -15,6 +15,7 @@ from tests.helpers.configs import TINY
 
 SYNTHETIC = ["datamodule=synthetic", "datamodule.input_shape=[8]", "model=mlp"]
 TEXT = ["model=gpt/tiny", "datamodule=text", "task=language_modeling"]
+LORA = [*TEXT, "~model.hidden_sizes", "adapter=lora"]
 LLAMA = (
     "{model_type: llama, vocab_size: 256, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, "
     "num_attention_heads: 4}"
@@ -163,6 +164,20 @@ CASES = [
     (["seed=12345678901234567890"], "seed: must be in [0, 4294967295], got 12345678901234567890"),
     (["init.reset=[nope]"], "init.reset: the model has no submodule 'nope' (top-level submodules: body, head)"),
     (["init.freeze=[nope]"], "init.freeze: the model has no submodule 'nope' (top-level submodules: body, head)"),
+    # adapters: their parameters counted against the memory (r=1e9 tried to allocate 128 GB), their ranges
+    ([*LORA, "adapter.r=1000000000"], "adapter.r: 1000000000 makes about 4.48e+11 adapter parameters"),
+    (
+        [*LORA, "adapter.r=1000000000"],
+        "adapter.r: 1000000000, but B A's rank is at most min(in, out) of the layer it adapts, and no adapted "
+        "layer's is above 32 (8 layers: layers.0.attention.wq 32x32",
+    ),
+    ([*LORA, "adapter.r=0"], "adapter.r: must be >= 1, got 0"),
+    ([*LORA, "adapter.alpha=0"], "adapter.alpha: must be > 0, got 0"),
+    ([*LORA, "adapter.dropout=1"], "adapter.dropout: must be in [0, 1), got 1"),
+    (
+        ["export_weights=true", "export_merge=true"],
+        "export_merge: true merges adapters into the base weights, but this run has none (adapter: null); select",
+    ),
 ]
 
 
@@ -175,6 +190,13 @@ def test_a_bad_value_is_refused_before_anything_starts_with_its_key(overrides, m
 
 def test_at_least_the_sixteen_reported_and_twenty_more():
     assert len(CASES) >= 36
+
+
+def test_an_adapter_rank_above_some_layers_sizes_is_said_not_refused(caplog):
+    """gpt/tiny's wk and wv are 32x16: r=24 reaches rank 16 there, 24 in wq and wo."""
+    preflight(compose([*TINY, *LORA, "adapter.r=24"]))
+    [warning] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("adapter.r:")]
+    assert warning.startswith("adapter.r: 24 is above min(in, out) of 4 of the 8 adapted layers (layers.0.attention.wk")
 
 
 def test_a_top_level_key_of_the_users_own_is_kept_and_one_an_interpolation_uses_too():

@@ -47,3 +47,62 @@ def test_the_runs_own_command_line_with_a_deletion_resumes_it_in_place(tmp_path)
     )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "Resumed from" in again.stdout + again.stderr and "at epoch 0, step 2" in again.stdout + again.stderr
+
+
+def test_an_adapter_checkpoint_names_the_adapter_it_needs_before_start_and_where_it_loads(tmp_path, monkeypatch):
+    """A LoRA checkpoint loaded into a plain model failed as "another model or optimizer"."""
+    from framework.config import ConfigError
+    from framework.engine.checkpoint import CheckpointError
+    from framework.job import preflight as checks
+
+    assert (
+        fit(compose([*RUN, "adapter=lora", "adapter.r=4"]), output_dir=str(tmp_path / "lora"))["status"] == "completed"
+    )
+    assert fit(compose(RUN), output_dir=str(tmp_path / "plain"))["status"] == "completed"
+    lora, plain = (tmp_path / name / "checkpoints" / "last" for name in ("lora", "plain"))
+    for more, message in [
+        ([], f"ckpt_path: {lora} holds adapters alone, not the base's weights: it loads into the model with its "
+             "adapter (adapter=lora adapter.r=4), and this run has none (adapter: null)"),
+        (["adapter=lora"], f"ckpt_path: {lora} holds the adapters of adapter=lora adapter.r=4, and this run's are "
+                           "adapter.r=8: load it with its own"),
+    ]:  # fmt: skip
+        with pytest.raises(ConfigError) as err:
+            checks.preflight(compose([*RUN, f"ckpt_path={lora}", *more]))
+        assert any(p.startswith(message) for p in err.value.problems), err.value.problems
+    with pytest.raises(ConfigError) as err:
+        checks.preflight(compose([*RUN, f"ckpt_path={plain}", "adapter=lora"]))
+    assert f"ckpt_path: {plain} holds a whole model's weights, without adapters" in str(err.value)
+    checks.preflight(compose([*RUN, f"ckpt_path={lora}", "adapter=lora", "adapter.r=4", "adapter.alpha=8"]))
+    monkeypatch.setattr(checks, "check_adapter_base", lambda run: [])  # where it loads, past the checks
+    with pytest.raises(CheckpointError, match=r"it holds adapters alone \(r=4, alpha=16.0, .*\): load it into a model"):
+        fit(compose([*RUN, f"ckpt_path={lora}"]), output_dir=str(tmp_path / "unchecked"))
+
+
+def test_a_resume_without_its_adapter_is_advised_on_the_command_line_and_the_advice_runs(tmp_path):
+    """``adapter=null`` on a resume advised ``~adapter``, which Hydra then refused ("Could not delete
+    'adapter'. No match in the defaults list"): the saved run's groups are keys of its config."""
+    run = [
+        sys.executable,
+        "-m",
+        "framework.train",
+        f"hydra.run.dir={tmp_path}",
+        "trainer.max_steps=3",
+        "ckpt_path=last",
+    ]
+    assert fit(compose([*RUN, "adapter=lora", "adapter.r=4"]), output_dir=str(tmp_path))["status"] == "completed"
+
+    def resumed(*more):
+        return subprocess.run([*run, *more], capture_output=True, text=True, timeout=300)
+
+    null = resumed("adapter=null")
+    assert (
+        null.returncode == 2
+        and "adapter: 'adapter=null' selects nothing on the command line; '~adapter' removes" in (null.stderr)
+    )
+    removed = resumed("~adapter")  # the advice: Hydra takes it; the checkpoint then says what it needs
+    assert removed.returncode == 2 and "Could not delete" not in removed.stderr + removed.stdout, removed.stderr[-2000:]
+    assert "holds adapters alone, not the base's weights: it loads into the model with its adapter (adapter=lora" in (
+        removed.stderr
+    )
+    kept = resumed()  # and that advice: a resume in its own directory keeps the adapter
+    assert kept.returncode == 0 and "at epoch 0, step 2" in kept.stdout + kept.stderr, kept.stderr[-2000:]
