@@ -94,6 +94,7 @@ def test_the_scores_are_lm_evals_own_on_the_export(trained, tmp_path):
     theirs = json.loads(theirs_file.read_text())["results"]
     for metric in ("acc", "acc_norm"):
         assert ours["stdlib_modules"][metric] == pytest.approx(theirs["stdlib_modules"][f"{metric},none"], abs=1e-12)
+    assert ours["stdlib_modules_answer"]["bare_name:strip"] == theirs["stdlib_modules_answer"]["bare_name,strip"]
     answers = {}
     for task in GENERATED:
         assert ours[task]["exact_match:strip"] == theirs[task]["exact_match,strip"]
