@@ -2,9 +2,9 @@
 (``harness.tasks``), offline, after the test and predict stages; results.json's ``harness``.
 
 Tasks are found by name in the tasks that ship with the framework (framework/data/assets/harness:
-``stdlib_modules``, ``stdlib_topics``, built from Python's own text), in ``harness.include_path``
-(task YAMLs of your own, with data on disk), and only then in lm-eval's own catalogue (whose data
-must already be in the datasets cache: nothing downloads).
+``stdlib_modules``, ``stdlib_modules_answer``, ``stdlib_topics``, built from Python's own text), in
+``harness.include_path`` (task YAMLs of your own, with data on disk), and only then in lm-eval's own
+catalogue (whose data must already be in the datasets cache: nothing downloads).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """EleutherAI's lm-evaluation-harness on a run's model, offline: the shipped tasks (built from Python's
 own text) scored after training equal ``lm_eval --model hf`` on the exported model, log-likelihoods
-and generations; framework-evaluate scores a checkpoint the same on 2 sharded ranks; bad names and
+and generations (a chat's too); framework-evaluate scores a checkpoint the same on 2 sharded ranks; bad names and
 models are refused before start."""
 
 from __future__ import annotations
@@ -24,8 +24,14 @@ from tests.helpers.corpora import bpe_tokenizer
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("lm_eval")
 
-TASKS = "harness.tasks=[stdlib_modules,stdlib_topics]"
+TASKS = "harness.tasks=[stdlib_modules,stdlib_topics,stdlib_modules_answer]"
+GENERATED = ("stdlib_topics", "stdlib_modules_answer")
 OFFLINE = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def shipped_rows(task: str) -> int:
+    """How many questions a shipped task asks (stdlib_modules_answer asks stdlib_modules')."""
+    return len((SHIPPED_TASKS / f"{task.removesuffix('_answer')}.jsonl").read_text().splitlines())
 
 
 def run_of(model_dir) -> list[str]:
@@ -46,7 +52,7 @@ def run_of(model_dir) -> list[str]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tiny Llama with its tokenizer (a BPE whose <|endoftext|> begins and ends a text), trained 40 steps
-    on Python's help text, scored on both shipped tasks with each answer logged."""
+    on Python's help text, scored on the shipped tasks with each answer logged."""
     source = tmp_path_factory.mktemp("llama")
     shutil.copy(bpe_tokenizer(tmp_path_factory.mktemp("bpe")), source / "tokenizer.json")
     named = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "bos_token": "<|endoftext|>"}
@@ -74,11 +80,11 @@ def trained(tmp_path_factory):
 def test_the_scores_are_lm_evals_own_on_the_export(trained, tmp_path):
     _, run_dir, results = trained
     ours = results["harness"]
-    assert ours["stdlib_modules"]["samples"] == 73 and ours["stdlib_topics"]["samples"] == 79
+    assert all(ours[task]["samples"] == shipped_rows(task) for task in ("stdlib_modules", *GENERATED))
     assert 0 < ours["stdlib_modules"]["acc"] < 1
     done = subprocess.run(
         [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
-         f"pretrained={run_dir / 'model_hf'},dtype=float32", "--tasks", "stdlib_modules,stdlib_topics",
+         f"pretrained={run_dir / 'model_hf'},dtype=float32", "--tasks", ",".join(["stdlib_modules", *GENERATED]),
          "--include_path", str(SHIPPED_TASKS), "--batch_size", "8", "--device", "cpu", "--log_samples",
          "--output_path", str(tmp_path / "lm_eval")],
         capture_output=True, text=True, timeout=600, env=OFFLINE,
@@ -88,13 +94,19 @@ def test_the_scores_are_lm_evals_own_on_the_export(trained, tmp_path):
     theirs = json.loads(theirs_file.read_text())["results"]
     for metric in ("acc", "acc_norm"):
         assert ours["stdlib_modules"][metric] == pytest.approx(theirs["stdlib_modules"][f"{metric},none"], abs=1e-12)
-    assert ours["stdlib_topics"]["exact_match:strip"] == theirs["stdlib_topics"]["exact_match,strip"]
-    # the generations themselves, question by question (a tiny model's: not the titles, but the same text)
-    [their_samples] = (tmp_path / "lm_eval").rglob("samples_stdlib_topics_*.jsonl")
-    expected = {r["doc_id"]: r["resps"][0][0] for r in map(json.loads, their_samples.read_text().splitlines())}
-    got = {r["doc_id"]: r["resps"][0][0] for r in map(json.loads, (run_dir / "harness" / "stdlib_topics.jsonl").open())}
-    assert got == expected and len(got) == 79
-    assert len(set(got.values())) > 1  # not one empty answer everywhere: a real comparison
+    assert ours["stdlib_modules_answer"]["bare_name:strip"] == theirs["stdlib_modules_answer"]["bare_name,strip"]
+    answers = {}
+    for task in GENERATED:
+        assert ours[task]["exact_match:strip"] == theirs[task]["exact_match,strip"]
+        # the generations themselves, question by question (a tiny model's: not the answers, but the same text)
+        [their_samples] = (tmp_path / "lm_eval").rglob(f"samples_{task}_*.jsonl")
+        expected = {r["doc_id"]: r["resps"][0][0] for r in map(json.loads, their_samples.read_text().splitlines())}
+        got = {r["doc_id"]: r["resps"][0][0] for r in map(json.loads, (run_dir / "harness" / f"{task}.jsonl").open())}
+        assert got == expected and len(got) == shipped_rows(task)
+        answers[task] = got
+    # not one empty answer everywhere: a real comparison (after the chat's "assistant\n" this model, trained
+    # on help text, writes a newline first, so its answers there are all empty, in both)
+    assert len(set(answers["stdlib_topics"].values())) > 1
 
 
 @pytest.mark.multiprocess
@@ -122,9 +134,11 @@ def test_unknown_tasks_and_models_that_are_not_language_models_are_refused_befor
     assert err.value.problems == [f"harness.include_path: '{tmp_path}/no' is not a directory (of lm-eval task YAMLs)"]
     with pytest.raises(ConfigError) as err:
         preflight(compose([*run_of(source), "harness.tasks=[stdlib_module]"]))
+    shipped = ", ".join(sorted(p.stem for p in SHIPPED_TASKS.glob("*.yaml")))
+    assert shipped.startswith("stdlib_modules, ") and "stdlib_topics" in shipped
     assert err.value.problems == [
-        "harness.tasks: lm-eval knows no task 'stdlib_module'; did you mean stdlib_modules? (shipped: stdlib_modules, "
-        "stdlib_topics; your own: harness.include_path=<a directory of task YAMLs>)"
+        f"harness.tasks: lm-eval knows no task 'stdlib_module'; did you mean stdlib_modules? (shipped: {shipped}; "
+        "your own: harness.include_path=<a directory of task YAMLs>)"
     ]
     with pytest.raises(ConfigError) as err:
         preflight(compose(["experiment=digits_mlp", TASKS]))
