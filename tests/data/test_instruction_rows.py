@@ -11,7 +11,7 @@ import pytest
 
 from framework.config import ConfigError
 from framework.data.chat import Renderer
-from framework.data.instructions import InstructionsDataModule
+from framework.data.instructions import SHIPPED, InstructionsDataModule
 
 GOOD = {"prompt": "Which module parses JSON?", "response": "json"}
 BAD = [
@@ -141,6 +141,9 @@ def test_a_cut_is_said_on_the_console_when_the_runs_log_lines_are_not(tmp_path, 
     ]  # fmt: skip
     fit(compose(config), output_dir=str(tmp_path / "run"), verbose=False)
     shown = capfd.readouterr()
-    assert "WARNING: datamodule: 152 of 152 examples longer than seq_len=64 lost their earliest" in shown.err
+    shipped = len(SHIPPED.read_text().splitlines())
+    assert (
+        f"WARNING: datamodule: {shipped} of {shipped} examples longer than seq_len=64 lost their earliest" in shown.err
+    )
     assert "INFO" not in shown.out + shown.err  # (the log lines stay in the file)
     assert "lost their earliest prompt tokens" in (tmp_path / "run" / "train.log").read_text()
