@@ -1,4 +1,4 @@
-"""Write the preference set that ships with the framework (framework/data/assets/preferences.jsonl), for
+"""Write the preference set that ships with the framework (preferences.jsonl in framework/data/assets/), for
 ``datamodule=preferences``, from the instruction set as it is when this runs:
 
 - only the rows of the instruction set's training split (datamodule=instructions' default val_fraction,
