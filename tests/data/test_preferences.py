@@ -142,3 +142,44 @@ def test_the_shipped_set_is_the_scripts_from_the_instruction_training_split_neve
     taught = {script.question_answer(row)[0][-1]["content"] for row in script.training_rows()}
     assert set(questions) <= taught  # only the instruction set's training questions
     assert PreferencesDataModule.check_config() == []
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer(tmp_path_factory):
+    """A BPE tokenizer whose directory has ChatML's template (test_instructions.py's) and its two tokens."""
+    pytest.importorskip("transformers")
+    from tokenizers import AddedToken, Tokenizer
+
+    from tests.data.test_instructions import CHATML
+    from tests.helpers.corpora import bpe_tokenizer
+
+    directory = tmp_path_factory.mktemp("chat")
+    tokenizer = Tokenizer.from_file(str(bpe_tokenizer(tmp_path_factory.mktemp("bpe"))))
+    tokenizer.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHATML, "eos_token": "<|im_end|>"}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
+
+
+def test_under_a_chat_template_the_targets_are_trls_completion_tokens(chat_tokenizer, tmp_path):
+    """TRL's conversational rows: the prompt rendered with the generation prompt, the completion what the
+    whole conversation's rendering adds; here each answer's targets are those tokens exactly (the prompt's
+    assistant turn rendered, not trained)."""
+    transformers = pytest.importorskip("transformers")
+    path = _jsonl(tmp_path / "pairs.jsonl", [CONVERSATION])
+    data = PreferencesDataModule(str(path), tokenizer=str(chat_tokenizer), val_fraction=0, test_fraction=0)
+    data.setup("fit")
+    chosen_inputs, chosen_targets, rejected_inputs, rejected_targets = data.train_set[0]
+    tok = transformers.AutoTokenizer.from_pretrained(chat_tokenizer)
+    for answer, inputs, targets in (
+        ("chosen", chosen_inputs, chosen_targets),
+        ("rejected", rejected_inputs, rejected_targets),
+    ):
+        messages = CONVERSATION["prompt"] + CONVERSATION[answer]
+        prefix = tok(tok.apply_chat_template(CONVERSATION["prompt"], tokenize=False, add_generation_prompt=True),
+                     add_special_tokens=False)["input_ids"]  # fmt: skip
+        full = tok(tok.apply_chat_template(messages, tokenize=False), add_special_tokens=False)["input_ids"]
+        assert full[: len(prefix)] == prefix
+        assert inputs.tolist() == full[:-1]
+        assert targets.tolist() == [-100] * (len(prefix) - 1) + full[len(prefix) :]
