@@ -52,12 +52,12 @@ def preference_losses(
 
 
 def _plain(model: torch.nn.Module) -> torch.nn.Module:
-    """The module inside a wrapper that syncs in forward (DDP's ``module``): the reference's forward runs
-    without gradients, so it needs none of the wrapper's hooks (FSDP2 and tensor parallelism wrap in
-    place: their model is the module itself)."""
-    while hasattr(model, "module"):
-        model = model.module
-    return model
+    """The module inside DDP's wrapper, which prepares a backward in its forward: the reference's forward
+    runs without gradients and needs none of it (FSDP2 and tensor parallelism wrap in place: their
+    model is the module itself)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 class DPOTask:
