@@ -19,6 +19,7 @@ _MODULES = {
     "TextClassificationDataModule": "text_classification",
     "TokensDataModule": "tokens",
     "InstructionsDataModule": "instructions",
+    "PreferencesDataModule": "preferences",
 }
 
 __all__ = list(_MODULES)

@@ -225,12 +225,13 @@ class Renderer:
         text = "".join(self.template.format(role=m["role"], content=m["content"]) for m in messages)
         return text + (self.template.split("{content}")[0].format(role="assistant") if add_generation_prompt else "")
 
-    def trained_spans(self, messages: list[dict]) -> list[tuple[int, int]]:
-        """The character spans of the assistant turns in ``render(messages)``."""
+    def trained_spans(self, messages: list[dict], first: int = 0) -> list[tuple[int, int]]:
+        """The character spans of the assistant turns in ``render(messages)`` (those from message
+        ``first`` on: a preference pair's answer, not the assistant's turns in its prompt)."""
         return [
             (len(self.render(messages[:i], add_generation_prompt=True)), len(self.render(messages[: i + 1])))
             for i, m in enumerate(messages)
-            if m["role"] == "assistant"
+            if m["role"] == "assistant" and i >= first
         ]
 
 
@@ -250,12 +251,15 @@ def _has_chat_template(tokenizer: str) -> bool:
         return False
 
 
-def encode_example(renderer: Renderer, codec, messages: list[dict], eos: Optional[int]) -> tuple[list, list]:
+def encode_example(
+    renderer: Renderer, codec, messages: list[dict], eos: Optional[int], trained_from: int = 0
+) -> tuple[list, list]:
     """(token ids, trained?) of one conversation: the rendered text's tokens, each trained when it
-    starts inside an assistant's span; with the config's template (a chat template ends its turns
-    itself), the tokenizer's end of sequence after it (trained) when the last turn is the assistant's."""
+    starts inside an assistant's span (of the messages from ``trained_from`` on); with the config's
+    template (a chat template ends its turns itself), the tokenizer's end of sequence after it
+    (trained) when the last turn is the assistant's."""
     text = renderer.render(messages)
-    spans = renderer.trained_spans(messages)
+    spans = renderer.trained_spans(messages, trained_from)
     ids, starts = _tokens_with_offsets(codec, text)
     trained = [any(a <= s < b for a, b in spans) for s in starts]
     ending = renderer.chat is None and messages and messages[-1]["role"] == "assistant"

@@ -333,7 +333,10 @@ _KINDS = {
 # (datamodules, models) of each kind of inputs
 _OPTIONS = {
     "features": ("datamodule=digits, synthetic, mnist or cifar10", "model=mlp or cnn"),
-    "token ids": ("datamodule=text, tokens, instructions or text_classification", "model=gpt or hf/causal_lm"),
+    "token ids": (
+        "datamodule=text, tokens, instructions, preferences or text_classification",
+        "model=gpt or hf/causal_lm",
+    ),
 }
 # the models that give an output kind
 _MODELS = {
@@ -415,7 +418,7 @@ def check_harness(run: Experiment) -> list[str]:
             f"harness.tasks: lm-evaluation-harness scores a language model (logits per token); model "
             f"{run.model.name} gives {outputs}; choose model=gpt or hf/causal_lm"
         )
-    if _kind(run.datamodule, "targets") != "next tokens":
+    if run.datamodule.declared("targets") not in ("next tokens", "preference pairs"):
         problems.append(
             f"harness.tasks: scoring encodes the questions with the datamodule's tokenizer; datamodule "
             f"{run.datamodule.name} has none: choose datamodule=text or tokens"

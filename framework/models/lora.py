@@ -14,12 +14,13 @@ adapted model starts as the base); the same whatever the layout.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import math
 import re
 import zlib
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +43,8 @@ class LoRALinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = self.base_forward(x)
+        if getattr(self, "lora_off", False):  # (within adapters_off: the base alone, DoRA's magnitude too)
+            return base
         dropped = F.dropout(x, self.lora_dropout, self.training) if self.lora_dropout else x
         low = F.linear(F.linear(dropped, self.lora_a), self.lora_b)
         if self.lora_magnitude is None:
@@ -57,6 +60,21 @@ class LoRALinear(nn.Linear):
         if is_nf4(self.weight):  # QLoRA's 4-bit base
             return nf4_linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
+
+
+@contextlib.contextmanager
+def adapters_off(model: nn.Module) -> Iterator[int]:
+    """Within it, every ``LoRALinear`` of ``model`` (wrapped by any strategy: its modules are the plain
+    model's) computes its base alone, as peft's ``disable_adapter`` does: preference tuning's reference
+    model, without a second copy of the weights. Yields how many layers it switched off."""
+    adapted = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    for module in adapted:
+        module.lora_off = True
+    try:
+        yield len(adapted)
+    finally:
+        for module in adapted:
+            module.lora_off = False
 
 
 def adapt(module: nn.Linear, settings: AdapterConfig) -> None:

@@ -54,7 +54,7 @@ def _aux_loss(model: torch.nn.Module) -> Optional[torch.Tensor]:
     return aux if isinstance(aux, torch.Tensor) else None
 
 
-def _room_to_generate(run: Experiment) -> list[str]:
+def room_to_generate(run: Experiment) -> list[str]:
     """A prediction generates ``max_new_tokens`` after at least one prompt token, within the positions
     the model holds (``model.max_seq_len``: generation cuts a longer prompt on the left, not the new tokens)."""
     new, positions = run.task.get("max_new_tokens"), run.model.get("max_seq_len")
@@ -96,12 +96,17 @@ class LanguageModelingTask:
                 f"{key} trains on windows of tokens, but datamodule {data.name} has no vocabulary (no vocab_size); "
                 "choose datamodule=text (or a datamodule of tokens of your own)"
             )
+        if data.declared("targets") == "preference pairs":
+            problems.append(
+                f"{key} trains on windows of tokens, but datamodule {data.name} gives preference pairs (a chosen "
+                "and a rejected answer to each prompt); choose task=dpo"
+            )
         if "vocab_size" not in model and not callable(model.declared("declared_sizes")):
             problems.append(
                 f"{key} needs logits per token, but model {model.name} has no vocabulary (no vocab_size); "
                 "choose model=gpt (or a language model of your own)"
             )
-        return problems + _room_to_generate(run)
+        return problems + room_to_generate(run)
 
     def __init__(
         self,

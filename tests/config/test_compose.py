@@ -43,10 +43,12 @@ except ImportError:
 NEEDS_DATA[("model", "gpt")] = "Interpolation key 'datamodule.vocab_size' not found"
 NEEDS_DATA[("datamodule", "text")] = "Interpolation key 'datamodule.input_shape' not found"
 NEEDS_DATA[("datamodule", "instructions")] = "Interpolation key 'datamodule.input_shape' not found"
+NEEDS_DATA[("datamodule", "preferences")] = "Interpolation key 'datamodule.input_shape' not found"
 NEEDS_DATA[("strategy", "fsdp_tp")] = "cannot make world size 1"
 NEEDS_DATA[("datamodule", "text_classification")] = "Interpolation key 'model.path' not found"
 NEEDS_DATA[("datamodule", "tokens")] = "datamodule.path: missing value"
 NEEDS_DATA[("task", "language_modeling")] = "trains on windows of tokens, but datamodule DigitsDataModule"
+NEEDS_DATA[("task", "dpo")] = "trains on pairs of a chosen and a rejected answer, but datamodule DigitsDataModule"
 NEEDS_DATA[("strategy", "tp")] = "CNN has no tensor-parallel plan"
 NEEDS_DATA[("strategy", "pp")] = "CNN cannot be split into pipeline stages"
 if not torch.cuda.is_available():
