@@ -6,7 +6,7 @@ each token marked trained when it belongs to an assistant's turn: from the start
 where the next message's rendering begins (its end-of-turn tokens included, as the prompt-prefix
 way of masking has it).
 
-Every row is checked as it is read (``checked_examples``), before start and again where the rank reads
+Every row is checked as it is read (``EXAMPLES``: row_files.py), before start and again where the rank reads
 it: a bad one is named by its file and line (a ``.jsonl``'s, counted from 1) or row index (a
 ``.parquet``'s or an ``.arrow`` file's, counted from 0 as ``datasets`` and pandas index them)."""
 
@@ -15,114 +15,28 @@ from __future__ import annotations
 import json
 import logging
 import string
-from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from framework.config.errors import ConfigError
+from framework.data.row_files import RowFile, kind, message_problem
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = "### {role}:\n{content}\n\n"
-ROLES = ("system", "user", "assistant")
-SHOWN = 5  # the bad rows a refusal names one by one (the rest are counted)
 SHAPE = '{"prompt": str, "response": str} or {"messages": [{"role": ..., "content": str}, ...]}'
-
-
-def read_examples(path: str) -> list[dict]:
-    """The rows of a ``.jsonl`` or ``.parquet`` file, or of a ``datasets`` directory (``save_to_disk``),
-    every one checked: ``ConfigError`` naming the bad ones (``datamodule.path``), as before start."""
-    rows, problems = checked_examples(path)
-    if problems:
-        raise ConfigError([f"datamodule.{p}" for p in problems])
-    return rows
-
-
-def checked_examples(path: str) -> tuple[list[dict], list[str]]:
-    """(the rows of ``path`` that are examples, the problems): the first ``SHOWN`` bad rows each by its
-    file and line, the rest counted, or why the file does not read; keyed relative to the datamodule
-    (``path: ...``)."""
-    rows, bad, total = [], [], 0
-    for where, row, problem in _located_rows(Path(path)):
-        total += 1
-        problem = problem or row_problem(row)
-        if problem:
-            bad.append(f"path: {where}: {problem}" if where else f"path: {problem}")
-        else:
-            rows.append(row)
-    if len(bad) > SHOWN:
-        bad = [
-            *bad[:SHOWN],
-            f"path: {len(bad) - SHOWN} more bad rows in {path} ({len(bad)} of {total}); each is {SHAPE}",
-        ]
-    if not bad and not rows:
-        bad = [f"path: '{path}' holds no row; each is {SHAPE}"]
-    return rows, bad
-
-
-def _located_rows(source: Path) -> Iterator[tuple[str, object, Optional[str]]]:
-    """(where, the row, why it does not read) for every row of ``source``; a file that does not read at
-    all is one item ("", None, why, naming it)."""
-    if not source.exists():
-        yield "", None, f"nothing at '{source}' (a .jsonl or .parquet file, or a datasets directory)"
-    elif source.is_dir():
-        files = sorted(source.rglob("*.arrow"))
-        if not files:
-            yield "", None, f"'{source}' holds no .arrow file (a datasets directory, as save_to_disk writes it)"
-        for file in files:
-            yield from _table_rows(file, "Arrow")
-    elif source.suffix in (".jsonl", ".parquet"):
-        yield from _jsonl_rows(source) if source.suffix == ".jsonl" else _table_rows(source, "Parquet")
-    else:
-        yield "", None, f"'{source}' is not a .jsonl or .parquet file, nor a datasets directory (of .arrow files)"
-
-
-def _jsonl_rows(source: Path) -> Iterator[tuple[str, object, Optional[str]]]:
-    try:
-        lines = source.read_bytes().splitlines()
-    except OSError as err:
-        yield "", None, f"'{source}' does not read ({err.strerror or err})"
-        return
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{source} line {number}"
-        try:
-            yield where, json.loads(line), None
-        except UnicodeDecodeError as err:
-            yield where, None, f"not UTF-8 text (byte {err.start + 1} of the line)"
-        except json.JSONDecodeError as err:
-            yield where, None, f"not JSON ({err.msg} at column {err.colno})"
-
-
-def _table_rows(file: Path, kind: str) -> Iterator[tuple[str, object, Optional[str]]]:
-    """The rows of a Parquet file or of an Arrow stream (a ``datasets`` file), by their index."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        if kind == "Parquet":
-            rows = pq.read_table(file).to_pylist()
-        else:
-            with pa.memory_map(str(file)) as data:
-                rows = pa.ipc.open_stream(data).read_all().to_pylist()
-    except Exception as err:  # noqa: BLE001 - pyarrow raises its own types (ArrowInvalid, OSError, ...)
-        yield "", None, f"'{file}' does not read as {kind} ({(str(err) or type(err).__name__).splitlines()[0]})"
-        return
-    for index, row in enumerate(rows):
-        yield f"{file} row index {index}", row, None
 
 
 def row_problem(row: object) -> Optional[str]:
     """Why ``row`` is not an example to train on (None: it is one). A key whose value is null counts
     as absent (a Parquet table of both shapes holds each row's other keys as nulls)."""
     if not isinstance(row, dict):
-        return f"expected an object ({SHAPE}), got {_kind(row)}"
+        return f"expected an object ({SHAPE}), got {kind(row)}"
     given = {key for key, value in row.items() if value is not None}
     if "messages" in given:
         return _messages_problem(row["messages"])
     if {"prompt", "response"} <= given:
         wrong = [key for key in ("prompt", "response") if not isinstance(row[key], str)]
-        return f"{wrong[0]}: expected a string, got {_kind(row[wrong[0]])}" if wrong else None
+        return f"{wrong[0]}: expected a string, got {kind(row[wrong[0]])}" if wrong else None
     keys = ", ".join(sorted(given)) or "none"
     return f"neither 'messages' nor 'prompt' and 'response' (its keys: {keys}); a row is {SHAPE}"
 
@@ -130,28 +44,19 @@ def row_problem(row: object) -> Optional[str]:
 def _messages_problem(messages: object) -> Optional[str]:
     """Why ``messages`` is not a conversation with an assistant's turn (None: it is one)."""
     if not isinstance(messages, list):
-        return f"messages: expected a list of {{role, content}}, got {_kind(messages)}"
+        return f"messages: expected a list of {{role, content}}, got {kind(messages)}"
     for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            return f"messages[{i}]: expected {{role, content}}, got {_kind(message)}"
-        role, content = message.get("role"), message.get("content")
-        if role not in ROLES:
-            said = "no role" if role is None else f"role {_kind(role)}"
-            return f"messages[{i}]: {said}; a role is one of {', '.join(ROLES)}"
-        if not isinstance(content, str):
-            return f"messages[{i}].content: expected a string, got {_kind(content)}"
+        problem = message_problem(f"messages[{i}]", message)
+        if problem:
+            return problem
     if not any(m["role"] == "assistant" for m in messages):
         roles = ", ".join(m["role"] for m in messages) or "no message"
         return f"no assistant turn ({roles}): nothing in it to train on (the loss counts the assistant's turns)"
     return None
 
 
-def _kind(value: object) -> str:
-    """A value as a message shows it: its type and (the start of) its repr."""
-    if value is None:
-        return "null"
-    shown = repr(value)
-    return f"{type(value).__name__} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+# The instruction data's rows: read and every one checked, before start and where the rank reads them.
+EXAMPLES = RowFile(row_problem, SHAPE)
 
 
 def template_problems(template: Optional[str]) -> list[str]:

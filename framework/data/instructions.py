@@ -20,41 +20,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from framework.config.errors import ConfigError
-from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_indices, split_problems
 from framework.data.batched import GatheringTensorDataset
-from framework.data.chat import (
-    Renderer,
-    checked_examples,
-    encode_example,
-    messages_of,
-    read_examples,
-    template_problems,
-)
-from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
-from framework.data.text import Codec, vocabulary_problems
+from framework.data.chat import EXAMPLES, encode_example, messages_of
+from framework.data.conversations import IGNORE, ConversationsDataModule, fit_window, shifted, system_tokens
 
 log = logging.getLogger(__name__)
 SHIPPED = Path(__file__).resolve().parent / "assets" / "instructions.jsonl"
-IGNORE = -100  # the targets the loss leaves out (the task's ignore_index)
-
-
-def fit_window(ids: list, trained: list, size: int) -> tuple[list, list, str]:
-    """The example within ``size`` tokens: its earliest untrained (prompt) tokens dropped first, then,
-    if its response alone is longer, the response cut at its end; and what was done ("", "prompt",
-    "response")."""
-    if len(ids) <= size:
-        return ids, trained, ""
-    drop = 0
-    while len(ids) - drop > size and not trained[drop]:
-        drop += 1
-    ids, trained = ids[drop:], trained[drop:]
-    return (ids, trained, "prompt") if len(ids) <= size else (ids[:size], trained[:size], "response")
-
-
-def shifted(ids: list, trained: list) -> tuple[list, list]:
-    """(inputs, targets): each token predicts the next, counted only where the next is trained."""
-    return ids[:-1], [t if keep else IGNORE for t, keep in zip(ids[1:], trained[1:])]
 
 
 def pack(examples: list[tuple[list, list]], seq_len: int, pad: int) -> GatheringTensorDataset:
@@ -106,13 +77,12 @@ class PadCollate:
         return [inputs, targets]
 
 
-class InstructionsDataModule(PromptsToContinue, BaseDataModule):
+class InstructionsDataModule(ConversationsDataModule):
     """Batches of (inputs, targets[, positions]) [batch, seq_len], targets -100 but on the responses;
     ``batch_size`` windows (or examples) per global batch."""
 
-    inputs, targets = "token ids", "next tokens"
-    masks_targets = True  # (the loss: a mean over the global batch's response tokens)
-    argument_ranges = {"seq_len": Range(low=2)}
+    targets = "next tokens"
+    ROWS, SHIPPED = EXAMPLES, SHIPPED
 
     def __init__(
         self,
@@ -131,52 +101,21 @@ class InstructionsDataModule(PromptsToContinue, BaseDataModule):
         predict_prompts: Sequence[str] = (),
         predict_file: Optional[str] = None,
     ):
-        super().__init__(batch_size, num_workers)
-        self.path, self.seq_len, self.packed, self.system = path, seq_len, pack, system
-        self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
-        self.codec, self.renderer = Codec(tokenizer), Renderer(tokenizer, template)
-        if vocab_size is not None and vocab_size != self.codec.vocab_size:
-            raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size}")
-        self.predict_prompts, self.counts = read_prompts(predict_file) or list(predict_prompts), {}
-
-    @property
-    def vocab_size(self) -> int:
-        return self.codec.vocab_size
-
-    @classmethod
-    def check_config(
-        cls,
-        path: Optional[str] = None,
-        tokenizer: Optional[str] = None,
-        template: Optional[str] = None,
-        system: Optional[str] = None,
-        seq_len: int = 256,
-        **rest,
-    ) -> list[str]:
-        """Before start: the tokenizer, the template, every row of the data (as setup reads them again)
-        and a system prompt that leaves room in a window; keyed relative to the datamodule."""
-        problems = vocabulary_problems(tokenizer, rest.get("vocab_size"))
-        problems += prompt_file_problems(rest.get("predict_file"))
-        problems += template_problems(template)
-        rows, found = checked_examples(str(path or SHIPPED))
-        if not problems and system:
-            problems += system_problems(tokenizer, template, system, seq_len)
-        fractions = rest.get("val_fraction", 0.05), rest.get("test_fraction", 0.05)
-        return problems + found + (split_problems(len(rows), *fractions) if rows and not found else [])
+        super().__init__(path, tokenizer, template, system, batch_size, seq_len, val_fraction, test_fraction,
+                         split_seed, num_workers, vocab_size, predict_prompts, predict_file)  # fmt: skip
+        self.packed = pack
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return
-        examples = self._encoded(read_examples(str(self.path or SHIPPED)))
-        parts = split_indices(len(examples), [self.val_fraction, self.test_fraction], self.split_seed)
+        examples = self._encoded(self._rows())
+        parts = self._splits(examples)
         if stage == "fit" and parts[2]:
             self._check_trainable(parts[2], examples)
         val, test, train = ([examples[i] for i in part] for part in parts)
         build = (lambda rows: pack(rows, self.seq_len, self.codec.pad)) if self.packed else Examples
         self.train_set, self.val_set, self.test_set = (build(rows) if rows else None for rows in (train, val, test))
-        prompts = [self.renderer.render(messages_of({"prompt": p, "response": ""}, self.system)[:-1], True)
-                   for p in self.predict_prompts]  # fmt: skip
-        self.predict_set = prompt_set(self.codec, prompts) if prompts else None
+        self._set_prompts()
 
     def _encoded(self, rows: list[dict]) -> list[tuple[list, list]]:
         """Each row as (inputs, targets) within a window; the cuts counted (``cuts``: each example's,
@@ -222,29 +161,3 @@ class InstructionsDataModule(PromptsToContinue, BaseDataModule):
         if loader is None or not isinstance(dataset, Examples):
             return loader
         return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, collate_fn=PadCollate(self.codec.pad))
-
-    def predict_dataloader(self) -> Optional[DataLoader]:
-        return self._loader(self.predict_set, shuffle=False) if self.predict_set is not None else None
-
-
-def system_tokens(renderer: Renderer, codec: Codec, system: str) -> int:
-    """The tokens of a conversation's system turn alone (``datamodule.system``'s)."""
-    return len(encode_example(renderer, codec, [{"role": "system", "content": system}], None)[0])
-
-
-def system_problems(tokenizer: Optional[str], template: Optional[str], system: str, seq_len) -> list[str]:
-    """A ``system`` prompt whose turn fills a window of ``seq_len`` tokens: every example would lose its
-    start (fit_window drops the earliest tokens first); keyed relative to the datamodule."""
-    if not isinstance(system, str) or not isinstance(seq_len, int):
-        return []  # (named by the type and range checks)
-    try:
-        tokens = system_tokens(Renderer(tokenizer, template, say=False), Codec(tokenizer), system)
-    except Exception:  # noqa: BLE001 - a chat template may refuse a lone system turn: setup's check stands
-        return []
-    if tokens < seq_len:
-        return []
-    return [
-        f"system: its turn is {tokens} tokens, and a window holds seq_len={seq_len}: every example would be cut, "
-        f"losing the start of the system prompt (an example longer than a window loses its earliest tokens); "
-        f"shorten datamodule.system or raise datamodule.seq_len well above {tokens}"
-    ]

@@ -20,13 +20,9 @@ from typing import Optional, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_indices, split_problems
-from framework.data.chat import Renderer, encode_example
-from framework.data.instructions import IGNORE, fit_window, shifted
-from framework.data.preference_rows import checked_pairs, pair_messages, read_pairs
-from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
-from framework.data.text import Codec, vocabulary_problems
+from framework.data.chat import encode_example
+from framework.data.conversations import IGNORE, ConversationsDataModule, fit_window, shifted
+from framework.data.preference_rows import PAIRS, pair_messages
 
 log = logging.getLogger(__name__)
 SHIPPED = Path(__file__).resolve().parent / "assets" / "preferences.jsonl"
@@ -57,13 +53,12 @@ class Pairs(Dataset):
         return [inputs, targets]
 
 
-class PreferencesDataModule(PromptsToContinue, BaseDataModule):
+class PreferencesDataModule(ConversationsDataModule):
     """Batches of ``batch_size`` preference pairs (per global batch): (inputs, targets) [2 x pairs,
     longest answer's tokens], targets -100 but on the answers."""
 
-    inputs, targets = "token ids", "preference pairs"
-    masks_targets = True  # (the loss: a mean over the global batch's pairs, the task's ``counted``)
-    argument_ranges = {"seq_len": Range(low=2)}
+    targets = "preference pairs"
+    ROWS, SHIPPED, FRACTIONS = PAIRS, SHIPPED, (0.1, 0.1)
 
     def __init__(
         self,
@@ -81,40 +76,18 @@ class PreferencesDataModule(PromptsToContinue, BaseDataModule):
         predict_prompts: Sequence[str] = (),
         predict_file: Optional[str] = None,
     ):
-        super().__init__(batch_size, num_workers)
-        self.path, self.seq_len, self.system = path, seq_len, system
-        self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
-        self.codec, self.renderer = Codec(tokenizer), Renderer(tokenizer, template)
-        if vocab_size is not None and vocab_size != self.codec.vocab_size:
-            raise ValueError(f"datamodule.vocab_size: {vocab_size}, but the tokens number {self.codec.vocab_size}")
-        self.predict_prompts, self.counts = read_prompts(predict_file) or list(predict_prompts), {}
-
-    @property
-    def vocab_size(self) -> int:
-        return self.codec.vocab_size
-
-    @classmethod
-    def check_config(cls, path: Optional[str] = None, tokenizer: Optional[str] = None, **rest) -> list[str]:
-        """Before start: the tokenizer, the prompts file, every row of the data (as setup reads them
-        again) and splits that leave pairs to train on; keyed relative to the datamodule."""
-        problems = vocabulary_problems(tokenizer, rest.get("vocab_size"))
-        problems += prompt_file_problems(rest.get("predict_file"))
-        rows, found = checked_pairs(str(path or SHIPPED))
-        fractions = rest.get("val_fraction", 0.1), rest.get("test_fraction", 0.1)
-        return problems + found + (split_problems(len(rows), *fractions) if rows and not found else [])
+        super().__init__(path, tokenizer, template, system, batch_size, seq_len, val_fraction, test_fraction,
+                         split_seed, num_workers, vocab_size, predict_prompts, predict_file)  # fmt: skip
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return
-        pairs = self._encoded(read_pairs(str(self.path or SHIPPED)))
-        parts = split_indices(len(pairs), [self.val_fraction, self.test_fraction], self.split_seed)
-        val, test, train = ([pairs[i] for i in part] for part in parts)
+        pairs = self._encoded(self._rows())
+        val, test, train = ([pairs[i] for i in part] for part in self._splits(pairs))
         self.train_set, self.val_set, self.test_set = (
             Pairs(rows, self.codec.pad) if rows else None for rows in (train, val, test)
         )
-        system = [{"role": "system", "content": self.system}] if self.system else []
-        prompts = [self.renderer.render([*system, {"role": "user", "content": p}], True) for p in self.predict_prompts]
-        self.predict_set = prompt_set(self.codec, prompts) if prompts else None
+        self._set_prompts()
 
     def _encoded(self, rows: list[dict]) -> list[tuple[list, list, list, list]]:
         """Each row as (chosen inputs, targets, rejected inputs, targets) within a window; the cuts
@@ -139,6 +112,3 @@ class PreferencesDataModule(PromptsToContinue, BaseDataModule):
                 *(truncated, len(cuts), len(rows), self.seq_len, cut),
             )
         return out
-
-    def predict_dataloader(self):
-        return self._loader(self.predict_set, shuffle=False) if self.predict_set is not None else None
