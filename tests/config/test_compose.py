@@ -46,6 +46,7 @@ NEEDS_DATA[("datamodule", "instructions")] = "Interpolation key 'datamodule.inpu
 NEEDS_DATA[("strategy", "fsdp_tp")] = "cannot make world size 1"
 NEEDS_DATA[("datamodule", "text_classification")] = "Interpolation key 'model.path' not found"
 NEEDS_DATA[("datamodule", "tokens")] = "datamodule.path: missing value"
+NEEDS_DATA[("optimizer", "none")] = "optimizer: missing; choose an option of the 'optimizer' group: adam, adamw, sgd"
 NEEDS_DATA[("task", "language_modeling")] = "trains on windows of tokens, but datamodule DigitsDataModule"
 NEEDS_DATA[("strategy", "tp")] = "CNN has no tensor-parallel plan"
 NEEDS_DATA[("strategy", "pp")] = "CNN cannot be split into pipeline stages"
