@@ -67,6 +67,11 @@ def converted(path: Path) -> Path:
     except GGUFError as err:
         _failures[digest] = str(err)
         raise
+    except OSError as err:  # (a cache that cannot be written: named, not a traceback)
+        raise GGUFError(
+            f"'{path}': its conversion cannot be written to {target.parent} ({err.strerror or err}); "
+            "set XDG_CACHE_HOME to a writable directory"
+        ) from None
     return target
 
 

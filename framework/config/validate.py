@@ -93,7 +93,7 @@ def validate(
     for group, ranges in COMPONENT_RANGES.items():
         problems += _range_problems(group, ranges, container.get(group))
     for group in REQUIRED_GROUPS:
-        if group == "optimizer" and container.get("train") is False:
+        if group == "optimizer" and container.get("train") is False and not container.get(group):
             continue  # (optimizer=none: a run that only tests, predicts or scores builds none)
         problems += _required_group_problems(group, container.get(group))
     problems += _optimizer_problems(container.get("optimizer")) + _scheduler_problems(container.get("scheduler"))
