@@ -3,7 +3,7 @@ directory in the cache, whose model gives the logits of transformers' own GGUF l
 framework-generate at once on a new cache convert it once (one directory, nothing half-written), a
 later one starts from the cache, and its greedy tokens are transformers' generate's with the chat
 template; a datamodule's tokenizer follows the model; a damaged or foreign file is refused before start,
-naming it and the key; an adapter's base is the file's hash."""
+naming it and the key, as is a cache that cannot be written; an adapter's base is the file's hash."""
 
 from __future__ import annotations
 
@@ -174,3 +174,15 @@ def test_an_adapters_base_is_the_gguf_files_hash(tmp_path):
         f.seek(-1, os.SEEK_END)
         f.write(bytes([last[0] ^ 1]))
     assert base_fingerprint({"path": str(other)}, 0)["fingerprint"] != digest[:16]
+
+
+def test_a_cache_that_cannot_be_written_is_named_before_start(tmp_path, monkeypatch):
+    from framework.models.hf_files import directory_problems
+
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a_file"))
+    cache = tmp_path / "a_file" / "framework" / "gguf"
+    assert directory_problems(GGUF) == [
+        f"model.path: '{gguf_file()}': its conversion cannot be written to {cache} (Not a directory); set "
+        "XDG_CACHE_HOME to a writable directory"
+    ]
