@@ -18,16 +18,17 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 pytest.importorskip("lm_eval")
 
-OFFLINE = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 LIMIT = 16  # questions of stdlib_modules (of 73), each of 4 choices: a model of 135M parameters on 2 cores
 
 
 def test_framework_evaluate_scores_the_gguf_model_as_it_is_as_lm_eval_does(tmp_path):
     file = gguf_file()
+    # (the environment of now, not of the import: the session's XDG_CACHE_HOME, never the user's ~/.cache)
+    offline = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     ours = subprocess.run(
         [sys.executable, "-m", "framework.evaluate", f"model.path={GGUF}", "harness.tasks=[stdlib_modules]",
          f"harness.limit={LIMIT}", "test=false", f"hydra.run.dir={tmp_path / 'eval'}"],
-        capture_output=True, text=True, timeout=900, env=OFFLINE,
+        capture_output=True, text=True, timeout=900, env=offline,
     )  # fmt: skip
     assert ours.returncode == 0, ours.stderr[-3000:]
     theirs = subprocess.run(
@@ -35,7 +36,7 @@ def test_framework_evaluate_scores_the_gguf_model_as_it_is_as_lm_eval_does(tmp_p
          f"pretrained={file.parent},gguf_file={NAME},dtype=float32", "--tasks", "stdlib_modules",
          "--include_path", str(SHIPPED_TASKS), "--limit", str(LIMIT), "--batch_size", "8", "--device", "cpu",
          "--output_path", str(tmp_path / "lm_eval")],
-        capture_output=True, text=True, timeout=900, env=OFFLINE,
+        capture_output=True, text=True, timeout=900, env=offline,
     )  # fmt: skip
     assert theirs.returncode == 0, theirs.stderr[-3000:]
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
