@@ -3,8 +3,10 @@
 
 Continues each prompt with a trained language model and prints the continuations; predictions.jsonl
 (prompt, continuation, tokens) holds them. SOURCE is a run directory (its checkpoints/last), one of
-its checkpoints, or a Hugging Face model directory with its tokenizer (a run's model_hf/, or any
-save_pretrained directory). Keys choose how: task.max_new_tokens=32, task.temperature=0.8,
+its checkpoints, a Hugging Face model directory with its tokenizer (a run's model_hf/, or any
+save_pretrained directory), or a GGUF file (converted once into a cache; pkg://<package>/<file> for
+one a package bundles). A model is used as it is (experiment=hf_pretrained: no optimizer, nothing
+trained). Keys choose how: task.max_new_tokens=32, task.temperature=0.8,
 task.top_k=50, task.top_p=0.9, task.seed=1, strategy=ddp trainer.devices=2 (greedy by default).
 Writes to <run dir>/generate/<date>_<time>/ (a model directory: outputs/generate/<date>/<time>/),
 or to --output DIR.
@@ -28,7 +30,9 @@ def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawTextHelpFormatter,
     )
-    parser.add_argument("source", help="a run directory, a checkpoint, or a Hugging Face model directory")
+    parser.add_argument(
+        "source", help="a run directory, a checkpoint, a Hugging Face model directory, or a GGUF file (.gguf)"
+    )
     parser.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for several)")
     parser.add_argument("--prompts", help='a file of prompts: one per line, or a .jsonl of {"prompt": ...}')
     parser.add_argument("--output", help="the directory to write predictions.jsonl to")
@@ -53,24 +57,32 @@ def _checkpoint_of(source: Path) -> Path | None:
     return None
 
 
-def _model_run(model_dir: Path, prompts_file: str, chat: bool, overrides: list[str]) -> list[str]:
-    """A run that only predicts, with the Hugging Face model of ``model_dir`` and its tokenizer (``chat``:
-    the prompts rendered as a user's turns, datamodule=instructions)."""
+def _model_run(model: str, prompts_file: str, chat: bool, overrides: list[str]) -> list[str]:
+    """A run that only predicts, with the Hugging Face model ``model`` (a directory or a GGUF file) as it
+    is and its tokenizer (``chat``: the prompts rendered as a user's turns, datamodule=instructions)."""
     return [
-        "experiment=gpt_text",
+        "experiment=hf_pretrained",
         *(["datamodule=instructions"] if chat else []),
-        "model=hf/causal_lm",
-        f"model.path='{model_dir}'",
-        f"datamodule.tokenizer='{model_dir}'",
-        "datamodule.vocab_size=null",
+        f"model.path='{model}'",
         f"datamodule.predict_file='{prompts_file}'",
-        "train=false",
         "test=false",
+        "predict=true",
+        "predict_format=jsonl",
         "logger=none",
         "callbacks=none",
         *GREEDY,
         *overrides,
     ]
+
+
+def _source(text: str) -> Path | None:
+    """SOURCE on disk (``pkg://`` resolved); None: a package that is not installed."""
+    from framework.config.package_paths import resolve_path
+
+    try:
+        return resolve_path(text).resolve()
+    except FileNotFoundError:
+        return None
 
 
 _ADAPTERS_ALONE = (
@@ -90,27 +102,28 @@ def main(argv: list[str] | None = None) -> int:
     from framework.launch.failures import JobFailed
 
     args, overrides = _arguments(sys.argv[1:] if argv is None else argv)
-    source, stamp = Path(args.source).resolve(), _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    source, stamp = _source(args.source), _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     with tempfile.TemporaryDirectory(prefix="framework-generate-") as scratch:
         prompts_file = args.prompts or str(Path(scratch) / "prompts.jsonl")
         if not args.prompts:
             Path(prompts_file).write_text("".join(json.dumps({"prompt": p}) + "\n" for p in args.prompt))
-        ckpt = _checkpoint_of(source)
+        ckpt = _checkpoint_of(source) if source is not None else None
         try:
             if ckpt is not None:
                 output = args.output or str(ckpt.parent.parent / "generate" / stamp)
                 jsonl = ["predict_format=jsonl", f"++datamodule.predict_file='{prompts_file}'", "++harness.tasks=[]"]
                 # (its log in train.log: this command's output is the continuations)
                 results = predict(str(ckpt), [*jsonl, *GREEDY, *overrides], output_dir=output, verbose=False)
-            elif not source.exists():
-                print(f"{args.source}: nothing there (a run directory, a checkpoint or a model)", file=sys.stderr)
+            elif source is None or not source.exists():
+                print(f"{args.source}: nothing there (a run directory, a checkpoint, a model, .gguf)", file=sys.stderr)
                 return 2
             elif (source / "adapter_config.json").is_file() and not (source / "config.json").is_file():
                 print(_ADAPTERS_ALONE.format(source=source), file=sys.stderr)
                 return 2
             else:
                 output = args.output or str(Path("outputs/generate") / stamp.replace("_", "/"))
-                run = compose(_model_run(source, prompts_file, args.chat, overrides))
+                model = args.source if args.source.startswith("pkg://") else str(source)
+                run = compose(_model_run(model, prompts_file, args.chat, overrides))
                 results = fit(run, output_dir=output, verbose=False)
         except (ConfigError, HydraException) as err:  # (an override Hydra cannot parse: as framework-train says it)
             print(err, file=sys.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -75,3 +77,21 @@ def tiny_cfg():
         return compose(TINY + list(overrides))
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory):
+    """``$XDG_CACHE_HOME`` (the framework's cache: a GGUF file's conversion) in one directory of this test
+    session that both xdist workers share, so the real model converts once per session (a lock makes
+    the first use safe) and no test writes to the user's ~/.cache. Set for the processes tests start too."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # (a worker's is popen-gw<n>/)
+    cache = shared / "xdg-cache"
+    cache.mkdir(exist_ok=True)
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    yield cache
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before

@@ -34,6 +34,7 @@ from framework.config.errors import ConfigError
 from framework.config.group_keys import KEYED_GROUPS, group_keys, misplaced_key_message
 from framework.config.intervals import validation_interval_problem
 from framework.config.leftover_keys import SCHEDULER_KEYS, drop_auto_keys, settled_scheduler
+from framework.config.location import group_options
 from framework.config.param_groups import structure_problems
 from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
 from framework.config.schemas import (
@@ -74,6 +75,8 @@ def validate(
     container = _resolve(cfg, problems)
     if "scheduler" in container:
         container["scheduler"] = settled_scheduler(container["scheduler"])
+    if container.get("train") is False and not _names_a_class(container.get("optimizer")):
+        container["optimizer"] = {}  # optimizer=none (an experiment's settings left on it): nothing trains
     problems += drop_auto_keys(container.get("strategy"))
     user_keys = {k for k in container if _users_own(k)}
     unreferenced = user_keys - referenced_keys(OmegaConf.to_yaml(cfg, resolve=False))
@@ -91,6 +94,8 @@ def validate(
     for group, ranges in COMPONENT_RANGES.items():
         problems += _range_problems(group, ranges, container.get(group))
     for group in REQUIRED_GROUPS:
+        if group == "optimizer" and container.get("train") is False and not container.get(group):
+            continue  # (optimizer=none: a run that only tests, predicts or scores builds none)
         problems += _required_group_problems(group, container.get(group))
     problems += _optimizer_problems(container.get("optimizer")) + _scheduler_problems(container.get("scheduler"))
     for group in ("logger", "callbacks"):
@@ -165,11 +170,19 @@ def referenced_keys(text: str) -> set[str]:
 
 def _required_group_problems(group: str, node: Any) -> list[str]:
     """A group every run needs: its ``_target_`` imports and its keys bind to the signature."""
-    if not isinstance(node, dict) or not node:
-        return [f"{group}: missing; choose an option of the '{group}' group, e.g. {group}=..."]
+    if not isinstance(node, dict) or not node or (group == "optimizer" and not _names_a_class(node)):
+        options = ", ".join(sorted(group_options(group) - {"none"}))
+        none = " (optimizer=none: only with train=false, a run that does not train)" if group == "optimizer" else ""
+        return [f"{group}: missing; choose an option of the '{group}' group: {options}{none}"]
     problems: list[str] = []
     check_target(node, group, problems, group)
     return problems
+
+
+def _names_a_class(node: Any) -> bool:
+    """A component's node with its ``_target_`` (not a selection of none, or the settings an experiment
+    left on it: ``optimizer=none`` under an experiment that sets ``optimizer.lr``)."""
+    return isinstance(node, dict) and "_target_" in node
 
 
 def _optimizer_problems(optimizer: Any) -> list[str]:

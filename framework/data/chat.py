@@ -112,9 +112,9 @@ class Renderer:
         if template is None and tokenizer and _has_chat_template(tokenizer):
             from transformers import AutoTokenizer
 
-            from framework.config.package_paths import resolve_path
+            from framework.config.package_paths import model_directory
 
-            self.chat = AutoTokenizer.from_pretrained(str(resolve_path(tokenizer)), local_files_only=True)
+            self.chat = AutoTokenizer.from_pretrained(str(model_directory(tokenizer)), local_files_only=True)
         self.template = template or DEFAULT_TEMPLATE
         # which one renders is said once: a template the tokenizer lacks changes every loss
         if say:
@@ -143,9 +143,9 @@ class Renderer:
 def _has_chat_template(tokenizer: str) -> bool:
     """Does the tokenizer's directory hold a chat template: in tokenizer_config.json, or in the file
     of its own that transformers (>= 4.43) saves it to (chat_template.jinja / .json)?"""
-    from framework.config.package_paths import resolve_path
+    from framework.config.package_paths import model_directory
 
-    path = resolve_path(tokenizer)
+    path = model_directory(tokenizer)
     folder = path if path.is_dir() else path.parent
     if any((folder / name).is_file() for name in CHAT_TEMPLATE_FILES) or (folder / "chat_templates").is_dir():
         return True

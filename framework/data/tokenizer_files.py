@@ -1,18 +1,20 @@
-"""Tokenizer files: a ``tokenizers`` JSON file, or a model directory (``pkg://`` too) that holds one,
-loaded with its own padding and truncation off. No torch here: ``framework-prepare-data``'s workers
-load tokenizers through it."""
+"""Tokenizer files: a ``tokenizers`` JSON file, or a model directory (``pkg://`` too, or a GGUF file's
+converted directory) that holds one, loaded with its own padding and truncation off. No torch here:
+``framework-prepare-data``'s workers load tokenizers through it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
-from framework.config.package_paths import resolve_path
+from framework.config.gguf_files import GGUFError
+from framework.config.package_paths import model_directory
 
 
 def tokenizer_file(tokenizer: str) -> Path:
-    """A ``tokenizers`` JSON file, or a model directory (``pkg://`` too) holding its ``tokenizer.json``."""
-    path = resolve_path(tokenizer)
+    """A ``tokenizers`` JSON file, or a model directory holding its ``tokenizer.json`` (``pkg://`` too; a
+    GGUF file's converted directory)."""
+    path = model_directory(tokenizer)
     return path / "tokenizer.json" if path.is_dir() else path
 
 
@@ -30,14 +32,14 @@ def tokenizer_problems(tokenizer: Optional[str]) -> list[str]:
     """``tokenizer`` names a tokenizers JSON file, or a directory that holds one."""
     try:
         found = tokenizer_file(tokenizer).is_file() if tokenizer else True
-    except FileNotFoundError as err:
+    except (FileNotFoundError, GGUFError) as err:
         return [f"tokenizer: {err}"]
     return (
         []
         if found
         else [
-            f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file, or a model "
-            "directory holding tokenizer.json; null: bytes)"
+            f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file, a model "
+            "directory holding tokenizer.json, or a GGUF file; null: bytes)"
         ]
     )
 
@@ -66,7 +68,7 @@ def special_tokens(tokenizer: Optional[str], loaded=None) -> dict:
     ``tokenizer_config.json`` names). For a tokenizer file, the files beside it say."""
     if not tokenizer:
         return {"eos": [], "pad": None, "bos": None, "tokenizer_bos": None, "tokenizer_eos": None}
-    path = resolve_path(tokenizer)
+    path = model_directory(tokenizer)
     directory = path if path.is_dir() else path.parent
     generation, config = _json(directory / "generation_config.json"), _json(directory / "config.json")
     named = _json(directory / "tokenizer_config.json")

@@ -10,7 +10,9 @@ STATE_BYTES = {"Adam": 8, "AdamW": 8, "SGD": 4}
 
 def optimizer_state_bytes(optimizer: dict) -> int:
     """Bytes of optimizer state per parameter (fp32) for the ``optimizer`` config node
-    (unknown optimizers are assumed to keep two moments, as Adam)."""
+    (unknown optimizers are assumed to keep two moments, as Adam; none, optimizer=none: 0)."""
+    if not optimizer:
+        return 0
     name = str(optimizer["_target_"]).rsplit(".", 1)[-1]
     if name == "SGD" and not optimizer.get("momentum"):
         return 0

@@ -145,7 +145,7 @@ class HFCausalLM(HFSource, nn.Module):
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
         """Each parameter (this rank's shard of it): the saved tensor, or a draw of its own."""
-        reader = hf_files.WeightReader(hf_files.resolve_path(self.path)) if self.path and self.pretrained else None
+        reader = hf_files.WeightReader(hf_files.model_directory(self.path)) if self.path and self.pretrained else None
         norms = {name for name, module in self.named_modules() if "Norm" in type(module).__name__}
         for name, param in self.named_parameters():
             if is_adapter(name):  # (an adapter's own init draws it: framework/models/lora.py)

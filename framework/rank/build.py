@@ -38,7 +38,7 @@ class Components:
     datamodule: object
     model: object
     task: object
-    optimizer_factory: Callable
+    optimizer_factory: Optional[Callable]  # None: optimizer=none (a run that does not train)
     scheduler: Optional[SchedulerSpec]
     loggers: list = field(default_factory=list)
     callbacks: dict = field(default_factory=dict)  # config name -> callback
@@ -59,8 +59,11 @@ def build_scheduler(node: dict) -> Optional[SchedulerSpec]:
     return SchedulerSpec(_make(factory, "scheduler"), settings.interval, settings.frequency)
 
 
-def build_optimizer_factory(node: dict) -> OptimizerFactory:
-    """The optimizer partial (what strategies complete with parameters) and its declared groups."""
+def build_optimizer_factory(node: dict) -> Optional[OptimizerFactory]:
+    """The optimizer partial (what strategies complete with parameters) and its declared groups; None
+    for optimizer=none (a run that does not train)."""
+    if not node:
+        return None
     groups = node.get("param_groups") or []
     partial = _make({k: v for k, v in node.items() if k != "param_groups"}, "optimizer")
     for i, group in enumerate(groups):

@@ -36,13 +36,17 @@ def _tokens(figures: dict, seq_len) -> dict:
 
 def job_fields(run: Experiment, strategy: Strategy) -> dict:
     """What results.json says of the job whatever its outcome; ``placement``: the CPU cores rank 0
-    may run on and the CUDA devices it may see (a packed sweep gives each job its own)."""
+    may run on and the CUDA devices it may see (a packed sweep gives each job its own); ``model_source``:
+    the saved model the weights start from, where the model declares one (a Hugging Face model's path)."""
     placement = {"cpus": cpu_cores(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    source = run.model.declared("model_source")  # (a saved model's path and hash: what ran)
+    source = source(**run.model.options) if callable(source) else None
     return {
         **job_record(run, strategy.name, strategy.world_size),
         "accelerator": strategy.accelerator,
         "degrees": strategy.topology.degrees,
         "placement": placement,
+        **({"model_source": source} if source else {}),
     }
 
 

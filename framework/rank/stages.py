@@ -23,9 +23,10 @@ log = logging.getLogger(__name__)
 
 
 def run_stages(run: Experiment, trainer: Trainer, parts: Components, signals=None) -> dict:
-    """Every stage ``run`` asks for; returns what results.json says of them (with the seconds
-    fit and test took: the sweep report subtracts them from the sweep's wall time). Training stops
-    at a step boundary on a stop signal (``signals``); the stages after it stop at once (StopNow)."""
+    """Every stage ``run`` asks for; returns what results.json says of them (with the seconds fit, test,
+    predict and the harness each took: ``fit_time_s``, ``test_time_s``, ``predict_time_s``,
+    ``harness_time_s``; the sweep report subtracts them from the sweep's wall time). Training stops at a
+    step boundary on a stop signal (``signals``); the stages after it stop at once (StopNow)."""
     out: dict = {}
     init = apply_configured_init(run, parts.model)
     if init is not None:
@@ -43,22 +44,24 @@ def run_stages(run: Experiment, trainer: Trainer, parts: Components, signals=Non
     with signals.at_once() if signals is not None else contextlib.nullcontext():
         if run.export_weights and trainer.model is not None:
             export_weights(run, trainer, getattr(parts.datamodule, "class_names", None))
-        t2 = time.perf_counter()
         if run.test:
+            t2 = time.perf_counter()
             out.update(test(run, trainer, parts, ckpt))
+            out.update(test_time_s=time.perf_counter() - t2)
         if run.predict:
+            t3 = time.perf_counter()
             out["predictions"] = predict(run, trainer, parts, ckpt)
+            out.update(predict_time_s=time.perf_counter() - t3)
         if run.harness.tasks:
             from framework.rank.harness import score  # here: lm-eval imports in seconds
 
-            t3 = time.perf_counter()
+            t4 = time.perf_counter()
             try:
                 out["harness"] = score(run.harness, trainer, parts, ckpt, str(run.output_dir))
             except Exception as err:  # noqa: BLE001 - scores come after: the training's results stay whole
                 out["harness_error"] = f"{type(err).__name__}: {err}"
                 log.error("The harness failed (the run's other results are kept): %s", out["harness_error"])
-            out.update(harness_time_s=time.perf_counter() - t3)
-    out.update(test_time_s=time.perf_counter() - t2)
+            out.update(harness_time_s=time.perf_counter() - t4)
     return out
 
 

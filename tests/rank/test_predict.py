@@ -56,6 +56,13 @@ def test_two_sharded_ranks_predict_what_one_device_predicts(trained, tmp_path):
     assert torch.equal(single["prediction"], single["prob"].argmax(dim=-1))
 
 
+def test_results_time_the_test_and_the_predictions_apart(trained):
+    import json
+
+    results = json.loads((trained[0] / "results.json").read_text())
+    assert results["test_time_s"] > 0 and results["predict_time_s"] > 0 and "harness_time_s" not in results
+
+
 def test_cli_writes_a_csv_of_a_prefix(trained):
     run_dir, single = trained
     done = subprocess.run(

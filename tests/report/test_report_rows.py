@@ -125,3 +125,13 @@ def test_the_report_says_what_was_swept_and_which_jobs_tie_with_the_best(tmp_pat
     assert "Swept: strategy, trainer.devices; every job: experiment=digits_mlp, trainer.max_epochs=2." in lines
     best = next(line for line in lines if line.startswith("Best by"))
     assert best == "Best by val/loss (min): job 0 (0.5), strategy=single, devices=1 (tied to 1e-5 with job(s) 1)"
+
+
+def test_the_timing_counts_the_test_the_predictions_and_the_harness_as_testing():
+    from framework.report.timing import timing
+
+    job = {"status": "completed", "started_at": 100.0, "job_time_s": 20.0, "wall_time_s": 18.0}
+    rows = [{**job, "fit_time_s": 10.0, "test_time_s": 1.0, "predict_time_s": 2.0, "harness_time_s": 3.0}]
+    lines = timing({"started_at": 100.0, "finished_at": 120.0, "launcher": "basic"}, rows)
+    assert "training 10.0 s, testing 6.0 s, rank start-up 2.0 s" in lines[3]
+    assert "(wall - training - testing) / jobs = 4.00 s" in lines[4]

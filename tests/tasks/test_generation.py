@@ -241,7 +241,10 @@ def test_framework_generate_names_a_source_that_is_not_there(tmp_path, capsys):
 
     assert main([str(tmp_path / "run_typo"), "--prompt", "hi"]) == 2
     said = capsys.readouterr().err
-    assert said == f"{tmp_path / 'run_typo'}: nothing there (a run directory, a checkpoint or a model)\n"
+    assert said == f"{tmp_path / 'run_typo'}: nothing there (a run directory, a checkpoint, a model, .gguf)\n"
+    assert main(["pkg://no_such_package/model.gguf", "--prompt", "hi"]) == 2  # a package not installed
+    said = capsys.readouterr().err
+    assert said == "pkg://no_such_package/model.gguf: nothing there (a run directory, a checkpoint, a model, .gguf)\n"
 
 
 @pytest.mark.multiprocess
