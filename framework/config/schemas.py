@@ -236,6 +236,9 @@ class RootConfig:
     # After fit/test: the predict loop over predict_dataloader(), written to predictions.<format>.
     predict: bool = False
     predict_format: Literal["pt", "csv", "jsonl"] = "pt"  # predictions.pt, .csv or .jsonl
+    # With predict and train: the prompts continued by the weights training starts from too (a
+    # fine-tune's base), before the first step; predictions.jsonl holds them beside the trained ones.
+    predict_on_start: bool = False
     # Resume: a checkpoint directory, or last / best (this run's checkpoints/).
     ckpt_path: Optional[str] = None
     # Checkpoints (ckpt_path, init.weights) are read as data: a file that would run code when

@@ -311,6 +311,23 @@ def check_export_format(run: Experiment) -> list[str]:
     ]
 
 
+def check_predict_on_start(run: Experiment) -> list[str]:
+    """``predict_on_start`` continues the prompts with the weights training starts from, beside the
+    trained weights' continuations: it needs a run that trains and predicts, into predictions.jsonl."""
+    if not run.predict_on_start:
+        return []
+    missing = [f"{key}={value}" for key, value in (("train", run.train), ("predict", run.predict)) if not value]
+    if run.predict_format != "jsonl":
+        missing.append(f"predict_format={run.predict_format}")
+    if not missing:
+        return []
+    return [
+        f"predict_on_start: true puts the prompts' continuations before training beside those after it, in "
+        f"predictions.jsonl; this run has {', '.join(missing)}: set train=true predict=true predict_format=jsonl, "
+        "or predict_on_start=false"
+    ]
+
+
 def check_export_directory(run: Experiment) -> list[str]:
     """``export_format=hf`` writes ``model_hf/`` of the run's directory: never through a link, nor over a
     file of the user's (models/hf_export.py)."""

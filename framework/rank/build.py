@@ -28,6 +28,7 @@ from framework.engine.seed import seed_everything, set_debug_flags, set_determin
 from framework.engine.trainer import Trainer
 from framework.engine.transfer_learning import apply_init
 from framework.models.lora import base_fingerprint
+from framework.rank.on_start import PredictionsOnStart, ScoresOnStart
 from framework.strategies import Strategy, build_strategy
 
 log = logging.getLogger(__name__)
@@ -105,9 +106,9 @@ def build_callbacks(run: Experiment) -> dict:
     if trainer.profiler:
         callbacks["profiler"] = PROFILERS[trainer.profiler](str(run.output_dir))
     if run.harness.tasks and run.harness.on_start and run.train:
-        from framework.rank.harness import ScoresOnStart  # (here: lm-eval loads only when asked for)
-
         callbacks["harness_on_start"] = ScoresOnStart(run.harness, str(run.output_dir))
+    if run.predict and run.predict_on_start and run.train:
+        callbacks["predictions_on_start"] = PredictionsOnStart()
     if trainer.fast_dev_run:
         # Lightning's fast_dev_run: a check of the pipeline that leaves nothing to resume from or monitor
         skipped = [name for name, cb in callbacks.items() if isinstance(cb, FAST_DEV_RUN_SKIPS)]

@@ -305,23 +305,3 @@ def summary(results: dict) -> dict:
 
 def _line(metrics: dict) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if "stderr" not in k and k != "samples")
-
-
-class ScoresOnStart:
-    """``harness.on_start``: a callback scoring the weights training starts from (a fine-tune's base),
-    once the strategy set the model up, before the first step (a resumed run starts from trained
-    weights: no scores then). The random states are kept: training draws what it would have drawn."""
-
-    def __init__(self, settings: HarnessConfig, output_dir: str):
-        self.settings, self.output_dir, self.scores = settings, output_dir, None
-
-    def on_fit_start(self, trainer) -> None:
-        from types import SimpleNamespace
-
-        from framework.engine.seed import random_states_kept
-
-        if trainer.global_step != 0:
-            return
-        parts = SimpleNamespace(model=None, datamodule=trainer.datamodule, task=trainer.task)
-        with random_states_kept():
-            self.scores = score(self.settings, trainer, parts, None, self.output_dir, prefix="harness_start")

@@ -17,6 +17,7 @@ from framework.engine.checkpoint_files import is_checkpoint, resolve_ckpt_path
 from framework.engine.predictions import write_predictions
 from framework.engine.trainer import Trainer
 from framework.rank.build import Components, apply_configured_init
+from framework.rank.on_start import beside
 from framework.rank.tested_weights import record, test_checkpoint
 
 log = logging.getLogger(__name__)
@@ -113,9 +114,11 @@ def predict(run: Experiment, trainer: Trainer, parts: Components, ckpt: Path | N
     )
     if predictions is None:  # the other ranks, or nothing to predict
         return None
-    path = write_predictions(
-        predictions, Path(run.output_dir), run.predict_format, getattr(parts.datamodule, "prediction_records", None)
-    )
+    records = getattr(parts.datamodule, "prediction_records", None)
+    on_start = getattr(parts.callbacks.get("predictions_on_start"), "predictions", None)
+    if records is not None and on_start is not None:  # the base's continuations beside the trained ones
+        records = lambda p, _records=records: beside(_records(p), _records(on_start))  # noqa: E731
+    path = write_predictions(predictions, Path(run.output_dir), run.predict_format, records)
     samples = len(predictions if isinstance(predictions, torch.Tensor) else next(iter(predictions.values())))
     log.info("Wrote the predictions of %d samples to %s", samples, path)
     return {"path": str(path), "samples": samples}

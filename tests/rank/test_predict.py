@@ -147,3 +147,26 @@ def test_a_datamodule_without_test_data_trains_and_a_test_asks_for_it(tmp_path):
         "(it returns the DataLoader of the test samples, or None), choose a datamodule that has one or set test=false"
     ]
     assert fit(compose([*run, "test=false"]), output_dir=str(tmp_path / "trained"))["status"] == "completed"
+
+
+def test_predict_on_start_writes_the_bases_continuations_beside_the_trained_ones(tmp_path):
+    import json
+
+    from tests.helpers.configs import GPT_TINY
+
+    prompts = ["Which module reads CSV files?", "What is PEP 8?"]
+    run = [*(o for o in GPT_TINY if not o.startswith("datamodule")), "datamodule=instructions", "datamodule.seq_len=64"]
+    run += ["datamodule.batch_size=4", "trainer.max_steps=3", "optimizer.lr=0.01", "test=false", "predict=true"]
+    run += [
+        "predict_format=jsonl",
+        "task.max_new_tokens=6",
+        f"datamodule.predict_prompts=[{','.join(map(repr, prompts))}]",
+    ]
+    assert fit(compose([*run, "predict_on_start=true"]), output_dir=str(tmp_path / "on"))["status"] == "completed"
+    rows = [json.loads(line) for line in (tmp_path / "on" / "predictions.jsonl").read_text().splitlines()]
+    assert fit(compose(run), output_dir=str(tmp_path / "plain"))["status"] == "completed"
+    plain = [json.loads(line) for line in (tmp_path / "plain" / "predictions.jsonl").read_text().splitlines()]
+    assert [{k: r[k] for k in plain[0]} for r in rows] == plain  # the trained weights' as without it
+    assert [r["tokens_on_start"] for r in rows] != [r["tokens"] for r in rows]  # the base's, beside them
+    with pytest.raises(ConfigError, match="predict_on_start: true puts"):
+        fit(compose([*run, "predict_on_start=true", "predict_format=pt"]), output_dir=str(tmp_path / "refused"))
