@@ -223,8 +223,8 @@ class RootConfig:
     seed: Optional[int] = ranged(42, low=0, high=2**32 - 1)  # numpy's seeds
     train: bool = True  # fit the model
     test: bool = True  # test it after fit (test_ckpt's weights)
-    # The weights the test after training runs on; null = best when a checkpoint callback
-    # monitors a metric, else final (rank/tested_weights.py).
+    # The weights the test after training runs on, and the predictions and the harness after it (with
+    # test=false too); null = best when a checkpoint callback monitors a metric, else final (rank/tested_weights.py).
     test_ckpt: Optional[Literal["best", "last", "final"]] = None
     export_weights: bool = False  # write the final weights whole (export_format), from any strategy
     # model.pt (torch.save, read back as data), model.safetensors (a format that holds only tensors), or

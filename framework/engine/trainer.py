@@ -302,6 +302,11 @@ class Trainer:
             raise ValueError("datamodule: predict_dataloader() returned None; there is nothing to predict")
         return self._run_guarded(lambda: self.evaluation.predict(self, loader))
 
+    def use_weights(self, ckpt_path) -> None:
+        """The trained model's weights replaced by those of the checkpoint ``ckpt_path`` (best, last: what
+        the stages after training score), as ``test(ckpt_path=...)`` loads them."""
+        self._model_for("predict", None, ckpt_path)
+
     def inference(self, model: Optional[torch.nn.Module] = None, ckpt_path=None):
         """Context for forwards of one's own outside the loops (lm-evaluation-harness's scoring): the
         trained model, or ``model`` set up by the strategy with the checkpoint's weights, as for

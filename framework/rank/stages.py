@@ -49,6 +49,8 @@ def run_stages(run: Experiment, trainer: Trainer, parts: Components, signals=Non
             t2 = time.perf_counter()
             out.update(test(run, trainer, parts, ckpt))
             out.update(test_time_s=time.perf_counter() - t2)
+        elif run.train and (run.predict or run.harness.tasks):
+            out.update(tested_weights(trainer, run))
         if run.predict:
             t3 = time.perf_counter()
             out["predictions"] = predict(run, trainer, parts, ckpt)
@@ -102,6 +104,15 @@ def test(run: Experiment, trainer: Trainer, parts: Components, ckpt: Path | None
         return {}
     which, path = test_checkpoint(run)
     trainer.test(parts.datamodule, ckpt_path=path)
+    return {"test_ckpt": record(which, path)}
+
+
+def tested_weights(trainer: Trainer, run: Experiment) -> dict:
+    """Without a test: the weights ``test_ckpt`` names (best, last) loaded for the predictions and the
+    harness, as a test would have loaded them."""
+    which, path = test_checkpoint(run)
+    if path is not None:
+        trainer.use_weights(path)
     return {"test_ckpt": record(which, path)}
 
 

@@ -34,8 +34,9 @@ def base(tmp_path_factory):
 
 
 def dpo(base, *more: str) -> list[str]:
-    """experiment=hf_dpo_preferences on the saved Llama: 7 steps (54 training pairs in batches of 8: an
-    epoch and a step), validation (7 pairs: 4 and 3 on 2 ranks) at the epoch's end, checkpoints every 3."""
+    """experiment=hf_dpo_preferences on the saved Llama: 7 steps in batches of 8 pairs, validation (the
+    shipped set's validation split: an odd count of pairs, so the 2 ranks' shares differ) at step 4 and
+    at the end, checkpoints every 3."""
     return [
         "experiment=hf_dpo_preferences",
         "model=hf/causal_lm",
@@ -44,6 +45,7 @@ def dpo(base, *more: str) -> list[str]:
         "optimizer.lr=0.01",
         "++optimizer.eps=1e-6",
         "trainer.max_steps=7",
+        "trainer.val_check_interval=4",
         "trainer.log_every_n_steps=1",
         "trainer.enable_progress_bar=false",
         "trainer.accelerator=cpu",
@@ -103,7 +105,7 @@ def test_two_fsdp_ranks_give_one_devices_losses_and_validation(runs):
     print(f"fsdp vs single: max |train/loss diff| {max(abs(a - b) for a, b in zip(got, expected)):.2e}")
     single_val, fsdp_val = _validation(single_dir), _validation(fsdp_dir)
     assert len(fsdp_val) == len(single_val) == 2
-    for theirs, ours in zip(single_val, fsdp_val):  # (each rank's batches weighed by their pairs: 4 and 3)
+    for theirs, ours in zip(single_val, fsdp_val):  # (each rank's batches weighed by their pairs)
         assert ours == pytest.approx(theirs, abs=1e-5)
 
 
