@@ -61,9 +61,9 @@ SPLIT_ACTIVATIONS = [
 
 def _print_activations(run, rows: list[dict], width: int) -> None:
     """The activations a training forward keeps per rank, when the input shape is known."""
-    from framework.job.plan import COMPARED
+    from framework.strategies import planned
 
-    acts = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == COMPARED[0]]
+    acts = [r["activation_bytes_per_rank"] for r in rows if r["strategy"] == planned()[0]]
     if any(a is None for a in acts):
         print(
             "activations: not estimated; the model's input shape is datamodule.input_shape, which this "

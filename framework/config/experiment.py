@@ -9,6 +9,7 @@ import inspect
 from functools import cached_property
 from typing import Any, Optional
 
+from framework.config.layout import Layout
 from framework.config.schemas import ROOT_KEYS, AdapterConfig, HarnessConfig, InitConfig, RootConfig, TrainerConfig
 from framework.config.validate import HYDRA_KEYS, import_target, known_valid_keys
 
@@ -81,8 +82,9 @@ class Spec:
 class Experiment:
     """One run's config, typed and read-only: ``run.trainer.devices``, ``run.model.cls``, ``run.train``."""
 
-    def __init__(self, container: dict):
+    def __init__(self, container: dict, layout: Optional[Layout] = None):
         self.config = container  # the boundary form (config.yaml's)
+        self._layout = layout  # (the strategy's, where the run was built with it resolved)
         self._root = RootConfig(**known_valid_keys(container, RootConfig))
         self.trainer = TrainerConfig(**known_valid_keys(_node(container.get("trainer")), TrainerConfig))
         self.init = InitConfig(**known_valid_keys(_node(container.get("init")), InitConfig))
@@ -102,8 +104,16 @@ class Experiment:
         super().__setattr__(name, value)
 
     def __reduce__(self):
-        """Pickled (to a spawned rank) as its config: what it worked out is worked out again there."""
-        return type(self), (self.config,)
+        """Pickled (to a spawned rank) as its config and its layout: what else it worked out (a model on
+        the meta device) is worked out again there, if asked."""
+        return Experiment, (self.config, self.layout)
+
+    @property
+    def layout(self) -> Optional[Layout]:
+        """The strategy's layout (config/layout.py), resolved once where the run was built: the job
+        launches a run with it, the ranks read it (None: a run built from a config alone, whose layout
+        strategies/registry.py's ``resolve`` works out)."""
+        return self._layout
 
     @classmethod
     def of(cls, cfg: Any) -> Experiment:
@@ -124,8 +134,16 @@ class Experiment:
         raise AttributeError(name)
 
     def with_config(self, **changes: Any) -> Experiment:
-        """This run with top-level keys replaced (``strategy={...}``): a new run, this one unchanged."""
-        return type(self)({**self.config, **changes})
+        """This run with top-level keys replaced (``strategy={...}``): a new run, this one unchanged (its
+        layout kept unless the strategy or the trainer changes)."""
+        keeps = not {"strategy", "trainer"} & set(changes)
+        return type(self)({**self.config, **changes}, self._layout if keeps else None)
+
+    def launched(self, layout: Layout, **changes: Any) -> Experiment:
+        """The run as the job launches it: ``layout`` resolved once (its options completed), the
+        strategy node of config.yaml its own, and top-level keys ``changes`` (the attempt; strategy=auto's
+        node of candidates, which the ranks choose among)."""
+        return Experiment({**self.config, "strategy": layout.node(), **changes}, layout)
 
     @property
     def windowed(self) -> bool:

@@ -84,23 +84,6 @@ def check_resumed_corpus(run: Experiment) -> list[str]:
     ]
 
 
-# The strategies that run adapters (a pipeline's, DeepSpeed's, ZeRO's and the others' checkpoints and
-# wrappers do not know them), and those that hold QLoRA's 4-bit base.
-ADAPTER_STRATEGIES = (
-    "single",
-    "ddp",
-    "ddp_spawn",
-    "ddp_fork",
-    "ddp_notebook",
-    "fsdp",
-    "hsdp",
-    "tp",
-    "fsdp_tp",
-    "parallel",
-)
-NF4_STRATEGIES = ("single", "fsdp")
-
-
 def check_adapter(run: ResolvedExperiment) -> list[str]:
     """``adapter=lora|qlora``: a strategy that runs adapters (QLoRA: one that holds 4-bit weights; DoRA:
     one that does not split the adapted weights), and target modules that name linear layers of the
@@ -108,8 +91,15 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
     settings = run.adapter
     if settings is None or not run.model.given or run.layout is None:
         return []
-    cls, options, topology = run.layout
-    problems = adapter_layout_problems(getattr(options, "name", cls.name), topology, settings)
+    from framework.strategies import adapter_strategies
+
+    problems = run.layout.strategy.adapter_problems(run.layout.options, run.layout.topology, settings)
+    if (
+        not run.layout.strategy.runs_adapters
+    ):  # (what does: the built-in ones by name, a class of yours by declaring it)
+        problems = [
+            f"{problems[0]}; choose one of {', '.join(adapter_strategies())}, or a class of your own that runs them"
+        ]
     model, layers = run.meta_model, run.adapted_layers
     if model is not None and not problems and not layers:
         linears = [n for n, m in model.named_modules() if type(m).__name__ == "Linear"]
@@ -140,24 +130,6 @@ def check_adapter_packages(run: Experiment) -> list[str]:
             f"export_format: hf writes the adapters in peft's format, and peft is not installed; {install}, "
             "or set export_merge=true (the merged model, for transformers alone)"
         )
-    return problems
-
-
-def adapter_layout_problems(name: str, topology, settings) -> list[str]:
-    """Why strategy ``name`` laid out as ``topology`` cannot run adapters of ``settings`` (AdapterConfig)."""
-    problems = []
-    if name not in ADAPTER_STRATEGIES or topology.pp > 1:
-        problems.append(
-            f"adapter: strategy={name}{' with a pipeline' if topology.pp > 1 else ''} does not run adapters; "
-            f"choose one of {', '.join(ADAPTER_STRATEGIES)} (without strategy.pp)"
-        )
-    if settings.quantize and name not in NF4_STRATEGIES:
-        problems.append(
-            f"adapter.quantize: nf4 (QLoRA) runs with strategy single or fsdp, not {name}: its 4-bit weights "
-            "are not split by tensor parallelism nor wrapped by DDP here"
-        )
-    if settings.use_dora and topology.tp > 1:
-        problems.append("adapter.use_dora: DoRA's row norms need whole weights; tensor parallelism splits them")
     return problems
 
 
@@ -253,7 +225,7 @@ def check_compile_blocks(run: ResolvedExperiment) -> list[str]:
 
     if run.trainer.compile != "blocks" or run.layout is None:
         return []  # (an invalid layout is named by check_strategy)
-    if run.layout[2].tp > 1:
+    if run.layout.topology.tp > 1:
         return [
             "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, "
             "strategy.tp > 1): torch's compiled blocks lose DTensor gradients "
@@ -404,7 +376,7 @@ def check_masked_targets(run: ResolvedExperiment) -> list[str]:
     trains on the mean over the global batch's counted targets, which a pipeline's schedule (a mean
     of its micro-batches' means) does not compute."""
     masks = run.datamodule.declared("masks_targets", False)
-    if not masks or run.layout is None or run.layout[2].pp == 1 or not run.train:
+    if not masks or run.layout is None or run.layout.topology.pp == 1 or not run.train:
         return []
     return [
         f"strategy.pp: datamodule {run.datamodule.name} masks its targets (the loss is a mean "

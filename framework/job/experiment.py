@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Optional
 
 from framework.config.experiment import Experiment
+from framework.config.layout import Layout
 from framework.job.model_size import model_size_problems
 
 
@@ -16,14 +17,16 @@ class ResolvedExperiment(Experiment):
     """The typed run, with its strategy resolved and its model built on the meta device, on demand."""
 
     @cached_property
-    def layout(self) -> Optional[tuple]:
-        """(the strategy's class, its typed options, the topology), or None where the strategy or its
-        layout is invalid (check_strategy names why)."""
-        from framework.strategies import resolve
+    def layout(self) -> Optional[Layout]:
+        """The strategy's layout (config/layout.py), or None where the strategy or its layout is invalid
+        (check_strategy names why)."""
+        from framework.strategies import layout_of
 
+        if self._layout is not None or self.strategy_problems:
+            return self._layout
         try:
-            return resolve(self)
-        except Exception:  # noqa: BLE001 - named by check_strategy
+            return layout_of(self.strategy, self.trainer.devices, self.trainer.num_nodes)
+        except ValueError:  # (options that lay out no topology here: named by check_strategy)
             return None
 
     @cached_property

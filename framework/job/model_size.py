@@ -10,6 +10,7 @@ from typing import Optional
 
 from framework.config.environment import resolve_accelerator
 from framework.config.experiment import Experiment
+from framework.config.layout import Layout
 from framework.config.schemas import TrainerConfig
 from framework.config.sizes import parse_bytes
 from framework.engine.memory import optimizer_state_bytes
@@ -59,7 +60,7 @@ def memory_per_rank(trainer: TrainerConfig, processes: int) -> tuple[Optional[in
     return total // max(1, processes), f"this machine's {_gib(total)} over {processes} process(es)"
 
 
-def model_size_problems(run: Experiment, layout: Optional[tuple], layers: Optional[dict] = None) -> list[str]:
+def model_size_problems(run: Experiment, layout: Optional[Layout], layers: Optional[dict] = None) -> list[str]:
     """The model state per rank (weights; training: with gradients and optimizer state, as the strategy
     lays them out) within the memory a rank has. With adapters (``adapter``; ``layers``: the adapted
     linears' (in, out), once known): the base's weights, and the adapters with their gradients and
@@ -67,14 +68,14 @@ def model_size_problems(run: Experiment, layout: Optional[tuple], layers: Option
     params, keys = declared_parameters(run.model.node) if layout is not None else (None, "")
     if params is None:
         return []
-    cls, _, topology = layout
+    cls, topology = layout.strategy, layout.topology
     adapters = run.adapter.parameters(layers or {}) if run.adapter is not None else None
     state = _state_bytes(run, cls, topology, params, adapters)
     budget, source = memory_per_rank(run.trainer, topology.processes_per_node)
     if budget is None or state <= budget:
         return []
     what = "weights, gradients and optimizer state" if run.train else "weights"
-    name = run.strategy.get("name") or cls.name
+    name = layout.name
     fits = (
         f"{_gib(state)} of {what} per rank under strategy={name} on {topology.world_size} rank(s), more than the "
         f"{_gib(budget)} a rank has ({source})"

@@ -32,10 +32,9 @@ from framework.engine.memory import optimizer_state_bytes
 from framework.job.comm_plan import comm_bytes, traffic
 from framework.job.experiment import ResolvedExperiment
 from framework.models.moe import GroupedExperts
-from framework.strategies import STRATEGIES, typed_options, variant_of
+from framework.strategies import is_named, planned, strategy_of
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
 
-COMPARED = ("ddp", "zero", "fsdp")
 # With a model that has a tensor-parallel plan: tp over every device, fsdp_tp with groups of 2.
 TENSOR_PARALLEL = {"tp": {}, "fsdp_tp": {}}
 # With a model that declares its position tables and a sequence: each sequence split across 2 ranks.
@@ -115,7 +114,7 @@ def plan(cfg: DictConfig | ResolvedExperiment, devices=(1, 2, 4, 8)) -> list[dic
     model = meta_model(run)
     params = sum(p.numel() for p in model.parameters())
     k = optimizer_state_bytes(run.optimizer.node)
-    layouts = {name: (name, {}) for name in COMPARED}
+    layouts = {name: (name, {}) for name in planned()}
     if callable(getattr(model, "parallelize_plan", None)):
         layouts.update({name: (name, extra) for name, extra in TENSOR_PARALLEL.items()})
     if hasattr(model, "context_parallel_buffers") and run.datamodule.get("seq_len"):
@@ -131,9 +130,8 @@ def plan(cfg: DictConfig | ResolvedExperiment, devices=(1, 2, 4, 8)) -> list[dic
     traffic_by_batch: dict[int, Optional[dict]] = {}
     rows = []
     for label, (name, extra) in layouts.items():
-        options = typed_options({"name": name, **extra}, STRATEGIES[name])
-        cls = variant_of(STRATEGIES[name], options)
-        if settings is not None and not _runs_adapters(name, cls, options, settings, devices):
+        cls, options = strategy_of({"name": name, **extra})
+        if settings is not None and not _runs_adapters(cls, options, settings, devices):
             continue  # (an adapted model: the layouts that run its adapters alone)
         for n in devices:
             row = {
@@ -187,21 +185,20 @@ def layout_bytes(
     sizes = None if traffic_by_batch is None else _traffic(run, model, batch // dp, traffic_by_batch)
     if sizes is not None:
         figures["comm_bytes_per_rank"] = comm_bytes(options, topology, params, sizes)
-    if cls.name == "pp":
+    if cls.owns_training_step:  # (a pipeline's schedule: its bubble)
         figures.update(_pipeline_figures(options, topology, acts))
     return figures
 
 
-def _runs_adapters(name: str, cls, options, settings, devices) -> bool:
-    """Whether layout ``name`` runs adapters of ``settings`` on each device count it can make (check_adapter's rule)."""
-    from framework.job.cross_checks import adapter_layout_problems
-
+def _runs_adapters(cls, options, settings, devices) -> bool:
+    """Whether the layout runs adapters of ``settings`` on each device count it can make (the class's
+    ``adapter_problems``, check_adapter's rule)."""
     for n in devices:
         try:
             topology = cls.make_topology(n, 1, options)
         except ValueError:  # (a layout this device count cannot make: its row says so)
             continue
-        if adapter_layout_problems(name, topology, settings):
+        if cls.adapter_problems(options, topology, settings):
             return False
     return True
 
@@ -242,10 +239,10 @@ def _configured_layout(run: ResolvedExperiment, layouts: dict) -> dict:
     option changed) where no compared row is the same layout."""
     strategy = run.strategy
     name = strategy.get("name")
-    if name not in STRATEGIES or strategy.get("_target_"):
+    if not is_named(str(name)) or strategy.get("_target_"):
         return {}  # auto (its candidates are the compared rows), or a class of the user's own
     extra = {k: v for k, v in strategy.items() if k not in ("name", "timeout_s")}  # (no layout option)
-    schema = STRATEGIES[name].schema
+    schema = strategy_of({"name": name})[0].schema
     if any(n == name and schema(name=n, **e) == schema(name=name, **extra) for n, e in layouts.values()):
         return {}
     return {f"{name} (config)": (name, extra)}

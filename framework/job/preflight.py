@@ -319,10 +319,10 @@ def check_strategy_on_model(run: ResolvedExperiment) -> list[str]:
 
     if run.layout is None or run.strategy_problems:
         return []  # an invalid strategy, layout or option (strategy.microbatches=abc): named by check_strategy
-    cls, options, topology = run.layout
+    cls = run.layout.strategy
     if cls.model_problems.__func__ is Strategy.model_problems.__func__ or run.meta_model is None:
         return []
-    return cls.model_problems(run.meta_model, options, topology, run)
+    return cls.model_problems(run.meta_model, run.layout.options, run.layout.topology, run)
 
 
 def check_rank_start(run: ResolvedExperiment) -> list[str]:
@@ -335,10 +335,9 @@ def check_rank_start(run: ResolvedExperiment) -> list[str]:
 
     if run.layout is None:  # an invalid strategy or layout is named by check_strategy
         return []
-    cls, typed, topology = run.layout
-    if topology.processes_per_node < 2 or detect_environment() is not None:
+    if run.layout.topology.processes_per_node < 2 or detect_environment() is not None:
         return []
-    name, start = f"strategy={typed.name}", cls.start_method(typed)
+    name, start = f"strategy={run.layout.name}", run.layout.start
     if start == "spawn" and needs_main(run) and interactive_main():
         return [
             f"{name}: starts fresh interpreters, which cannot see the classes defined in this notebook or "

@@ -25,7 +25,7 @@ from framework.job.preflight import preflight
 from framework.job.strategy_choice import auto_node
 from framework.launch.start import launch, start_ranks_early
 from framework.rank.known_warnings import quiet_known_warnings
-from framework.strategies import resolved_options
+from framework.strategies import launched_layout
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,17 @@ def run_job(cfg: DictConfig, after_validation: Optional[Callable[[Path], None]] 
     # Taken first: a run already writing there is named at once, before anything is checked or written.
     with DirectoryLock(Path(cfg.output_dir)) if owner else contextlib.nullcontext():
         checked = preflight(cfg)
-        # Ranks get the resolved config: ${now:...} and friends are fixed once, here; and the
-        # strategy's options in full (its schema's defaults filled in; `auto` on several devices:
-        # the candidates that fit, for the ranks to choose from).
-        launched = {"strategy": auto_node(checked) or resolved_options(checked)}
+        # Ranks get the run resolved once, here: ${now:...} and friends fixed, the strategy's layout
+        # and its options in full (its schema's defaults filled in; `auto` on several devices: the
+        # candidates that fit, for the ranks to choose from, the first one's layout meanwhile).
+        auto = auto_node(checked)
+        changes = {"strategy": auto} if auto else {}
         if owner:
             _remove_previous_run(checked)
             # A later attempt in a run's directory (a resume) records itself beside the run's record,
-            # which it replaces only once it trains (engine/attempts.py).
-            launched["attempt"] = next_attempt(Path(checked.output_dir))
-        run = Experiment({**checked.config, **launched})  # the run as launched: its strategy in full, its attempt
+            # which it replaces only when it ends (engine/attempts.py).
+            changes["attempt"] = next_attempt(Path(checked.output_dir))
+        run = checked.launched(launched_layout(checked.with_config(**changes) if auto else checked), **changes)
         output_dir = Path(run.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         if owner:

@@ -16,7 +16,7 @@ from framework.job.experiment import ResolvedExperiment
 from framework.job.model_size import memory_limit
 from framework.job.plan import layout_bytes, meta_model
 from framework.rank.strategy_probe import mib
-from framework.strategies import STRATEGIES, check_strategy, resolved_options, typed_options
+from framework.strategies import auto_candidates, check_strategy, layout_of, resolved_options
 
 # In order of preference when nothing is measured: the least communication first, so that with
 # no memory limit auto is ddp, as it always was.
@@ -48,11 +48,6 @@ def candidate_nodes(run: Experiment, model) -> list[dict]:
     return [dict(ALIASES.get(c, {"name": c})) if isinstance(c, str) else dict(c) for c in listed]
 
 
-def _starts_elastic(name: str, cls) -> bool:
-    """Does strategy=<name> start its ranks through the elastic agent (as auto's probes do)?"""
-    return cls.start_method(typed_options({"name": name}, cls)) == "elastic"
-
-
 def candidate_problems(run: Experiment) -> list[str]:
     """Each entry of ``strategy.candidates``: a strategy that starts one process per device under
     the elastic agent, named by a string or a node with its ``name``."""
@@ -63,7 +58,7 @@ def candidate_problems(run: Experiment) -> list[str]:
         return []
     if not isinstance(listed, list) or not listed:
         return [f"strategy.candidates: expected a non-empty list of strategy names or nodes, got {listed!r}"]
-    eligible = sorted([*(n for n, c in STRATEGIES.items() if _starts_elastic(n, c) and c.process_per_device), *ALIASES])
+    eligible = sorted([*auto_candidates(), *ALIASES])
     problems = []
     for i, entry in enumerate(listed):
         name = entry if isinstance(entry, str) else entry.get("name") if isinstance(entry, dict) else None
@@ -87,13 +82,13 @@ def plan_candidates(run: ResolvedExperiment) -> dict:
     for node in candidate_nodes(run, model):
         row = {"strategy": label(node), "options": node, "predicted_bytes": None, "fits": False, "dropped": None}
         rows.append(row)
-        cls = STRATEGIES[node["name"]]
         problems = check_strategy(run.with_config(strategy=node))
         try:
-            options = typed_options(node, cls)
-            problems = problems or cls.model_problems(model, options, cls.make_topology(devices, 1, options), run)
+            layout = layout_of(node, devices)
+            cls, options = layout.strategy, layout.options
+            problems = problems or cls.model_problems(model, options, layout.topology, run)
             figures = {} if problems else layout_bytes(run, cls, options, devices, model, k, activations)
-        except (TypeError, ValueError) as err:
+        except ValueError as err:  # (options that lay out no topology on these devices)
             problems = problems or [str(err)]
         if problems:
             row["dropped"] = problems[0]

@@ -11,7 +11,7 @@ from framework.config.experiment import Experiment
 from framework.engine.signals import watch_parent
 from framework.launch.main_module import forks_ranks, needs_main
 from framework.rank.run import run as run_rank
-from framework.strategies import resolve
+from framework.strategies import layout_of, resolve
 
 
 def launch(run: Experiment) -> dict:
@@ -20,17 +20,17 @@ def launch(run: Experiment) -> dict:
     if env is not None:  # this process is one rank of a launched job (torchrun, srun): join it
         watch_parent()
         return run_rank(run, env)
-    cls, typed, topology = resolve(run)
-    if topology.processes_per_node == 1:
+    layout = resolve(run)
+    processes = layout.topology.processes_per_node
+    if processes == 1:
         return run_rank(run, RankEnv())
-    start = cls.start_method(typed)
-    if start == "spawn":
+    if layout.start == "spawn":
         from framework.launch.spawn import launch_spawn
 
-        return launch_spawn(run, topology.processes_per_node)
+        return launch_spawn(run, processes)
     from framework.launch.elastic import launch_elastic
 
-    return launch_elastic(run, topology.processes_per_node, fork=forks_ranks(run, start))
+    return launch_elastic(run, processes, fork=forks_ranks(run, layout.start))
 
 
 def start_ranks_early(cfg: DictConfig) -> None:
@@ -43,11 +43,11 @@ def start_ranks_early(cfg: DictConfig) -> None:
     try:  # the one resolution of a strategy (strategies/registry.py), on the raw config's strategy and devices
         trainer = {k: OmegaConf.select(cfg, f"trainer.{k}", default=1) for k in ("devices", "num_nodes")}
         strategy = OmegaConf.to_container(cfg.strategy, resolve=True) if "strategy" in cfg else {}
-        cls, typed, topology = resolve(Experiment({"strategy": strategy, "trainer": trainer}))
+        layout = layout_of(strategy, trainer["devices"], trainer["num_nodes"])
     except Exception:  # a broken interpolation, a target that does not import: validation will say which
         return
-    start = cls.start_method(typed)
-    if topology.processes_per_node < 2 or start != "elastic" or not cls.process_per_device:
+    start = layout.start
+    if layout.topology.processes_per_node < 2 or start != "elastic" or not layout.strategy.process_per_device:
         return
     raw = Experiment(OmegaConf.to_container(cfg, resolve=False))
     if forks_ranks(raw, start):

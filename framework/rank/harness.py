@@ -206,7 +206,7 @@ def score(
             tasks=names,
             task_manager=manager,
             num_fewshot=settings.num_fewshot,
-            limit=settings.limit,
+            limit=_limit(settings, trainer.config),
             log_samples=settings.log_samples,
             verbosity="WARNING",
         )
@@ -215,6 +215,14 @@ def score(
     if settings.log_samples:
         write_samples(results["samples"], Path(output_dir) / prefix)
     return _logged(summary(results), trainer, prefix)
+
+
+def _limit(settings: HarnessConfig, trainer_config) -> Optional[float]:
+    """The questions per task: ``harness.limit``; under ``trainer.fast_dev_run`` (a check of the
+    pipeline), as many as its batches."""
+    if trainer_config.fast_dev_run:
+        return 1 if trainer_config.fast_dev_run is True else int(trainer_config.fast_dev_run)
+    return settings.limit
 
 
 def _logged(scores: dict, trainer, prefix: str) -> dict:

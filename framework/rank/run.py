@@ -145,6 +145,6 @@ def _join_job_directory(job: Experiment, strategy: Strategy) -> Experiment:
     if not (is_distributed() and strategy.world_size > 1):
         return job
     job_dir = broadcast_object(str(job.output_dir))
-    job = Experiment(relocate(job.config, str(job.output_dir), job_dir))
+    job = Experiment(relocate(job.config, str(job.output_dir), job_dir), job.layout)
     configure_rank_logging(job_dir, strategy.rank)
     return job

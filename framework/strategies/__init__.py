@@ -9,27 +9,31 @@ May import: data, models, tasks, config (never the engine or anything above it).
 from framework.config.schemas import StrategyConfig
 from framework.strategies.base import Strategy
 from framework.strategies.registry import (
-    STRATEGIES,
+    adapter_strategies,
+    auto_candidates,
     build_strategy,
     check_strategy,
+    is_named,
+    launched_layout,
+    layout_of,
+    planned,
     resolve,
     resolved_options,
-    selected_class,
-    strategy_class,
-    typed_options,
-    variant_of,
+    strategy_of,
 )
 
 __all__ = [
-    "STRATEGIES",
     "Strategy",
     "StrategyConfig",
+    "adapter_strategies",
+    "auto_candidates",
     "build_strategy",
     "check_strategy",
+    "is_named",
+    "launched_layout",
+    "layout_of",
+    "planned",
     "resolve",
     "resolved_options",
-    "selected_class",
-    "strategy_class",
-    "typed_options",
-    "variant_of",
+    "strategy_of",
 ]

@@ -95,6 +95,13 @@ class Strategy:
     # The strategy runs a training step's forward and backward itself (a pipeline's schedule):
     # the engine then calls ``training_step(model, batches, loss_of)`` instead of the task's step.
     owns_training_step = False
+    # What it can run, checked before start (a subclass inherits it; a class of the user's declares it):
+    # adapters (LoRA, DoRA: its wrappers and checkpoints keep the frozen base apart), and QLoRA's
+    # 4-bit base weights (``adapter_problems`` says which layouts of the class hold them).
+    runs_adapters = True
+    holds_nf4 = True
+    # The names framework-plan compares this class under on every model (job/plan.py).
+    planned: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -165,6 +172,23 @@ class Strategy:
         gradients and optimizer state for the ``trainable`` parameters this rank holds alone."""
         weights = cls.predict_model_state_bytes(params, 0, topology, model, options) / 2  # (8 B a parameter, halved)
         return weights + (4 + optimizer_bytes) * trainable
+
+    @classmethod
+    def adapter_problems(cls, options: StrategyConfig, topology: Topology, settings) -> list[str]:
+        """Every reason this strategy laid out as ``topology`` cannot run adapters of ``settings``
+        (AdapterConfig): ``runs_adapters``, ``holds_nf4`` (QLoRA), and DoRA's whole weights."""
+        name = getattr(options, "name", None) or cls.name
+        if not cls.runs_adapters:
+            return [f"adapter: strategy={name} does not run adapters (its class's runs_adapters is false)"]
+        problems = []
+        if settings.quantize and not cls.holds_nf4:
+            problems.append(
+                f"adapter.quantize: nf4 (QLoRA) runs with strategy single or fsdp, not {name}: its 4-bit weights "
+                "are not split by tensor parallelism nor wrapped by DDP here (its class's holds_nf4 is false)"
+            )
+        if settings.use_dora and topology.tp > 1:
+            problems.append("adapter.use_dora: DoRA's row norms need whole weights; tensor parallelism splits them")
+        return problems
 
     @classmethod
     def model_problems(

@@ -130,4 +130,6 @@ class DDPStrategy(DDPWrapping, Strategy):
     ddp_spawn, ddp_fork and ddp_notebook differ only in how the ranks start (``start``)."""
 
     name = "ddp"
+    holds_nf4 = False  # (DDP would wrap 4-bit weights it cannot broadcast)
+    planned = ("ddp",)
     presets = PRESETS

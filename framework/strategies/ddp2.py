@@ -35,6 +35,7 @@ class DDP2Config(StrategyConfig):
 
 class DDP2Strategy(Strategy):
     name = "ddp2"
+    runs_adapters = holds_nf4 = False
     schema = DDP2Config
     needs_process_group = True
 

@@ -11,6 +11,7 @@ from framework.strategies.base import Strategy
 
 class DataParallelStrategy(Strategy):
     name = "dp"
+    runs_adapters = holds_nf4 = False
 
     @classmethod
     def check(cls, topology: Topology, options: StrategyConfig, accelerator: str) -> list[str]:

@@ -148,6 +148,7 @@ class ParallelStrategy(FSDPSharding, Strategy):
     (``split_stages``) and its runner after (``wrap``)."""
 
     name = "parallel"
+    planned = ("fsdp",)
     schema = ParallelConfig
     # FSDP2, tensor parallelism over every rank, HSDP (Lightning's replicate x shard) and 2-D FSDP x
     # TP (Lightning's ModelParallelStrategy: TP within groups of tp ranks, FSDP2 across them, HSDP x
@@ -175,6 +176,18 @@ class ParallelStrategy(FSDPSharding, Strategy):
             processes_per_node=devices,
             **{k: d[k] for k in ("pp", "dp_replicate", "ep", "cp", "tp") if k in d},
         )
+
+    @classmethod
+    def adapter_problems(cls, options, topology: Topology, settings) -> list[str]:
+        """QLoRA's 4-bit base weights are sharded by FSDP alone: no degree but dp_shard may split them."""
+        problems = super().adapter_problems(options, topology, settings)
+        split = [f"{k}({v})" for k, v in topology.degrees.items() if k not in ("pp", "dp_shard") and v > 1]
+        if settings.quantize and split and cls.holds_nf4:
+            problems.append(
+                f"adapter.quantize: nf4 (QLoRA) runs with strategy single or fsdp, not {options.name} with "
+                f"{' x '.join(split)}: its 4-bit weights are sharded by FSDP alone, never split or replicated"
+            )
+        return problems
 
     @classmethod
     def model_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:

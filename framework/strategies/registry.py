@@ -3,10 +3,12 @@ subclass): the registry, the check that runs before any process starts, and the 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import replace
+from typing import Optional
 
 from framework.config.environment import RankEnv, available_cores, detect_environment, resolve_accelerator
 from framework.config.experiment import Experiment
+from framework.config.layout import Layout
 from framework.config.schemas import AutoStrategyConfig, StrategyConfig
 from framework.config.topology import Topology, accelerator_problems, batch_problems, launch_problems
 from framework.config.validate import check_schema, import_target, known_valid_keys
@@ -102,28 +104,68 @@ def variant_of(cls: type[Strategy], typed: StrategyConfig) -> type[Strategy]:
     return cls.variant(typed)
 
 
-def resolve(run: Experiment) -> tuple[type[Strategy], StrategyConfig, Topology]:
-    """The strategy class, its typed options and the job's topology, from a resolved, valid run (the
-    one place a strategy's class is worked out)."""
-    trainer = run.config.get("trainer") or {}  # (as given: a value of the wrong type is no layout)
-    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
-    for key, value in (("devices", devices), ("num_nodes", nodes)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"trainer.{key}: expected int, got {value!r}")
-    options = dict(concrete(run.strategy))
-    cls = selected_class(options, devices, nodes)
+def layout_of(options: dict, devices: int = 1, num_nodes: int = 1, target: Optional[str] = None) -> Layout:
+    """The layout of the strategy node ``options`` (``{name, ...}`` or ``{_target_, ...}``) on
+    ``devices`` per node of ``num_nodes`` nodes: the one place a strategy's class is worked out.
+    ValueError naming the keys when the options cannot lay these devices out."""
+    options = dict(concrete(options))
+    cls = selected_class(options, devices, num_nodes)
     typed = typed_options(options, cls)
     cls = variant_of(cls, typed)
-    return cls, typed, cls.make_topology(devices, nodes, typed)
+    return Layout(cls, typed, cls.make_topology(devices, num_nodes, typed), target or options.get("_target_"))
+
+
+def resolve(run: Experiment) -> Layout:
+    """The layout of a run whose config passed the schema check: the one it was launched with, or
+    its strategy node's on its trainer's devices."""
+    if run.layout is not None:
+        return run.layout
+    return layout_of(run.strategy, run.trainer.devices, run.trainer.num_nodes)
+
+
+def launched_layout(run: Experiment) -> Layout:
+    """The layout the ranks get: its options completed from the rest of the experiment (the
+    strategy's ``job_options``: DeepSpeed's merged config)."""
+    layout = resolve(run)
+    return replace(layout, options=layout.strategy.job_options(layout.options, layout.topology, run))
 
 
 def resolved_options(run: Experiment) -> dict:
     """The strategy node the ranks get: every option with its schema's default filled in, ``auto``
     resolved, and a user's ``_target_`` kept (the ranks import it again)."""
-    cls, typed, topology = resolve(run)
-    options = asdict(cls.job_options(typed, topology, run))
-    target = run.strategy.get("_target_")
-    return {"_target_": target, **options} if target else options
+    return launched_layout(run).node()
+
+
+def adapter_strategies() -> list[str]:
+    """The names of the built-in strategies that run adapters (a class's ``runs_adapters``)."""
+    return sorted(name for name, cls in STRATEGIES.items() if cls.runs_adapters)
+
+
+def auto_candidates() -> list[str]:
+    """The names strategy=auto can choose among: one process per device, started by the elastic agent."""
+    return sorted(
+        name
+        for name, cls in STRATEGIES.items()
+        if cls.process_per_device and cls.start_method(typed_options({"name": name}, cls)) == "elastic"
+    )
+
+
+def strategy_of(options: dict) -> tuple[type[Strategy], StrategyConfig]:
+    """The class and typed options of a named strategy node (``{name, ...}``), before any devices lay
+    it out (framework-plan lays it out on each count). KeyError for a name no strategy has."""
+    cls = STRATEGIES[options["name"]]
+    typed = typed_options(options, cls)
+    return variant_of(cls, typed), typed
+
+
+def is_named(name: str) -> bool:
+    """Whether ``name`` is a built-in strategy's (or a preset's)."""
+    return name in STRATEGIES
+
+
+def planned() -> list[str]:
+    """The strategies framework-plan compares on every model, in order (a class's ``planned``)."""
+    return [name for cls in _CLASSES for name in vars(cls).get("planned", ())]  # (a class's own)
 
 
 def _user_class_problems(options: dict) -> tuple[type[Strategy] | None, list[str]]:
@@ -201,13 +243,14 @@ def _layout_problems(
     if missing:
         return missing
     try:
-        cls, typed, topology = resolve(run.with_config(strategy=options))
+        layout = layout_of(options, devices, nodes)
     except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
         return [str(err) + renamed]
+    cls, typed, topology = layout.strategy, layout.options, layout.topology
     problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, run.trainer.oversubscribe)
     problems += cls.config_problems(typed, topology, run)
     launched = detect_environment()
-    problems += launch_problems(topology, typed.name, launched, cls.start_method(typed) == "spawn")
+    problems += launch_problems(topology, typed.name, launched, layout.start == "spawn")
     if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
         problems.append(
             f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
@@ -230,6 +273,7 @@ def _core_problems(topology: Topology, accelerator: str, oversubscribe: bool) ->
 
 def build_strategy(run: Experiment, env: RankEnv) -> Strategy:
     """The strategy of a resolved, validated run, for the rank ``env``."""
-    cls, options, topology = resolve(run)
-    trainer = run.trainer
-    return cls(options, resolve_accelerator(trainer.accelerator), topology, env, trainer.accumulate_grad_batches)
+    layout, trainer = resolve(run), run.trainer
+    return layout.strategy(
+        layout.options, resolve_accelerator(trainer.accelerator), layout.topology, env, trainer.accumulate_grad_batches
+    )

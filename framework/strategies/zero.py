@@ -37,6 +37,8 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 
 class ZeroStrategy(DDPWrapping, Strategy):
     name = "zero"
+    runs_adapters = holds_nf4 = False  # (its sharded optimizer state knows no frozen base)
+    planned = ("zero",)
 
     @classmethod
     def predict_model_state_bytes(

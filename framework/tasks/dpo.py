@@ -120,10 +120,10 @@ class DPOTask:
                 f"{key} takes its reference model as the policy with its adapters off, and no adapter is selected: "
                 "choose adapter=lora or qlora (a full fine-tune's frozen reference is not built yet)"
             )
-        layout = getattr(run, "layout", None)
-        if layout is not None and layout[2].cp > 1:
+        cp = run.layout.topology.cp if run.layout is not None else 1
+        if cp > 1:
             problems.append(
-                f"strategy.cp: {layout[2].cp} splits each sequence across ranks, and task=dpo sums each answer's "
+                f"strategy.cp: {cp} splits each sequence across ranks, and task=dpo sums each answer's "
                 "log-probability whole; use strategy.cp=1 (ddp, fsdp, tp, fsdp_tp)"
             )
         return problems + room_to_generate(run)

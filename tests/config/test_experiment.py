@@ -39,12 +39,13 @@ def test_a_run_is_read_only_and_a_change_is_another_run():
     assert run.strategy.get("name") != "ddp" and run.seed != 3
 
 
-def test_a_pickled_run_is_the_same_run_worked_out_again():
+def test_a_pickled_run_carries_its_layout_resolved_once():
     run = ResolvedExperiment.of(compose(["experiment=digits_mlp", "strategy=ddp", "trainer.devices=2"]))
-    assert run.layout[2].world_size == 2  # worked out here ...
-    copy = pickle.loads(pickle.dumps(run))
-    assert type(copy) is ResolvedExperiment and copy.config == run.config and "layout" not in vars(copy)
-    assert copy.layout[0] is run.layout[0] and copy.trainer == run.trainer  # ... and again there
+    assert run.layout.topology.world_size == 2  # worked out here, once ...
+    launched = run.launched(run.layout)
+    copy = pickle.loads(pickle.dumps(launched))  # ... and carried to a spawned rank
+    assert copy.config == launched.config and copy.layout == run.layout and copy.trainer == run.trainer
+    assert copy.layout.strategy is run.layout.strategy and copy.layout.node() == copy.config["strategy"]
 
 
 def test_a_value_of_the_wrong_type_reads_as_its_default_for_the_checks_the_schema_names_it():

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from framework.config.location import config_dir
 from framework.config.schemas import AutoStrategyConfig, InitConfig, RootConfig, TrainerConfig
-from framework.strategies import STRATEGIES
+from framework.strategies.registry import STRATEGIES
 
 
 def _defaults(schema) -> dict:

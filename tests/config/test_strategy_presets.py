@@ -31,7 +31,8 @@ TWO = ["experiment=digits_mlp", "trainer.devices=2"]
 )
 def test_a_preset_is_its_class_under_its_own_name(overrides, cls, name, start):
     run = preflight(compose([*TWO, *overrides]))
-    resolved, typed, _ = resolve(run)
+    layout = resolve(run)
+    resolved, typed = layout.strategy, layout.options
     assert resolved is cls and typed.name == name and resolved.start_method(typed) == start
 
 
@@ -67,7 +68,8 @@ FOUR = ["experiment=gpt_text", "trainer.devices=4", "trainer.oversubscribe=true"
 )
 def test_hsdp_and_fsdp_tp_are_parallel_with_their_degrees(overrides, name, degrees):
     run = preflight(compose([*FOUR, *overrides]))
-    resolved, typed, topology = resolve(run)
+    layout = resolve(run)
+    resolved, typed, topology = layout.strategy, layout.options, layout.topology
     assert resolved is ParallelStrategy and typed.name == name
     assert {k: getattr(topology, k) for k in degrees} == degrees
     # the ranks (and config.yaml) get the preset's options in the one vocabulary: the degrees, under its name
@@ -80,7 +82,8 @@ def test_a_pipelines_tensor_parallel_degree_is_tp_under_its_name_before_too(tp):
     from framework.strategies.pipeline.strategy import PipelineStrategy
 
     run = preflight(compose([*FOUR, "strategy=pp", tp]))
-    resolved, typed, topology = resolve(run)
+    layout = resolve(run)
+    resolved, typed, topology = layout.strategy, layout.options, layout.topology
     assert resolved is PipelineStrategy and (topology.pp, topology.tp) == (2, 2) and typed.tp == 2
     options = resolved_options(run)
     assert options["name"] == "pp" and options["tp"] == 2 and "tensor_parallel" not in options
@@ -95,7 +98,8 @@ def test_a_pipelines_ranks_are_pp_and_its_stages_before_are_read_as_them(given, 
     run = preflight(
         compose(["experiment=gpt_text", "trainer.devices=2", "strategy=pp", "model.n_layers=4", *schedule, *given])
     )
-    _, typed, topology = resolve(run)
+    layout = resolve(run)
+    typed, topology = layout.options, layout.topology
     assert (typed.pp, typed.stages_per_rank, topology.pp, topology.dp_shard) == (2, per_rank, 2, 1)
     options = resolved_options(run)
     assert options["pp"] == 2 and "stages" not in options

@@ -12,7 +12,7 @@ import pytest
 import torch.distributed as dist
 
 from framework.config.topology import MESH_ORDER, Topology
-from framework.strategies import STRATEGIES, typed_options
+from framework.strategies.registry import STRATEGIES, typed_options
 
 ROOT = Path(__file__).resolve().parents[2]
 

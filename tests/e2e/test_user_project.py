@@ -116,3 +116,16 @@ def test_own_strategy_by_target_trains_on_two_ranks_with_its_options_checked(pro
     assert "strategy.sync_every_n_steps: must be >= 1, got 0" in refused.stderr
     assert "strategy.sync_every: unknown key; did you mean 'sync_every_n_steps'?" in refused.stderr
     assert not (project / "refused" / "results.json").exists()
+
+
+def test_own_subclass_of_the_frameworks_ddp_runs_adapters_on_two_ranks(project):
+    """A class of the user's, a subclass of DDPStrategy selected by _target_, inherits what DDP can run
+    (adapters: its class attribute, no list of names), and trains the LoRA experiment as ddp does."""
+    args = ["experiment=hf_lora_instructions", "trainer.max_steps=3", "logger=csv", "trainer.log_every_n_steps=1"]
+    args += ["trainer.devices=2", "test=false", "predict=false", *SHORT]
+    _train(project, *args, "strategy=ddp", "hydra.run.dir=ddp")
+    _train(project, *args, "strategy=traced_ddp", "hydra.run.dir=traced")
+    traced = json.loads((project / "traced" / "results.json").read_text())
+    assert traced["status"] == "completed" and traced["strategy"] == "traced_ddp" and traced["world_size"] == 2
+    assert traced["comm"]["last_grad_norm"] > 0
+    assert _losses(project / "traced") == pytest.approx(_losses(project / "ddp"), rel=1e-6)

@@ -53,6 +53,7 @@ class BaguaConfig(StrategyConfig):
 
 class BaguaStrategy(Strategy):
     name = "bagua"
+    runs_adapters = holds_nf4 = False
     schema = BaguaConfig
     needs_process_group = True
     process_per_device = True

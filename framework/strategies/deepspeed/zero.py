@@ -38,6 +38,7 @@ class DeepSpeedStrategy(Strategy):
     """One process per device; ZeRO shards optimizer state (1), gradients (2) and parameters (3)."""
 
     name = "deepspeed"
+    runs_adapters = holds_nf4 = False  # (its engine holds the parameters and their state its own way)
     schema = DeepSpeedOptions
     needs_process_group = True
     process_per_device = True

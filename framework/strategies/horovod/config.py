@@ -29,6 +29,7 @@ class HorovodFamily(Strategy):
     """One process per device in a process group; adasum on a power-of-two world."""
 
     name = "horovod"
+    runs_adapters = holds_nf4 = False
     schema = HorovodConfig
     needs_process_group = True
     process_per_device = True

@@ -115,6 +115,7 @@ class PipelineStrategy(ParallelStrategy):
     too, its degrees named as parallel's."""
 
     name = "pp"
+    runs_adapters = holds_nf4 = False  # (a stage's checkpoint and schedule know no frozen base)
     schema = PPConfig
     # (the names pp had before for its degrees: tensor_parallel for tp, as fsdp_tp's, and stages for
     # the stages of one pipeline, read as its ranks)
