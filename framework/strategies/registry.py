@@ -208,6 +208,8 @@ def _selection_problems(options: dict, devices, nodes) -> tuple[type[Strategy] |
 def check_strategy(run: Experiment) -> list[str]:
     """Strategy class and options, accelerator, topology against the launcher, batch divisibility."""
     options = run.strategy
+    if isinstance((options.get("candidates") or [None])[0], dict):
+        options = concrete(options)  # an auto node the job resolved: checked as the candidate it runs
     trainer = run.config.get("trainer") or {}  # (as given: the trainer's schema names a wrong type)
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
     cls, schema, problems = _selection_problems(options, devices, nodes)
