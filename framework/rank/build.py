@@ -120,16 +120,25 @@ def build_callbacks(run: Experiment) -> dict:
 def build_components(run: Experiment, is_global_zero: bool, on_meta: bool = False) -> Components:
     """Instantiate every component of ``run``; loggers exist on rank 0 only. ``on_meta``: the model
     on the meta device, when it can initialise itself later (``init_weights``) and no initial
-    weights are loaded into it whole (``init.weights``)."""
+    weights are loaded into it whole (``init.weights``). QLoRA's model is built on the meta device
+    under any strategy where it gives its weights one at a time (``parameter_source``), and made real
+    here with its base quantized as it is read; another is built whole and then quantized."""
     datamodule = _make(run.datamodule.node, "datamodule")
+    quantized = bool(run.adapter and run.adapter.quantize)
+    streamed = quantized and callable(run.model.declared("parameter_source")) and not run.init.weights
     on_meta = on_meta and callable(run.model.declared("init_weights")) and not run.init.weights
-    on_meta = on_meta and not (run.adapter and run.adapter.quantize)  # (QLoRA quantizes the whole weights)
+    on_meta = (on_meta and not quantized) or streamed
     with torch.device("meta") if on_meta else contextlib.nullcontext():
         model = _make(run.model.node, "model on the meta device" if on_meta else "model")
     if run.adapter is not None:
         add_adapters(model, run.adapter)
         # what its checkpoints record of the frozen base
         model.adapter_base = base_fingerprint(run.model.node, torch.initial_seed(), run.init.weights)
+    if streamed:  # (before the strategy: it shards and moves the NF4 base as it did the base built whole)
+        from framework.models.qlora import materialize_quantized
+
+        count = materialize_quantized(model, torch.initial_seed())
+        log.info("QLoRA: %d linear weights quantized to NF4 one at a time, as they were read", count)
     task = _make(run.task.node, "task")
     if callable(getattr(task, "connect", None)):  # what the task takes from the data (a tokenizer's special ids)
         task.connect(datamodule)
