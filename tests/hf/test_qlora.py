@@ -1,14 +1,18 @@
 """QLoRA's base quantized as it is read: the model built on the meta device and made real one
 parameter at a time holds, bit for bit, the NF4 weights (and every other tensor) of the model built
-whole and then quantized."""
+whole and then quantized; an NF4 weight counts as what it holds (4 bits a weight and its scales) in
+results.json, the memory plan and the size check before start; and on SmolLM2-135M QLoRA's model state
+and peak resident memory are below LoRA's by what the NF4 base saves."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from framework import compose
+from framework import compose, fit
+from framework.config import ConfigError
 from framework.config.schemas import AdapterConfig
+from framework.job.preflight import preflight
 from tests.helpers.configs import GPT_TINY
 
 transformers = pytest.importorskip("transformers")
@@ -104,3 +108,48 @@ def test_a_drawn_model_streams_too_and_another_is_built_whole(tmp_path):
         inject_adapters(streamed, settings, 9)
         assert materialize_quantized(streamed, 9) == 14  # (2 layers of 7 linears; the head stays whole)
         _assert_same(streamed, whole)
+
+
+def test_an_nf4_weight_counts_what_it_holds(base, tmp_path):
+    """4 bits a weight, an int8 scale per block of 64, an fp32 factor per group of scales, the mean and
+    the 16 code values: results.json's model state is the plan's, and a QLoRA run's is LoRA's less what
+    the base saves."""
+    from framework.engine.memory import held_bytes
+    from framework.job.plan import plan
+    from framework.models.nf4 import bytes_saved, nf4_bytes, set_nf4
+
+    linear = torch.nn.Linear(128, 64, bias=False)
+    set_nf4(linear, linear.weight.detach())
+    assert held_bytes(linear.weight) == nf4_bytes(128 * 64) == 4096 + 128 + 4 * 8 + 4 + 64  # (8 groups of 16 scales)
+    runs = {}
+    for adapter in ("lora", "qlora"):
+        overrides = [*_qlora(base, f"adapter={adapter}", "trainer.max_steps=2", "test=false", "callbacks=none")]
+        runs[adapter] = fit(compose(overrides), output_dir=str(tmp_path / adapter))["memory"]
+        [row] = [r for r in plan(compose(overrides)) if r["strategy"] == "fsdp" and r["devices"] == 1]  # (as single)
+        assert runs[adapter]["predicted_model_state_bytes"] == pytest.approx(row["model_state_bytes_per_rank"])
+        assert runs[adapter]["model_state_bytes_per_rank"][0] == pytest.approx(
+            row["model_state_bytes_per_rank"], rel=0.01
+        )
+    # 2 layers x 7 linears (64 x 64 q and o, 64 x 32 k and v, 64 x 128 gate, up and down) in NF4
+    sizes = [64 * 64] * 2 + [64 * 32] * 2 + [64 * 128] * 3
+    saved = 2 * sum(4 * n - nf4_bytes(n) for n in sizes)
+    with torch.device("meta"):
+        from framework.models import HFCausalLM
+
+        assert bytes_saved(HFCausalLM(path=str(base))) == saved
+    lora, qlora = runs["lora"]["model_state_bytes_per_rank"][0], runs["qlora"]["model_state_bytes_per_rank"][0]
+    assert lora - qlora == saved
+
+
+def test_the_size_check_counts_the_base_in_four_bits(base):
+    """A memory limit between QLoRA's model state and LoRA's: LoRA refused before start, QLoRA not."""
+    from framework.job.plan import plan
+
+    rows = {a: plan(compose(_qlora(base, f"adapter={a}"))) for a in ("lora", "qlora")}
+    rows = {a: next(r for r in rows[a] if r["devices"] == 1)["model_state_bytes_per_rank"] for a in rows}
+    limit = int((rows["lora"] + rows["qlora"]) / 2)
+    assert rows["qlora"] < limit < rows["lora"]
+    with pytest.raises(ConfigError) as err:
+        preflight(compose(_qlora(base, "adapter=lora", f"trainer.memory_limit={limit}")))
+    assert any(p.startswith("model: its config makes about") for p in err.value.problems), err.value.problems
+    preflight(compose(_qlora(base, f"trainer.memory_limit={limit}")))
