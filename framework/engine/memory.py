@@ -29,14 +29,26 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard on this rank
 
 
+def held_bytes(t: torch.Tensor) -> int:
+    """The bytes ``t`` holds: a tensor subclass that packs its values (torchao's NF4Tensor: 4 bits a
+    weight, with its scales) the sum of its inner tensors' (``__tensor_flatten__``), not numel x its
+    dtype's size (4 B a weight for NF4); a plain tensor numel x element size."""
+    flatten = getattr(t, "__tensor_flatten__", None)
+    if flatten is None:
+        return t.numel() * t.element_size()
+    names, _ = flatten()
+    return sum(held_bytes(getattr(t, name)) for name in names)
+
+
 def model_state_bytes(model: torch.nn.Module, optimizer) -> dict:
-    """{'params', 'grads', 'optimizer', 'total'} in bytes on this rank (sharded tensors: the local shard).
+    """{'params', 'grads', 'optimizer', 'total'} in bytes on this rank (sharded tensors: the local shard; packed
+    ones, QLoRA's NF4 weights, what they hold: ``held_bytes``).
 
     Counted after a step, when gradients and optimizer state exist; DDP's communication
     buckets are not model state and are not counted.
     """
     params = list(model.parameters())
-    p = sum(_local(x).numel() * x.element_size() for x in params)
+    p = sum(held_bytes(_local(x)) for x in params)
     g = sum(_local(x.grad).numel() * x.grad.element_size() for x in params if x.grad is not None)
     o = 0  # (``optimizer``: the strategy's inner_optimizer, which holds this rank's state)
     for state in optimizer.state.values() if optimizer is not None else ():

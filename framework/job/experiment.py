@@ -40,8 +40,13 @@ class ResolvedExperiment(Experiment):
     def size_problems(self) -> list[str]:
         """Why the model, with its adapters, does not fit a rank of this machine (empty: it fits, or its
         size is unknown). The base is counted from its config, before anything is built; the adapters
-        from the base's layers on the meta device (``adapted_layers``)."""
-        return self._base_size_problems or model_size_problems(self, self.layout, self.adapted_layers)
+        from the base's layers on the meta device (``adapted_layers``), and QLoRA's base in NF4 from them too."""
+        packed = None
+        if self.adapter is not None and self.adapter.quantize and self.meta_model is not None:
+            from framework.models.nf4 import bytes_saved
+
+            packed = bytes_saved(self.meta_model)
+        return self._base_size_problems or model_size_problems(self, self.layout, self.adapted_layers, packed)
 
     @cached_property
     def _base_size_problems(self) -> list[str]:

@@ -60,17 +60,26 @@ def memory_per_rank(trainer: TrainerConfig, processes: int) -> tuple[Optional[in
     return total // max(1, processes), f"this machine's {_gib(total)} over {processes} process(es)"
 
 
-def model_size_problems(run: Experiment, layout: Optional[Layout], layers: Optional[dict] = None) -> list[str]:
+def model_size_problems(
+    run: Experiment, layout: Optional[Layout], layers: Optional[dict] = None, packed: Optional[float] = None
+) -> list[str]:
     """The model state per rank (weights; training: with gradients and optimizer state, as the strategy
     lays them out) within the memory a rank has. With adapters (``adapter``; ``layers``: the adapted
     linears' (in, out), once known): the base's weights, and the adapters with their gradients and
-    optimizer state (``predict_adapted_state_bytes``, framework-plan's accounting)."""
+    optimizer state (``predict_adapted_state_bytes``, framework-plan's accounting). QLoRA's base counts
+    in NF4: ``packed``, the bytes it holds fewer than fp32 (``nf4.bytes_saved`` of the model on the meta
+    device); before that model is built, every weight at NF4's 0.5 B, a lower bound (so a model too large
+    even in 4 bits is refused before it is built on the meta device, and one that fits is not)."""
     params, keys = declared_parameters(run.model.node) if layout is not None else (None, "")
     if params is None:
         return []
     cls, topology = layout.strategy, layout.topology
     adapters = run.adapter.parameters(layers or {}) if run.adapter is not None else None
-    state = _state_bytes(run, cls, topology, params, adapters)
+    if run.adapter is None or not run.adapter.quantize:
+        packed = 0
+    elif packed is None:
+        packed = 3.5 * params  # (4 B a weight, less NF4's 0.5 B)
+    state = _state_bytes(run, cls, topology, params, adapters, packed)
     budget, source = memory_per_rank(run.trainer, topology.processes_per_node)
     if budget is None or state <= budget:
         return []
@@ -92,13 +101,14 @@ def model_size_problems(run: Experiment, layout: Optional[Layout], layers: Optio
     ]
 
 
-def _state_bytes(run: Experiment, cls, topology, params: int, adapters: Optional[int]) -> float:
+def _state_bytes(run: Experiment, cls, topology, params: int, adapters: Optional[int], packed: float) -> float:
     """A rank's bytes of model state: every parameter trained (``adapters`` None), else the base frozen
-    (4 B a weight: an upper bound for QLoRA's 4-bit one) and the ``adapters`` trained; weights alone where
-    the run does not train."""
+    (4 B a weight, less the ``packed`` bytes QLoRA's NF4 base saves) and the ``adapters`` trained; weights
+    alone where the run does not train."""
     optimizer = optimizer_state_bytes(run.optimizer.node) if run.optimizer.node else 8
     if adapters is not None:
-        return cls.predict_adapted_state_bytes(params + adapters, adapters if run.train else 0, optimizer, topology)
+        trained = adapters if run.train else 0
+        return cls.predict_adapted_state_bytes(params + adapters, trained, optimizer, topology, packed=packed)
     state = cls.predict_model_state_bytes(params, optimizer, topology)
     if run.strategy.get("name") == "auto":  # its plan chooses: the most sharded it could
         state = (8 + optimizer) * params / topology.world_size

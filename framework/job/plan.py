@@ -7,7 +7,9 @@ training: 4 + 4 + K bytes per parameter, K = 8 for Adam/AdamW, 4 for SGD with mo
 single/dp/ddp/ddp2: (8 + K)·P;  zero (stage 1): 8·P + K·P/N;  fsdp: (8 + K)·P/N;
 hsdp: (8 + K)·P/shard; pp: (8 + K)·(the largest stage's P)/pipelines; deepspeed: its fp32 master copy
 of each partition adds 4·P/N: stage 1: 8·P + (4 + K)·P/N, stage 2: 4·P + (8 + K)·P/N, stage 3:
-(12 + K)·P/N (offloaded optimizer state and master copy are on the host). Activations and
+(12 + K)·P/N (offloaded optimizer state and master copy are on the host). With adapters: every
+weight (4 B; QLoRA's base linears in NF4, 4 bits a weight and its scales, about 0.52 B) as the layout
+splits them, and gradients and optimizer state for the adapters alone. Activations and
 communication buffers are not model state.
 
 Activations: the bytes one training forward saves for backward at the per-rank micro-batch
@@ -32,6 +34,7 @@ from framework.engine.memory import optimizer_state_bytes
 from framework.job.comm_plan import comm_bytes, traffic
 from framework.job.experiment import ResolvedExperiment
 from framework.models.moe import GroupedExperts
+from framework.models.nf4 import bytes_saved
 from framework.strategies import is_named, planned, strategy_of
 from framework.strategies.pipeline.schedule import bubble_fraction, microbatches_in_flight, microbatches_per_batch
 
@@ -168,8 +171,9 @@ def layout_bytes(
     topology = cls.make_topology(devices, 1, options)
     adapted = getattr(model, "adapter_settings", None) is not None
     trainable = adapter_count(model, cls, options, topology) if adapted else None
-    if adapted:  # the whole model's weights; gradients and optimizer state for the adapters alone
-        state = cls.predict_adapted_state_bytes(params, trainable, k, topology, model, options)
+    if adapted:  # the whole model's weights (QLoRA's base in NF4); gradients and optimizer state for the adapters
+        packed = bytes_saved(model) if model.adapter_settings.quantize else 0
+        state = cls.predict_adapted_state_bytes(params, trainable, k, topology, model, options, packed=packed)
     else:
         state = cls.predict_model_state_bytes(params, k, topology, model, options)
     batch = int(run.datamodule.get("batch_size") or 0)

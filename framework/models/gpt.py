@@ -259,19 +259,26 @@ class GPT(nn.Module):
         whatever the layout, and one full parameter in memory at a time."""
         weight = next(self.parameters())  # (a pipeline stage may have no embedding)
         self._rotary(weight.device if not weight.is_meta else "cpu")
-        std = 0.02
+        draw = self.parameter_source(seed)
         for name, param in self.named_parameters():
-            if is_adapter(name):  # (an adapter's own init draws it: framework/models/lora.py)
-                continue
-            generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
-            shape = param.shape
+            if not is_adapter(name):  # (an adapter's own init draws it: framework/models/lora.py)
+                copy_into(param, draw(name, param.shape))
+
+    def parameter_source(self, seed: int = 0) -> Callable[[str, torch.Size], torch.Tensor]:
+        """``(name, shape) -> `` the whole value ``init_weights`` draws for the parameter ``name`` (fp32):
+        a build that quantizes the base as it draws it (QLoRA, framework/models/lora.py
+        ``materialize_quantized``) never holds it whole."""
+        std, depth = 0.02, math.sqrt(2 * self.config["n_layers"])
+
+        def draw(name: str, shape: torch.Size) -> torch.Tensor:
             if name.endswith("norm.weight"):
-                full = torch.ones(shape)
-            elif name.endswith(("wo.weight", "w2.weight", "experts.w2")):  # residual projections, scaled by depth
-                full = torch.randn(shape, generator=generator) * (std / math.sqrt(2 * self.config["n_layers"]))
-            else:
-                full = torch.randn(shape, generator=generator) * std
-            copy_into(param, full)
+                return torch.ones(shape)
+            generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+            if name.endswith(("wo.weight", "w2.weight", "experts.w2")):  # residual projections, scaled by depth
+                return torch.randn(shape, generator=generator) * (std / depth)
+            return torch.randn(shape, generator=generator) * std
+
+        return draw
 
     # A pipeline stage is this model with the modules of the other stages removed (set to None,
     # blocks deleted from ``layers``): forward then runs what is left, from tokens or hidden states.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -145,8 +145,8 @@ class HFCausalLM(HFSource, nn.Module):
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
         """Each parameter (this rank's shard of it): the saved tensor, or a draw of its own."""
-        reader = hf_files.WeightReader(hf_files.model_directory(self.path)) if self.path and self.pretrained else None
-        norms = {name for name, module in self.named_modules() if "Norm" in type(module).__name__}
+        reader = self._reader()
+        norms = self._norms()
         for name, param in self.named_parameters():
             if is_adapter(name):  # (an adapter's own init draws it: framework/models/lora.py)
                 continue
@@ -155,27 +155,47 @@ class HFCausalLM(HFSource, nn.Module):
             else:
                 self._load(reader, name, param)
 
+    def parameter_source(self, seed: int = 0) -> Callable[[str, torch.Size], torch.Tensor]:
+        """``(name, shape) -> `` the whole fp32 value ``init_weights`` gives the parameter ``name``, one
+        at a time (the saved tensor, read alone, or its draw): a build that quantizes the base as it
+        reads it (QLoRA, framework/models/lora.py ``materialize_quantized``) never holds it whole."""
+        reader, norms = self._reader(), self._norms()
+        if reader is None:
+            return lambda name, shape: self._drawn(name, shape, seed, norms)
+        return lambda name, shape: self._saved(reader, name, shape, ()).to(torch.float32)
+
+    def _reader(self) -> Optional[hf_files.WeightReader]:
+        return hf_files.WeightReader(hf_files.model_directory(self.path)) if self.path and self.pretrained else None
+
+    def _norms(self) -> set[str]:
+        return {name for name, module in self.named_modules() if "Norm" in type(module).__name__}
+
     def _load(self, reader: hf_files.WeightReader, name: str, param: torch.Tensor) -> None:
         """The saved tensor's part this rank holds (a DTensor's local shard), read alone."""
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+        local = param.to_local() if isinstance(param, DTensor) else param
+        index = ()
+        if isinstance(param, DTensor):
+            shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+            index = tuple(slice(start, start + size) for start, size in zip(offset, shape))
+        local.copy_(self._saved(reader, name, param.shape, index).to(local.device, torch.float32))
+
+    def _saved(self, reader: hf_files.WeightReader, name: str, shape: torch.Size, index: tuple) -> torch.Tensor:
+        """``index`` (a slice per dimension; () whole) of the saved tensor of the parameter ``name``,
+        checked against its ``shape``."""
         # (a head saved tied, now untied by model.config: it starts as the embedding it was)
         untied = [self.hf_name("embed_tokens.weight")] if name == "lm_head.weight" else []
         saved = next((c for c in (self.hf_name(name), name, *untied) if c in reader), None)
         if saved is None:
             raise ValueError(f"model.path: '{self.path}' has no weights for {self.hf_name(name)}")
-        if reader.shape(saved) != list(param.shape):
+        if reader.shape(saved) != list(shape):
             raise ValueError(
                 f"model.path: {saved} is saved with shape {reader.shape(saved)}, the model's is "
-                f"{list(param.shape)} (model.config changes the saved architecture)"
+                f"{list(shape)} (model.config changes the saved architecture)"
             )
-        local = param.to_local() if isinstance(param, DTensor) else param
-        index = (slice(None),) * param.dim()
-        if isinstance(param, DTensor):
-            shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
-            index = tuple(slice(start, start + size) for start, size in zip(offset, shape))
-        local.copy_(reader.get_part(saved, index).to(local.device, torch.float32))
+        return reader.get_part(saved, index)
 
     def _drawn(self, name: str, shape: torch.Size, seed: int, norms: set[str]) -> torch.Tensor:
         if name.endswith("bias"):

@@ -91,9 +91,10 @@ def source_record(path: str) -> dict:
     return record
 
 
-def safetensors_problems(path: Path) -> list[str]:
-    """A safetensors file whose header does not describe it: cut short (a copy that did not finish), or
-    a header that is not one. Read: the header alone."""
+def safetensors_header(path: Path) -> tuple[Optional[dict], int]:
+    """(the header of the safetensors file ``path``, the byte its data starts at): 8 bytes of the
+    header's length, then the JSON of {name: {dtype, shape, data_offsets}}; (None, 0) for a header cut
+    short or not JSON."""
     import struct
 
     size = path.stat().st_size
@@ -104,10 +105,18 @@ def safetensors_problems(path: Path) -> list[str]:
             header = json.loads(f.read(length)) if length is not None and 8 + length <= size else None
         except ValueError:
             header = None
-    if not isinstance(header, dict):
+    return (header, 8 + length) if isinstance(header, dict) else (None, 0)
+
+
+def safetensors_problems(path: Path) -> list[str]:
+    """A safetensors file whose header does not describe it: cut short (a copy that did not finish), or
+    a header that is not one. Read: the header alone."""
+    header, start = safetensors_header(path)
+    if header is None:
         return [f"'{path}' is not a safetensors file (its header is cut short or not JSON): save the model again"]
+    size = path.stat().st_size
     ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
-    needed = 8 + length + max(ends, default=0)
+    needed = start + max(ends, default=0)
     if size < needed:
         return [
             f"'{path}' is cut short: its header describes {needed} bytes, the file has {size} (a copy that did not "
@@ -116,14 +125,30 @@ def safetensors_problems(path: Path) -> list[str]:
     return []
 
 
+# safetensors' dtypes (little-endian, as the format stores them)
+DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2", "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64",
+    "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool",
+}  # fmt: skip
+CHUNK_BYTES = 1 << 24  # a part that cuts other dimensions than the first is read this much at a time
+
+
 class WeightReader:
-    """Tensors of a saved model by name, read one at a time from its safetensors files."""
+    """Tensors of a saved model by name, read one at a time from its safetensors files by plain file
+    reads. Not through a memory map (safetensors' ``safe_open``): every page read through a mapping
+    stays in the process's resident memory while it is open, so loading a model held the whole file
+    there beside the weights (513 MiB more at the peak for SmolLM2-135M)."""
 
     def __init__(self, directory: Path):
-        from safetensors import safe_open
-
-        self._files = [safe_open(str(f), framework="pt") for f in weight_files(directory)]
-        self._where = {name: handle for handle in self._files for name in handle.keys()}
+        self._where: dict[str, tuple[Path, str, list[int], int]] = {}  # name: (file, dtype, shape, first byte)
+        for path in weight_files(directory):
+            header, start = safetensors_header(path)
+            if header is None:
+                raise ValueError(safetensors_problems(path)[0])
+            for name, entry in header.items():
+                if name != "__metadata__":
+                    self._where[name] = (path, entry["dtype"], list(entry["shape"]), start + entry["data_offsets"][0])
 
     def names(self) -> Iterator[str]:
         return iter(self._where)
@@ -131,15 +156,54 @@ class WeightReader:
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
-    def get(self, name: str):
-        return self._where[name].get_tensor(name)
-
     def shape(self, name: str) -> list[int]:
-        return list(self._where[name].get_slice(name).get_shape())
+        return list(self._where[name][2])
+
+    def get(self, name: str):
+        """The whole tensor ``name``, in its saved dtype."""
+        return self.get_part(name, ())
 
     def get_part(self, name: str, index: tuple):
-        """``tensor[index]`` (a slice per dimension), read without the rest of the tensor."""
-        return self._where[name].get_slice(name)[index]
+        """``tensor[index]`` (a slice per dimension, from the first; the dimensions after them whole), read
+        without the rest of the tensor: the rows of the first dimension's slice alone, in pieces of
+        ``CHUNK_BYTES`` when other dimensions are cut too (a DTensor's shard along them)."""
+        import math
+
+        import torch
+
+        path, dtype, shape, start = self._where[name]
+        kind = getattr(torch, DTYPES[dtype])
+        if not shape:
+            return self._read(path, start, kind, [])
+        index = tuple(index) + (slice(None),) * (len(shape) - len(index))
+        first, step = index[0].indices(shape[0])[:2], index[0].step or 1
+        row = math.prod(shape[1:]) * torch.empty((), dtype=kind).element_size()
+        rest = (slice(None, None, step), *index[1:])
+        if all(part == slice(None) for part in index[1:]):
+            rows = self._read(path, start + first[0] * row, kind, [max(0, first[1] - first[0]), *shape[1:]])
+            return rows if step == 1 else rows[rest].clone()
+        per = max(step, CHUNK_BYTES // max(1, row) // step * step)  # (whole steps: each piece starts on one)
+        pieces = []
+        for at in range(first[0], max(first[0], first[1]), per):
+            rows = self._read(path, start + at * row, kind, [min(per, first[1] - at), *shape[1:]])
+            pieces.append(rows[rest].clone())
+        return torch.cat(pieces) if pieces else torch.empty(0, *shape[1:], dtype=kind)[(slice(None), *index[1:])]
+
+    @staticmethod
+    def _read(path: Path, offset: int, dtype, shape: list[int]):
+        """A new tensor of ``shape`` read from ``path`` at byte ``offset``."""
+        import torch
+
+        out = torch.empty(shape, dtype=dtype)
+        buffer = out.view(-1).view(torch.uint8).numpy() if out.numel() else None
+        with open(path, "rb") as f:
+            f.seek(offset)
+            got = f.readinto(buffer) if buffer is not None else 0
+        if buffer is not None and got != buffer.size:
+            raise ValueError(
+                f"'{path}' is cut short: {got} of {buffer.size} bytes at byte {offset}; save the model again"
+            )
+        return out
 
 
 def load_config(path: Optional[str], config: Optional[dict]):

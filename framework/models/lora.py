@@ -138,15 +138,21 @@ def init_adapters(model: nn.Module, seed: int) -> None:
     """Every adapter parameter (this rank's shard of it): A uniform in +-1/sqrt(in), B zero, DoRA's
     magnitude the base weight's row norms."""
     for name, module in model.named_modules():
-        if not isinstance(module, LoRALinear):
-            continue
-        generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
-        shape = module.lora_a.shape
-        bound = 1 / math.sqrt(shape[1])
-        copy_into(module.lora_a, torch.rand(shape, generator=generator) * 2 * bound - bound)
-        copy_into(module.lora_b, torch.zeros(module.lora_b.shape))
-        if module.lora_magnitude is not None:
-            copy_into(module.lora_magnitude, _full(module.weight).to(torch.float32).norm(dim=1))
+        if isinstance(module, LoRALinear):
+            init_adapter(name, module, seed)
+
+
+def init_adapter(name: str, module: LoRALinear, seed: int, base: Optional[torch.Tensor] = None) -> None:
+    """The adapters of the linear ``name`` (``base``: its weight's whole fp32 value, where the module's
+    is NF4 already; DoRA's magnitude is the norm of the weight before it was quantized)."""
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+    shape = module.lora_a.shape
+    bound = 1 / math.sqrt(shape[1])
+    copy_into(module.lora_a, torch.rand(shape, generator=generator) * 2 * bound - bound)
+    copy_into(module.lora_b, torch.zeros(module.lora_b.shape))
+    if module.lora_magnitude is not None:
+        weight = _full(module.weight) if base is None else base
+        copy_into(module.lora_magnitude, weight.to(torch.float32).norm(dim=1))
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:

@@ -123,14 +123,7 @@ def build_components(run: Experiment, is_global_zero: bool, on_meta: bool = Fals
     on the meta device, when it can initialise itself later (``init_weights``) and no initial
     weights are loaded into it whole (``init.weights``)."""
     datamodule = _make(run.datamodule.node, "datamodule")
-    on_meta = on_meta and callable(run.model.declared("init_weights")) and not run.init.weights
-    on_meta = on_meta and not (run.adapter and run.adapter.quantize)  # (QLoRA quantizes the whole weights)
-    with torch.device("meta") if on_meta else contextlib.nullcontext():
-        model = _make(run.model.node, "model on the meta device" if on_meta else "model")
-    if run.adapter is not None:
-        add_adapters(model, run.adapter)
-        # what its checkpoints record of the frozen base
-        model.adapter_base = base_fingerprint(run.model.node, torch.initial_seed(), run.init.weights)
+    model = build_model(run, on_meta)
     task = _make(run.task.node, "task")
     if callable(getattr(task, "connect", None)):  # what the task takes from the data (a tokenizer's special ids)
         task.connect(datamodule)
@@ -143,6 +136,31 @@ def build_components(run: Experiment, is_global_zero: bool, on_meta: bool = Fals
         if callable(getattr(logger, "record_in", None)):
             logger.record_in(attempt_dir(Path(run.output_dir), run.attempt))
     return Components(datamodule, model, task, optimizer_factory, scheduler, loggers, build_callbacks(run))
+
+
+def build_model(run: Experiment, on_meta: bool):
+    """The model with its adapters (``on_meta``: see ``build_components``). QLoRA's is built on the
+    meta device under any strategy where it gives its weights one at a time (``parameter_source``), and
+    made real here with its base quantized as it is read (never whole in fp32); another is built whole
+    and then quantized."""
+    quantized = bool(run.adapter and run.adapter.quantize)
+    streamed = quantized and callable(run.model.declared("parameter_source")) and not run.init.weights
+    on_meta = on_meta and callable(run.model.declared("init_weights")) and not run.init.weights
+    on_meta = (on_meta and not quantized) or streamed
+    if quantized:
+        from framework.models.qlora import map_large_temporaries, materialize_quantized
+
+        map_large_temporaries()  # (NF4's temporaries, at the build and in every step, given back when freed)
+    with torch.device("meta") if on_meta else contextlib.nullcontext():
+        model = _make(run.model.node, "model on the meta device" if on_meta else "model")
+    if run.adapter is not None:
+        add_adapters(model, run.adapter)
+        # what its checkpoints record of the frozen base
+        model.adapter_base = base_fingerprint(run.model.node, torch.initial_seed(), run.init.weights)
+    if streamed:  # (before the strategy: it shards and moves the NF4 base as it did the base built whole)
+        count = materialize_quantized(model, torch.initial_seed())
+        log.info("QLoRA: %d linear weights quantized to NF4 one at a time, as they were read", count)
+    return model
 
 
 def add_adapters(model, settings: AdapterConfig) -> None:

@@ -11,6 +11,7 @@ from framework.config.experiment import Experiment
 from framework.engine.memory import optimizer_state_bytes, whole_numel
 from framework.engine.results import job_record, peak_memory_bytes, throughput
 from framework.engine.trainer import Trainer
+from framework.models.nf4 import bytes_saved
 from framework.strategies import Strategy
 from framework.strategies.comm.collectives import all_gather_object
 
@@ -95,14 +96,17 @@ def collect(run: Experiment, trainer: Trainer) -> dict:
 
 def _predicted_state(strategy, model, held: int, k: int) -> Optional[float]:
     """This rank's model state as the plan predicts it, ``k`` optimizer bytes a parameter (adapters: the
-    weights of the whole model, gradients and optimizer state for the ``held`` ones this rank trains)."""
+    weights of the whole model, QLoRA's base in NF4, gradients and optimizer state for the ``held`` ones
+    this rank trains)."""
     plain = strategy.unwrap(model)
     layout = (strategy.topology, plain, strategy.options)
-    if getattr(plain, "adapter_settings", None) is None:
+    settings = getattr(plain, "adapter_settings", None)
+    if settings is None:
         trained = sum(whole_numel(p) for p in model.parameters() if p.requires_grad)
         return type(strategy).predict_model_state_bytes(trained, k, *layout)
     params = sum(whole_numel(p) for p in model.parameters())
-    return type(strategy).predict_adapted_state_bytes(params, held, k, *layout)
+    packed = bytes_saved(plain) if settings.quantize else 0
+    return type(strategy).predict_adapted_state_bytes(params, held, k, *layout, packed=packed)
 
 
 def local_trainable(model) -> int:

@@ -166,11 +166,20 @@ class Strategy:
 
     @classmethod
     def predict_adapted_state_bytes(
-        cls, params: int, trainable: int, optimizer_bytes: int, topology: Topology, model=None, options=None
+        cls,
+        params: int,
+        trainable: int,
+        optimizer_bytes: int,
+        topology: Topology,
+        model=None,
+        options=None,
+        packed: float = 0,
     ) -> float:
-        """With adapters: every one of ``params``'s weights as this layout splits them (4 B), and
+        """With adapters: every one of ``params``'s weights as this layout splits them (4 B, less the
+        ``packed`` bytes that a 4-bit base holds fewer: QLoRA's NF4, ``nf4.bytes_saved``), and
         gradients and optimizer state for the ``trainable`` parameters this rank holds alone."""
-        weights = cls.predict_model_state_bytes(params, 0, topology, model, options) / 2  # (8 B a parameter, halved)
+        # (as many fp32 weights fewer as the packed base saves bytes / 4: split as the weights are)
+        weights = cls.predict_model_state_bytes(params - packed / 4, 0, topology, model, options) / 2
         return weights + (4 + optimizer_bytes) * trainable
 
     @classmethod
