@@ -30,7 +30,8 @@ SCORES = [
 
 
 def sweep(lrs: list[str], ranks: list[str], epochs: int, out: Path) -> list[Path]:
-    """Run the grid as one multirun; the jobs' directories in its order."""
+    """Run the grid as one multirun (in ``out/sweep``); the jobs' directories in its order."""
+    out = out / "sweep"
     command = [
         sys.executable,
         "-m",
@@ -53,7 +54,8 @@ def base_scores(out: Path) -> dict:
     """The base model's harness scores and validation loss: one run that trains nothing."""
     run = out / "base"
     command = [sys.executable, "-m", "framework.train", "experiment=smollm2_lora", "train=false", "optimizer=none"]
-    subprocess.run([*command, "predict=false", f"hydra.run.dir={run}", "trainer.enable_progress_bar=false"], check=True)
+    command += ["harness.on_start=false", "predict_on_start=false", "trainer.val_on_start=false", "predict=false"]
+    subprocess.run([*command, f"hydra.run.dir={run}", "trainer.enable_progress_bar=false"], check=True)
     return json.loads((run / "results.json").read_text()).get("harness", {})
 
 
@@ -94,8 +96,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/smollm2_lora_sweep"))
     args = parser.parse_args()
+    base = base_scores(args.out)  # (first: a refusal is met before the sweep's hour)
     jobs = sweep(args.lr, args.r, args.epochs, args.out)
-    print("\n".join(table(jobs, base_scores(args.out))))
+    print("\n".join(table(jobs, base)))
 
 
 if __name__ == "__main__":
