@@ -30,7 +30,7 @@ def declared_parameters(model: dict) -> tuple[Optional[int], str]:
 
     try:
         config = hf_files.load_config(model.get("path"), model.get("config"))
-    except Exception:  # noqa: BLE001 - a config that does not load is named by the model's own check
+    except (ValueError, KeyError, TypeError, OSError):  # a config that does not load: the model's own check names it
         return None, ""
     keys = ", ".join(f"model.config.{k}={getattr(config, k)}" for k in SIZE_KEYS["hf"] if hasattr(config, k))
     return hf_parameters(config), keys

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -101,7 +102,7 @@ def plan_problems(run: ResolvedExperiment) -> list[str]:
     activation_checkpointing class that is no submodule's."""
     try:
         model = meta_model(run)
-    except Exception as err:  # noqa: BLE001 - the plan is a report; say what failed, briefly
+    except (InstantiationException, ValueError) as err:  # the plan is a report; say what failed, briefly
         cause = err.__cause__ or err
         return [f"model: {run.model.target} does not build: {type(cause).__name__}: {cause}"]
     return checkpoint_problems(model, list(run.trainer.activation_checkpointing))

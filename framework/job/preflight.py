@@ -215,6 +215,7 @@ def check_task_metrics(run: Experiment) -> list[str]:
         return []
     if not isinstance(metrics, dict):
         return [f"task.metrics: expected a mapping of name -> {{_target_: ...}}, got {metrics!r}"]
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
     from framework.tasks.metrics import metric_problems
@@ -231,7 +232,7 @@ def check_task_metrics(run: Experiment) -> list[str]:
             continue
         try:
             metric = instantiate(node, _convert_="all")
-        except Exception as err:  # noqa: BLE001 - the metric's own message names what is wrong
+        except InstantiationException as err:  # (hydra's wrap of the metric's own message: what is wrong)
             cause = err.__cause__ or err
             problems.append(f"{key}: {node['_target_']} does not build: {type(cause).__name__}: {cause}")
             continue
@@ -247,7 +248,7 @@ def _misspelled_arguments(node: dict, key: str) -> list[str]:
 
     try:
         names = [n for n in inspect.signature(import_target(node["_target_"])).parameters if n != "kwargs"]
-    except Exception:  # noqa: BLE001 - no signature to compare with
+    except (ImportError, ValueError, TypeError):  # no signature to compare with
         return []
     out = []
     for given in node:
@@ -282,12 +283,12 @@ def check_init_weights(run: Experiment) -> list[str]:
 
 
 def _safetensors_problems(path: Path) -> list[str]:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt"):
             return []
-    except Exception as err:  # noqa: BLE001 - the library's message says what is wrong with the file
+    except (SafetensorError, OSError) as err:  # the library's message says what is wrong with the file
         return [f"init.weights: '{path}' is not a readable .safetensors file: {err}"]
 
 
