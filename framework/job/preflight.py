@@ -217,7 +217,7 @@ def check_task_metrics(run: Experiment) -> list[str]:
         return [f"task.metrics: expected a mapping of name -> {{_target_: ...}}, got {metrics!r}"]
     from hydra.utils import instantiate
 
-    from framework.tasks.metrics import metric_problems
+    from framework.tasks.metrics import EpochMetrics
 
     problems: list[str] = []
     for name, node in metrics.items():
@@ -235,7 +235,7 @@ def check_task_metrics(run: Experiment) -> list[str]:
             cause = err.__cause__ or err
             problems.append(f"{key}: {node['_target_']} does not build: {type(cause).__name__}: {cause}")
             continue
-        problems += metric_problems({name: metric})
+        problems += EpochMetrics.problems({name: metric})
     return problems
 
 
