@@ -23,39 +23,6 @@ log = logging.getLogger(__name__)
 RESERVED_NAMES = ("last", "best")
 
 
-def filename_problems(filename, monitor: Optional[str] = None) -> list[str]:
-    """``filename`` must name a directory inside ``dirpath`` (no separator, no ``..``, not hidden, not
-    ``last``/``best``) and format only ``epoch``, ``step`` and metric names (``val/loss`` as ``val_loss``)."""
-    if not isinstance(filename, str) or not filename:
-        return [f"filename: expected a name template like 'epoch{{epoch}}-step{{step}}', got {filename!r}"]
-    problems = []
-    if (
-        "/" in filename
-        or "\\" in filename
-        or os.sep in filename
-        or filename.startswith(".")
-        or filename in RESERVED_NAMES
-    ):
-        problems.append(
-            f"filename: {filename!r} is not a plain file name; a checkpoint is named inside dirpath (no "
-            f"'/', no '..', not hidden, not {' or '.join(RESERVED_NAMES)}): change dirpath to move them"
-        )
-    try:
-        fields = [name for _, name, _, _ in string.Formatter().parse(filename) if name is not None]
-    except ValueError as err:
-        return problems + [f"filename: {filename!r} is not a valid template: {err}"]
-    for name in fields:
-        if not _METRIC_FIELD.match(name) and name not in ("epoch", "step"):
-            known = sorted(
-                {"epoch", "step", "val_loss", "train_loss", *([monitor.replace("/", "_")] if monitor else [])}
-            )
-            problems.append(
-                f"filename: {{{name}}} is not a field of a checkpoint's name; fields: {', '.join(known)} "
-                f"and any other logged metric, '/' read as '_' (val/acc -> {{val_acc}})"
-            )
-    return problems
-
-
 # A logged metric as a name field: its namespace (train/, val/, test/, lr-..., throughput/, device/), '/' as '_'.
 _METRIC_FIELD = re.compile(r"^(train|val|test|throughput|device)_[A-Za-z0-9_]+$|^lr-[A-Za-z0-9_\-]+$")
 
@@ -103,7 +70,7 @@ class ModelCheckpoint:
             {"save_top_k": save_top_k, "every_n_epochs": every_n_epochs, "every_n_train_steps": every_n_train_steps},
             "callbacks.model_checkpoint",
         )
-        problems = filename_problems(filename, monitor)
+        problems = self.check_config(filename, monitor)
         if problems:
             raise ValueError("; ".join(f"callbacks.model_checkpoint.{p}" for p in problems))
         self.dirpath = Path(dirpath)
@@ -121,8 +88,38 @@ class ModelCheckpoint:
 
     @classmethod
     def check_config(cls, filename: str = "epoch{epoch}-step{step}", monitor: Optional[str] = None, **_) -> list[str]:
-        """The file name template, checked before any process starts (keys relative to this node)."""
-        return filename_problems(filename, monitor)
+        """The file name template, checked before any process starts (keys relative to this node), by
+        ``__init__`` and of a resumed state's names: ``filename`` names a directory inside ``dirpath`` (no
+        separator, no ``..``, not hidden, not ``last``/``best``) and formats only ``epoch``, ``step`` and
+        metric names (``val/loss`` as ``val_loss``)."""
+        if not isinstance(filename, str) or not filename:
+            return [f"filename: expected a name template like 'epoch{{epoch}}-step{{step}}', got {filename!r}"]
+        problems = []
+        if (
+            "/" in filename
+            or "\\" in filename
+            or os.sep in filename
+            or filename.startswith(".")
+            or filename in RESERVED_NAMES
+        ):
+            problems.append(
+                f"filename: {filename!r} is not a plain file name; a checkpoint is named inside dirpath (no "
+                f"'/', no '..', not hidden, not {' or '.join(RESERVED_NAMES)}): change dirpath to move them"
+            )
+        try:
+            fields = [name for _, name, _, _ in string.Formatter().parse(filename) if name is not None]
+        except ValueError as err:
+            return problems + [f"filename: {filename!r} is not a valid template: {err}"]
+        for name in fields:
+            if not _METRIC_FIELD.match(name) and name not in ("epoch", "step"):
+                known = sorted(
+                    {"epoch", "step", "val_loss", "train_loss", *([monitor.replace("/", "_")] if monitor else [])}
+                )
+                problems.append(
+                    f"filename: {{{name}}} is not a field of a checkpoint's name; fields: {', '.join(known)} "
+                    f"and any other logged metric, '/' read as '_' (val/acc -> {{val_acc}})"
+                )
+        return problems
 
     # ---- events
     def on_fit_start(self, trainer) -> None:
@@ -168,7 +165,7 @@ class ModelCheckpoint:
 
     def load_state_dict(self, state: dict) -> None:
         # only names inside dirpath: a checkpoint's state never makes this callback delete elsewhere
-        self.best_k = {name: score for name, score in dict(state["best_k"]).items() if not filename_problems(name)}
+        self.best_k = {name: score for name, score in dict(state["best_k"]).items() if not self.check_config(name)}
         self.best_model_path = state["best_model_path"]
 
     # ---- internals

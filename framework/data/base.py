@@ -65,6 +65,33 @@ class BaseDataModule:
     def predict_dataloader(self) -> Optional[DataLoader]:
         return self._loader(self.predict_set if self.predict_set is not None else self.test_set, shuffle=False)
 
+    @classmethod
+    def split_problems(cls, samples: int, val_fraction, test_fraction) -> list[str]:
+        """Fractions in [0, 1) that leave every split asked for (and training) at least one of
+        ``samples`` samples; messages keyed relative to the datamodule's node (a subclass's
+        ``check_config`` asks before start, its ``setup`` of the data it read)."""
+        problems = [
+            f"{key}: must be in [0, 1), got {value}"
+            for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction))
+            if isinstance(value, (int, float)) and not 0 <= value < 1
+        ]
+        if problems or not all(isinstance(v, (int, float)) for v in (val_fraction, test_fraction)):
+            return problems
+        sizes = {"val": int(round(samples * val_fraction)), "test": int(round(samples * test_fraction))}
+        train = samples - sizes["val"] - sizes["test"]
+        if train < 1:
+            problems.append(
+                f"val_fraction + test_fraction: {val_fraction} + {test_fraction} leave no training sample of "
+                f"{samples}; their sum must stay below 1"
+            )
+        for split, fraction in (("val", val_fraction), ("test", test_fraction)):
+            if fraction > 0 and sizes[split] < 1:
+                problems.append(
+                    f"{split}_fraction: {fraction} of {samples} samples is no sample; use at least "
+                    f"{1 / samples:.2g}, or 0 for no {split} split"
+                )
+        return problems
+
     def _check_shape(self, sample_shape, num_classes: int, source: str) -> None:
         shape = list(sample_shape)
         if self.input_shape is not None and self.input_shape != shape:
@@ -76,32 +103,6 @@ class BaseDataModule:
                 f"datamodule.num_classes: {self.num_classes} does not match the data "
                 f"({num_classes} classes) of {source}"
             )
-
-
-def split_problems(samples: int, val_fraction, test_fraction) -> list[str]:
-    """Fractions in [0, 1) that leave every split asked for (and training) at least one of
-    ``samples`` samples; messages keyed relative to the datamodule's node."""
-    problems = [
-        f"{key}: must be in [0, 1), got {value}"
-        for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction))
-        if isinstance(value, (int, float)) and not 0 <= value < 1
-    ]
-    if problems or not all(isinstance(v, (int, float)) for v in (val_fraction, test_fraction)):
-        return problems
-    sizes = {"val": int(round(samples * val_fraction)), "test": int(round(samples * test_fraction))}
-    train = samples - sizes["val"] - sizes["test"]
-    if train < 1:
-        problems.append(
-            f"val_fraction + test_fraction: {val_fraction} + {test_fraction} leave no training sample of "
-            f"{samples}; their sum must stay below 1"
-        )
-    for split, fraction in (("val", val_fraction), ("test", test_fraction)):
-        if fraction > 0 and sizes[split] < 1:
-            problems.append(
-                f"{split}_fraction: {fraction} of {samples} samples is no sample; use at least "
-                f"{1 / samples:.2g}, or 0 for no {split} split"
-            )
-    return problems
 
 
 def split_indices(n: int, fractions: list[float], seed: int) -> list[list[int]]:

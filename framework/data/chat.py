@@ -59,31 +59,6 @@ def _messages_problem(messages: object) -> Optional[str]:
 EXAMPLES = RowFile(row_problem, SHAPE)
 
 
-def template_problems(template: Optional[str]) -> list[str]:
-    """``template`` (``datamodule.template``) as a format string of ``{role}`` and ``{content}`` alone,
-    ``{content}`` among them; keyed relative to the datamodule."""
-    if not isinstance(template, str):
-        return []  # (null: the default; another type is named by the type check)
-    fields = "the fields are {role} and {content}, e.g. " + repr(DEFAULT_TEMPLATE)
-    try:
-        parts = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(template)]
-    except ValueError as err:
-        return [f"template: {template!r} is not a format string ({err}; write a literal brace as {{{{ or }}}})"]
-    named = [(name, spec, conversion) for name, spec, conversion in parts if name is not None]
-    problems = [
-        f"template: {{{name}}} is not a field; {fields}" for name, _, _ in named if name not in ("role", "content")
-    ]
-    problems += [
-        f"template: {{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}: write the field "
-        f"plain, {{{name}}}"
-        for name, spec, conversion in named
-        if name in ("role", "content") and (spec or conversion)
-    ]
-    if "content" not in [name for name, _, _ in named]:
-        problems.append(f"template: {template!r} has no {{content}}: every message's text would be left out; {fields}")
-    return problems
-
-
 def messages_of(example: dict, system: Optional[str] = None) -> list[dict]:
     """An example's conversation: its ``messages``, or a user's ``prompt`` and the assistant's ``response``."""
     if example.get("messages") is not None:  # (a row checked by row_problem: roles and contents as given)
@@ -105,7 +80,7 @@ class Renderer:
     in tokenizer_config.json or chat_template.jinja), else ``template`` (default ``DEFAULT_TEMPLATE``)."""
 
     def __init__(self, tokenizer: Optional[str] = None, template: Optional[str] = None, say: bool = True):
-        problems = template_problems(template)
+        problems = self.template_problems(template)
         if problems:
             raise ConfigError([f"datamodule.{p}" for p in problems])
         self.chat = None
@@ -121,6 +96,33 @@ class Renderer:
             log.info(
                 "Conversations rendered by %s", f"{tokenizer}'s chat template" if self.chat else repr(self.template)
             )
+
+    @classmethod
+    def template_problems(cls, template: Optional[str]) -> list[str]:
+        """``template`` (``datamodule.template``) as a format string of ``{role}`` and ``{content}`` alone,
+        ``{content}`` among them; keyed relative to the datamodule."""
+        if not isinstance(template, str):
+            return []  # (null: the default; another type is named by the type check)
+        fields = "the fields are {role} and {content}, e.g. " + repr(DEFAULT_TEMPLATE)
+        try:
+            parts = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(template)]
+        except ValueError as err:
+            return [f"template: {template!r} is not a format string ({err}; write a literal brace as {{{{ or }}}})"]
+        named = [(name, spec, conversion) for name, spec, conversion in parts if name is not None]
+        problems = [
+            f"template: {{{name}}} is not a field; {fields}" for name, _, _ in named if name not in ("role", "content")
+        ]
+        problems += [
+            f"template: {{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}: write the "
+            f"field plain, {{{name}}}"
+            for name, spec, conversion in named
+            if name in ("role", "content") and (spec or conversion)
+        ]
+        if "content" not in [name for name, _, _ in named]:
+            problems.append(
+                f"template: {template!r} has no {{content}}: every message's text would be left out; {fields}"
+            )
+        return problems
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
         if self.chat is not None:

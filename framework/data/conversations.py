@@ -13,11 +13,11 @@ from typing import ClassVar, Optional, Sequence
 from torch.utils.data import DataLoader
 
 from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_indices, split_problems
-from framework.data.chat import Renderer, encode_example, template_problems
-from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
+from framework.data.base import BaseDataModule, split_indices
+from framework.data.chat import Renderer, encode_example
+from framework.data.prompts import PromptsToContinue, prompt_set, read_prompts
 from framework.data.row_files import RowFile
-from framework.data.text import Codec, vocabulary_problems
+from framework.data.text import Codec
 
 IGNORE = -100  # the targets the loss leaves out (the task's ignore_index)
 
@@ -93,14 +93,14 @@ class ConversationsDataModule(PromptsToContinue, BaseDataModule):
         """Before start: the tokenizer, the template, every row of the data (as setup reads them again),
         a system prompt that leaves room in a window and splits that leave rows to train on; keyed
         relative to the datamodule."""
-        problems = vocabulary_problems(tokenizer, rest.get("vocab_size"))
-        problems += prompt_file_problems(rest.get("predict_file"))
-        problems += template_problems(template)
+        problems = Codec.problems(tokenizer, rest.get("vocab_size"))
+        problems += cls.prompt_file_problems(rest.get("predict_file"))
+        problems += Renderer.template_problems(template)
         rows, found = cls.ROWS.checked(str(path or cls.SHIPPED))
         if not problems and system:
             problems += cls._system_problems(tokenizer, template, system, seq_len)
         fractions = rest.get("val_fraction", cls.FRACTIONS[0]), rest.get("test_fraction", cls.FRACTIONS[1])
-        return problems + found + (split_problems(len(rows), *fractions) if rows and not found else [])
+        return problems + found + (cls.split_problems(len(rows), *fractions) if rows and not found else [])
 
     @classmethod
     def _system_problems(cls, tokenizer: Optional[str], template: Optional[str], system: str, seq_len) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from framework.data.base import BaseDataModule, split_dataset, split_problems
+from framework.data.base import BaseDataModule, split_dataset
 from framework.data.batched import GatheringTensorDataset
 
 DIGITS_FILE = Path(__file__).parent / "assets" / "digits.csv.gz"  # source and licence: assets/README.md
@@ -64,7 +64,7 @@ class DigitsDataModule(BaseDataModule):
     ) -> list[str]:
         chosen = classes if isinstance(classes, (list, tuple)) else range(10)
         samples = sum(cls.CLASS_COUNTS[c] for c in chosen if isinstance(c, int) and 0 <= c < 10)
-        problems = split_problems(samples, val_fraction, test_fraction)
+        problems = cls.split_problems(samples, val_fraction, test_fraction)
         if input_shape is not None and list(input_shape) != [1, 8, 8]:
             problems.append(
                 f"input_shape: the digits are 1x8x8 images ([1, 8, 8]), not {list(input_shape)}; "

@@ -61,6 +61,39 @@ class MixedWindows(Dataset):
         block[inside] = feistel(block[inside], full, seed) if full else block[inside]
         return block * BLOCK + offset
 
+    @classmethod
+    def problems(cls, paths: list[str], indexes: list, weights) -> list[str]:
+        """Corpora mixed (``paths``, their indexes, None where unread): ``weights`` (null: by the corpora's
+        sizes) one finite number > 0 per corpus (an infinite one made every quota NaN: ``quotas``), and the
+        corpora of one tokenizer; keyed relative to the datamodule."""
+        problems = cls._weight_problems(weights, len(paths))
+        return problems + (cls._tokenizer_problems(paths, indexes) if None not in indexes else [])
+
+    @staticmethod
+    def _tokenizer_problems(paths: list[str], indexes: list[dict]) -> list[str]:
+        prints = {index["tokenizer"]["fingerprint"] for index in indexes}
+        if len(prints) < 2:
+            return []
+        return [
+            "path: the corpora were prepared with different tokenizers ("
+            + ", ".join(f"{p}: {i['tokenizer']['file'] or 'UTF-8 bytes'}" for p, i in zip(paths, indexes))
+            + "); mix corpora of one tokenizer"
+        ]
+
+    @staticmethod
+    def _weight_problems(weights, sources: int) -> list[str]:
+        if weights is None:
+            return []
+        listed = isinstance(weights, (list, tuple))
+        wrong = [w for w in weights if not _positive(w)] if listed else []
+        if listed and not wrong and len(weights) == sources and math.isfinite(sum(weights)):
+            return []
+        why = f" ({', '.join(map(str, wrong))} {'is' if len(wrong) == 1 else 'are'} not)" if wrong else ""
+        return [
+            f"weights: {weights}; one positive number per corpus of datamodule.path ({sources}), each finite and > 0"
+            f"{why}, e.g. [{', '.join(['0.5'] * sources)}] (null: by their sizes)"
+        ]
+
     def __init__(self, sources: list, weights: list[float], seed: int = 0, length: int | None = None):
         self.sources, self.seed = sources, seed
         self.counts = quotas(weights)
@@ -108,34 +141,6 @@ def source_names(paths: list[str]) -> list[str]:
 
     names = [Path(p).name or str(p) for p in paths]
     return [n if names.count(n) == 1 else f"{i}_{n}" for i, n in enumerate(names)]
-
-
-def mixture_problems(paths: list[str], indexes: list[dict]) -> list[str]:
-    """Corpora mixed: of one tokenizer."""
-    prints = {index["tokenizer"]["fingerprint"] for index in indexes}
-    if len(prints) < 2:
-        return []
-    return [
-        "path: the corpora were prepared with different tokenizers ("
-        + ", ".join(f"{p}: {i['tokenizer']['file'] or 'UTF-8 bytes'}" for p, i in zip(paths, indexes))
-        + "); mix corpora of one tokenizer"
-    ]
-
-
-def weight_problems(weights, sources: int) -> list[str]:
-    """``weights`` (null: by the corpora's sizes): one finite number > 0 per corpus of ``sources`` (an
-    infinite one made every quota NaN: ``quotas``); keyed relative to the datamodule."""
-    if weights is None:
-        return []
-    listed = isinstance(weights, (list, tuple))
-    wrong = [w for w in weights if not _positive(w)] if listed else []
-    if listed and not wrong and len(weights) == sources and math.isfinite(sum(weights)):
-        return []
-    why = f" ({', '.join(map(str, wrong))} {'is' if len(wrong) == 1 else 'are'} not)" if wrong else ""
-    return [
-        f"weights: {weights}; one positive number per corpus of datamodule.path ({sources}), each finite and > 0"
-        f"{why}, e.g. [{', '.join(['0.5'] * sources)}] (null: by their sizes)"
-    ]
 
 
 def _positive(weight) -> bool:

@@ -82,9 +82,9 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(PrepareSettings) if f
 def _tokenizer_facts(settings: PrepareSettings) -> dict:
     if not settings.tokenizer:
         return {"file": None, "fingerprint": "bytes", "vocab_size": 256, "eos_id": None}
-    from framework.data.tokenizer_files import load_tokenizer, tokenizer_file, tokenizer_problems
+    from framework.data.tokenizer_files import TokenizerFile, load_tokenizer, tokenizer_file
 
-    problems = tokenizer_problems(settings.tokenizer)
+    problems = TokenizerFile(settings.tokenizer).problems()
     if problems:
         raise ValueError(problems[0])
     path = tokenizer_file(settings.tokenizer)

@@ -65,7 +65,7 @@ def records(codec, prompts: list[str], predictions) -> list[dict]:
 
 class PromptsToContinue:
     """For a datamodule of token ids with a ``codec`` (data/text.py's Codec) and ``predict_prompts``:
-    what generation reads of its tokens, and predictions.jsonl's rows."""
+    what generation reads of its tokens, predictions.jsonl's rows, and the check of its ``predict_file``."""
 
     @property
     def special_tokens(self) -> dict:
@@ -75,6 +75,15 @@ class PromptsToContinue:
     def prediction_records(self, predictions) -> list[dict]:
         """predictions.jsonl's rows: each prompt (none for a test window), its continuation and its tokens."""
         return records(self.codec, self.predict_prompts or [], predictions)
+
+    @classmethod
+    def prompt_file_problems(cls, path: Optional[str]) -> list[str]:
+        """``predict_file`` is readable and holds prompts (every line checked), before start."""
+        try:
+            read_prompts(path)
+        except PromptFileError as err:
+            return [f"predict_file: {problem}" for problem in err.problems]
+        return []
 
 
 class PromptFileError(ValueError):
@@ -128,12 +137,3 @@ def _jsonl_prompt(line: str) -> tuple[str, Optional[str]]:
     if not isinstance(row["prompt"], str):
         return "", f'"prompt" is {type(row["prompt"]).__name__} {row["prompt"]!r}, expected a string'
     return row["prompt"], None
-
-
-def prompt_file_problems(path: Optional[str]) -> list[str]:
-    """``predict_file`` is readable and holds prompts (every line checked)."""
-    try:
-        read_prompts(path)
-    except PromptFileError as err:
-        return [f"predict_file: {problem}" for problem in err.problems]
-    return []

@@ -7,7 +7,7 @@ import math
 import torch
 
 from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_dataset, split_problems
+from framework.data.base import BaseDataModule, split_dataset
 from framework.data.batched import GatheringTensorDataset
 
 
@@ -42,7 +42,7 @@ class SyntheticDataModule(BaseDataModule):
         cls, num_samples: int = 2048, val_fraction: float = 0.1, test_fraction: float = 0.1, **_
     ) -> list[str]:
         return (
-            split_problems(num_samples, val_fraction, test_fraction)
+            cls.split_problems(num_samples, val_fraction, test_fraction)
             if isinstance(num_samples, int) and num_samples >= 1
             else []
         )

@@ -18,10 +18,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_dataset, split_problems
+from framework.data.base import BaseDataModule, split_dataset
 from framework.data.batched import GatheringTensorDataset
-from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
-from framework.data.tokenizer_files import load_tokenizer, special_tokens, tokenizer_problems
+from framework.data.prompts import PromptsToContinue, prompt_set, read_prompts
+from framework.data.tokenizer_files import TokenizerFile, load_tokenizer, special_tokens
 
 
 def builtin_corpus() -> str:
@@ -39,23 +39,6 @@ def read_corpus(data_dir: Optional[str]) -> str:
     return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
 
 
-def vocabulary_problems(tokenizer: Optional[str], vocab_size) -> list[str]:
-    """``tokenizer`` reads, and ``vocab_size`` (when given) is its count of tokens."""
-    unreadable = tokenizer_problems(tokenizer)
-    if unreadable:
-        return unreadable
-    try:
-        tokens = Codec(tokenizer).vocab_size
-    except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types
-        return [f"tokenizer: '{tokenizer}' is not a tokenizers JSON file ({str(err).splitlines()[0]})"]
-    if isinstance(vocab_size, int) and vocab_size != tokens:
-        return [
-            f"vocab_size: {vocab_size}, but the tokens number {tokens} "
-            f"({f'the tokenizer {tokenizer}' if tokenizer else 'UTF-8 bytes'}); set datamodule.vocab_size={tokens}"
-        ]
-    return []
-
-
 class Codec:
     """Text <-> token ids: UTF-8 bytes, or a ``tokenizers`` tokenizer (a file, or a model's directory,
     whose files also name its special tokens: ``special``, framework/data/tokenizer_files.py)."""
@@ -63,6 +46,24 @@ class Codec:
     def __init__(self, tokenizer: Optional[str] = None):
         self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
         self.special = special_tokens(tokenizer, self.tokenizer)
+
+    @classmethod
+    def problems(cls, tokenizer: Optional[str], vocab_size) -> list[str]:
+        """Before start: ``tokenizer`` reads, and ``vocab_size`` (when given) is its count of tokens; keyed
+        relative to the datamodule."""
+        unreadable = TokenizerFile(tokenizer).problems()
+        if unreadable:
+            return unreadable
+        try:
+            tokens = cls(tokenizer).vocab_size
+        except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own exception types
+            return [f"tokenizer: '{tokenizer}' is not a tokenizers JSON file ({str(err).splitlines()[0]})"]
+        if isinstance(vocab_size, int) and vocab_size != tokens:
+            return [
+                f"vocab_size: {vocab_size}, but the tokens number {tokens} "
+                f"({f'the tokenizer {tokenizer}' if tokenizer else 'UTF-8 bytes'}); set datamodule.vocab_size={tokens}"
+            ]
+        return []
 
     @property
     def vocab_size(self) -> int:
@@ -91,29 +92,6 @@ def unigram_entropy(tokens: Sequence[int]) -> float:
     ignores context (a language model should end well below it)."""
     counts, n = Counter(tokens), len(tokens)
     return -sum(c / n * math.log(c / n) for c in counts.values())
-
-
-def _window_problems(data_dir: Optional[str], seq_len, val_fraction, test_fraction) -> list[str]:
-    """Too little text for the windows and splits asked for, counted in bytes: a token is at least
-    a byte, so a corpus too short in bytes is too short in any tokenizer's tokens."""
-    if not isinstance(seq_len, int) or seq_len < 2:
-        return []  # the range check names it
-    if data_dir:
-        path = Path(data_dir)
-        files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
-        size = sum(f.stat().st_size for f in files) + 2 * (len(files) - 1)
-    else:
-        size = len(builtin_corpus().encode("utf-8"))
-    windows = (size - 1) // seq_len
-    if windows < 1:
-        return [
-            f"seq_len: the corpus has {size} bytes, not enough for one window of {seq_len} tokens "
-            f"(and its next token); use a shorter seq_len or more text"
-        ]
-    return [
-        f"{p} (the corpus makes at most {windows} windows of seq_len={seq_len})"
-        for p in split_problems(windows, val_fraction, test_fraction)
-    ]
 
 
 class TextDataModule(PromptsToContinue, BaseDataModule):
@@ -167,14 +145,37 @@ class TextDataModule(PromptsToContinue, BaseDataModule):
         predict_file: Optional[str] = None,
         **_,
     ) -> list[str]:
-        problems = prompt_file_problems(predict_file)
+        problems = cls.prompt_file_problems(predict_file)
         if data_dir and not Path(data_dir).exists():
             problems.append(f"data_dir: nothing at '{data_dir}' (a .txt file, or a folder of .txt files)")
         elif data_dir and Path(data_dir).is_dir() and not any(Path(data_dir).glob("*.txt")):
             problems.append(f"data_dir: '{data_dir}' holds no .txt file")
         else:
-            problems += _window_problems(data_dir, seq_len, val_fraction, test_fraction)
-        return problems + vocabulary_problems(tokenizer, vocab_size)
+            problems += cls._window_problems(data_dir, seq_len, val_fraction, test_fraction)
+        return problems + Codec.problems(tokenizer, vocab_size)
+
+    @classmethod
+    def _window_problems(cls, data_dir: Optional[str], seq_len, val_fraction, test_fraction) -> list[str]:
+        """Too little text for the windows and splits asked for, counted in bytes: a token is at least
+        a byte, so a corpus too short in bytes is too short in any tokenizer's tokens."""
+        if not isinstance(seq_len, int) or seq_len < 2:
+            return []  # the range check names it
+        if data_dir:
+            path = Path(data_dir)
+            files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
+            size = sum(f.stat().st_size for f in files) + 2 * (len(files) - 1)
+        else:
+            size = len(builtin_corpus().encode("utf-8"))
+        windows = (size - 1) // seq_len
+        if windows < 1:
+            return [
+                f"seq_len: the corpus has {size} bytes, not enough for one window of {seq_len} tokens "
+                f"(and its next token); use a shorter seq_len or more text"
+            ]
+        return [
+            f"{p} (the corpus makes at most {windows} windows of seq_len={seq_len})"
+            for p in cls.split_problems(windows, val_fraction, test_fraction)
+        ]
 
     def setup(self, stage: str) -> None:
         if self.predict_set is None:
@@ -183,7 +184,7 @@ class TextDataModule(PromptsToContinue, BaseDataModule):
             return
         tokens = torch.tensor(self.codec.encode(read_corpus(self.data_dir)), dtype=torch.long)
         windows = (len(tokens) - 1) // self.seq_len
-        problems = split_problems(windows, self.val_fraction, self.test_fraction)
+        problems = self.split_problems(windows, self.val_fraction, self.test_fraction)
         if windows < 1 or problems:
             raise ValueError(
                 f"datamodule: {len(tokens)} tokens make {windows} windows of seq_len={self.seq_len}; "

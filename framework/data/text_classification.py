@@ -17,10 +17,10 @@ from typing import Optional
 import torch
 
 from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_dataset, split_problems
+from framework.data.base import BaseDataModule, split_dataset
 from framework.data.batched import GatheringTensorDataset
 from framework.data.docstrings import labelled_docstrings
-from framework.data.tokenizer_files import load_tokenizer, tokenizer_problems
+from framework.data.tokenizer_files import TokenizerFile, load_tokenizer
 
 FORMATS = (".jsonl", ".csv")
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class TextClassificationDataModule(BaseDataModule):
         **_,
     ) -> list[str]:
         problems = (
-            tokenizer_problems(tokenizer)
+            TokenizerFile(tokenizer).problems()
             if tokenizer
             else [
                 "tokenizer: null; text classification needs the model's tokenizer "
@@ -105,7 +105,7 @@ class TextClassificationDataModule(BaseDataModule):
                 f"({', '.join(classes[:8])}{', ...' if len(classes) > 8 else ''}); set "
                 f"datamodule.num_classes={len(classes)}"
             )
-        return problems + split_problems(len(documents), val_fraction, test_fraction)
+        return problems + cls.split_problems(len(documents), val_fraction, test_fraction)
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
         rows = []

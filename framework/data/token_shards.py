@@ -134,61 +134,72 @@ def write_index(directory: Path, index: dict) -> None:
     write_atomic(Path(directory) / INDEX, json.dumps(index, indent=1).encode())
 
 
-def shard_problems(directory, index: dict) -> list[str]:
-    """Shards the index names that lie outside the corpus's ``shards/``, are missing, are not of the
-    size its token count says (a truncated copy), or whose document offsets are damaged, each naming
-    the file. The tokens themselves are not read here: a rank checks each shard's checksum when it
-    first reads it (``ShardChecks``)."""
-    problems = []
-    width = np.dtype(index["dtype"]).itemsize
-    inside = (Path(directory) / "shards").resolve()
-    for split in SPLITS:
-        for shard in index["splits"].get(split, []):
-            path = Path(directory) / str(shard["file"])
-            if inside not in path.resolve().parents:
-                problems.append(
-                    f"the index lists '{shard['file']}', outside the corpus's shards/ directory: the index is "
-                    f"damaged or not this corpus's ({Path(directory) / INDEX}); prepare the corpus again"
-                )
-            elif not path.is_file():
-                problems.append(f"missing shard '{path}' (the index lists {shard['tokens']} tokens there)")
-            elif path.stat().st_size != shard["tokens"] * width:
-                problems.append(
-                    f"shard '{path}' has {path.stat().st_size} bytes, the index says "
-                    f"{shard['tokens']} tokens of {index['dtype']} ({shard['tokens'] * width} bytes): "
-                    "it is truncated or not this corpus's; prepare the corpus again"
-                )
-            else:
-                problems += _offsets_problems(Path(offsets_file(path)), shard)
-    return problems
+class PreparedCorpus:
+    """A prepared corpus on disk: its ``directory`` and its index (read from there unless given), what
+    ``datamodule=tokens`` checks before it reads the shards."""
 
+    def __init__(self, directory, index: Optional[dict] = None):
+        self.directory = Path(directory)
+        self.index = index if index is not None else read_index(directory)
 
-def _offsets_problems(docs: Path, shard: dict) -> list[str]:
-    """The document offsets of a shard: an int64 array of one offset per document, the first 0, each
-    after the one before and inside the shard, with the checksum the index recorded."""
-    documents = shard["documents"]
-    if not docs.is_file():
-        return [f"missing document offsets '{docs}'"]
-    try:
-        offsets = np.load(docs, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError):
-        return [
-            f"document offsets '{docs}' are not a whole saved array (damaged, or cut short): prepare the corpus again"
-        ]
-    if offsets.dtype != np.int64 or offsets.shape != (documents,):
-        return [
-            f"document offsets '{docs}' hold {offsets.shape} {offsets.dtype}, the index says {documents} int64: "
-            "prepare the corpus again"
-        ]
-    if shard.get("docs_crc32") is not None and file_crc32(docs) != shard["docs_crc32"]:
-        return [f"document offsets '{docs}' are damaged (their checksum is not the index's): prepare the corpus again"]
-    steps = np.diff(offsets)
-    if documents and (offsets[0] != 0 or (steps <= 0).any() or offsets[-1] >= max(shard["tokens"], 1)):
-        return [
-            f"document offsets '{docs}' are damaged ({int((steps <= 0).sum())} not increasing, or outside the "
-            f"shard's {shard['tokens']} tokens): prepare the corpus again"
-        ]
-    return []
+    def problems(self) -> list[str]:
+        """Shards the index names that lie outside the corpus's ``shards/``, are missing, are not of the
+        size its token count says (a truncated copy), or whose document offsets are damaged, each naming
+        the file. The tokens themselves are not read here: a rank checks each shard's checksum when it
+        first reads it (``ShardChecks``)."""
+        problems = []
+        width = np.dtype(self.index["dtype"]).itemsize
+        inside = (self.directory / "shards").resolve()
+        for split in SPLITS:
+            for shard in self.index["splits"].get(split, []):
+                path = self.directory / str(shard["file"])
+                if inside not in path.resolve().parents:
+                    problems.append(
+                        f"the index lists '{shard['file']}', outside the corpus's shards/ directory: the index is "
+                        f"damaged or not this corpus's ({self.directory / INDEX}); prepare the corpus again"
+                    )
+                elif not path.is_file():
+                    problems.append(f"missing shard '{path}' (the index lists {shard['tokens']} tokens there)")
+                elif path.stat().st_size != shard["tokens"] * width:
+                    problems.append(
+                        f"shard '{path}' has {path.stat().st_size} bytes, the index says "
+                        f"{shard['tokens']} tokens of {self.index['dtype']} ({shard['tokens'] * width} bytes): "
+                        "it is truncated or not this corpus's; prepare the corpus again"
+                    )
+                else:
+                    problems += self._offsets_problems(Path(offsets_file(path)), shard)
+        return problems
+
+    @staticmethod
+    def _offsets_problems(docs: Path, shard: dict) -> list[str]:
+        """The document offsets of a shard: an int64 array of one offset per document, the first 0, each
+        after the one before and inside the shard, with the checksum the index recorded."""
+        documents = shard["documents"]
+        if not docs.is_file():
+            return [f"missing document offsets '{docs}'"]
+        try:
+            offsets = np.load(docs, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError):
+            return [
+                f"document offsets '{docs}' are not a whole saved array (damaged, or cut short): "
+                "prepare the corpus again"
+            ]
+        if offsets.dtype != np.int64 or offsets.shape != (documents,):
+            return [
+                f"document offsets '{docs}' hold {offsets.shape} {offsets.dtype}, the index says {documents} int64: "
+                "prepare the corpus again"
+            ]
+        if shard.get("docs_crc32") is not None and file_crc32(docs) != shard["docs_crc32"]:
+            return [
+                f"document offsets '{docs}' are damaged (their checksum is not the index's): prepare the corpus again"
+            ]
+        steps = np.diff(offsets)
+        if documents and (offsets[0] != 0 or (steps <= 0).any() or offsets[-1] >= max(shard["tokens"], 1)):
+            return [
+                f"document offsets '{docs}' are damaged ({int((steps <= 0).sum())} not increasing, or outside the "
+                f"shard's {shard['tokens']} tokens): prepare the corpus again"
+            ]
+        return []
 
 
 def max_token_id(index: dict) -> Optional[int]:

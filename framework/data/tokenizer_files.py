@@ -14,34 +14,66 @@ from framework.config.package_paths import model_directory
 def tokenizer_file(tokenizer: str) -> Path:
     """A ``tokenizers`` JSON file, or a model directory holding its ``tokenizer.json`` (``pkg://`` too; a
     GGUF file's converted directory)."""
-    path = model_directory(tokenizer)
-    return path / "tokenizer.json" if path.is_dir() else path
+    return TokenizerFile(tokenizer).path
 
 
 def load_tokenizer(tokenizer: str):
     """The tokenizer, its own padding and truncation off (the datamodule cuts and pads)."""
-    from tokenizers import Tokenizer
-
-    loaded = Tokenizer.from_file(str(tokenizer_file(tokenizer)))
-    loaded.no_padding()
-    loaded.no_truncation()
-    return loaded
+    return TokenizerFile(tokenizer).load()
 
 
-def tokenizer_problems(tokenizer: Optional[str]) -> list[str]:
-    """``tokenizer`` names a tokenizers JSON file, or a directory that holds one."""
+class TokenizerFile:
+    """A config's ``tokenizer``: a ``tokenizers`` JSON file, or a model directory holding its
+    ``tokenizer.json`` (``pkg://`` too; a GGUF file's converted directory); null: UTF-8 bytes."""
+
+    def __init__(self, name: Optional[str]):
+        self.name = name
+
+    @property
+    def path(self) -> Path:
+        path = model_directory(self.name)
+        return path / "tokenizer.json" if path.is_dir() else path
+
+    def load(self):
+        """The tokenizer, its own padding and truncation off (the datamodule cuts and pads)."""
+        from tokenizers import Tokenizer
+
+        loaded = Tokenizer.from_file(str(self.path))
+        loaded.no_padding()
+        loaded.no_truncation()
+        return loaded
+
+    @property
+    def vocab_size(self) -> int:
+        """Its count of tokens (256 for bytes)."""
+        return self.load().get_vocab_size() if self.name else 256
+
+    def problems(self) -> list[str]:
+        """``tokenizer`` names a tokenizers JSON file, or a directory that holds one (null: bytes); keyed
+        relative to the datamodule."""
+        try:
+            found = self.path.is_file() if self.name else True
+        except (FileNotFoundError, GGUFError) as err:
+            return [f"tokenizer: {err}"]
+        return (
+            []
+            if found
+            else [
+                f"tokenizer: no tokenizer file at '{self.name}' (a tokenizers JSON file, a model "
+                "directory holding tokenizer.json, or a GGUF file; null: bytes)"
+            ]
+        )
+
+
+def data_vocabulary(data):
+    """``datamodule.vocab_size`` (``data``: its node), or the size of its ``tokenizer`` when it names one
+    and no vocab_size."""
+    if "vocab_size" in data or not data.get("tokenizer"):
+        return data.get("vocab_size")
     try:
-        found = tokenizer_file(tokenizer).is_file() if tokenizer else True
-    except (FileNotFoundError, GGUFError) as err:
-        return [f"tokenizer: {err}"]
-    return (
-        []
-        if found
-        else [
-            f"tokenizer: no tokenizer file at '{tokenizer}' (a tokenizers JSON file, a model "
-            "directory holding tokenizer.json, or a GGUF file; null: bytes)"
-        ]
-    )
+        return TokenizerFile(str(data["tokenizer"])).vocab_size
+    except Exception:  # noqa: BLE001 - an unreadable tokenizer is reported by the datamodule's check
+        return None
 
 
 def _json(path: Path) -> dict:

@@ -16,22 +16,23 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from framework.config.experiment import Experiment
-from framework.config.ranges import Range
+from framework.config.ranges import Range, are_ints
 from framework.data.base import BaseDataModule
-from framework.data.corpus_checks import document_boundaries_problems, prepared_tokenizer_problems, token_ids_problems
-from framework.data.mixture import MixedWindows, mixture_problems, source_names, weight_problems
-from framework.data.prompts import PromptsToContinue, prompt_file_problems, prompt_set, read_prompts
+from framework.data.mixture import MixedWindows, source_names
+from framework.data.prompts import PromptsToContinue, prompt_set, read_prompts
 from framework.data.text import Codec
 from framework.data.token_shards import (
     SPLITS,
+    PreparedCorpus,
     corpus_change,
     identity,
+    max_token_id,
     read_index,
-    shard_problems,
     split_tokens,
     tokenizer_fingerprint,
 )
 from framework.data.token_windows import TokenWindows
+from framework.data.tokenizer_files import data_vocabulary, tokenizer_file
 
 log = logging.getLogger(__name__)
 
@@ -45,48 +46,6 @@ def _index_or_problem(path: Optional[str]) -> tuple[Optional[dict], list[str]]:
         return read_index(path), []
     except (FileNotFoundError, ValueError) as err:
         return None, [f"path: {err}"]
-
-
-def _tokenizer_problems(index: dict, tokenizer: Optional[str]) -> list[str]:
-    """``tokenizer`` (when given) is the one the corpus was prepared with."""
-    from framework.data.tokenizer_files import tokenizer_file
-
-    if not tokenizer:
-        return []
-    try:
-        ours = tokenizer_fingerprint(tokenizer_file(tokenizer))
-    except (OSError, ValueError) as err:
-        return [f"tokenizer: '{tokenizer}' is not a tokenizers JSON file or a directory holding one ({err})"]
-    prepared = index["tokenizer"]
-    if ours == prepared["fingerprint"]:
-        return []
-    return [
-        f"tokenizer: '{tokenizer}' is not the tokenizer the corpus was prepared with "
-        f"({prepared['file'] or 'UTF-8 bytes'}, fingerprint {prepared['fingerprint']} against {ours}); "
-        "prepare the corpus with this tokenizer, or train with that one"
-    ]
-
-
-def _corpus_problems(path, seq_len, vocab_size, tokenizer) -> tuple[Optional[dict], list[str]]:
-    """One prepared corpus's index and what is wrong with it, its shards, its tokenizer, its vocabulary
-    and its train split's length."""
-    index, problems = _index_or_problem(path)
-    if index is None:
-        return None, problems
-    problems += [f"path: {p}" for p in shard_problems(path, index)]
-    problems += _tokenizer_problems(index, tokenizer)
-    if isinstance(vocab_size, int) and vocab_size != index["vocab_size"]:
-        problems.append(
-            f"vocab_size: {vocab_size}, but the corpus at {path} has {index['vocab_size']} tokens; "
-            "leave it to the corpus's index (the default)"
-        )
-    train = split_tokens(index, "train")
-    if isinstance(seq_len, int) and seq_len >= 1 and train <= seq_len:
-        problems.append(
-            f"seq_len: the corpus's train split has {train} tokens, not enough for one window of "
-            f"{seq_len} (and its next token)"
-        )
-    return index, problems
 
 
 def _joined(sets: list):
@@ -154,25 +113,131 @@ class TokensDataModule(PromptsToContinue, BaseDataModule):
         **_,
     ) -> list[str]:
         paths = list(path) if isinstance(path, (list, tuple)) else [path]
-        problems = prompt_file_problems(predict_file)
+        problems = cls.prompt_file_problems(predict_file)
         indexes = []
         for one in paths:
-            index, found = _corpus_problems(one, seq_len, vocab_size, tokenizer)
+            index, found = cls._corpus_problems(one, seq_len, vocab_size, tokenizer)
             key = f"path ({one})" if len(paths) > 1 else "path"
             problems += [p.replace("path: ", f"{key}: ", 1) for p in found]
             indexes.append(index)
         if len(paths) > 1:
-            problems += weight_problems(weights, len(paths))
-            problems += mixture_problems([str(p) for p in paths], indexes) if None not in indexes else []
+            problems += MixedWindows.problems([str(p) for p in paths], indexes, weights)
         elif weights is not None:
             problems.append("weights: given for one corpus; name several in datamodule.path=[A,B] to mix them")
         return problems
 
     @classmethod
+    def _tokenizer_problems(cls, index: dict, tokenizer: Optional[str]) -> list[str]:
+        """``tokenizer`` (when given) is the one the corpus was prepared with."""
+        if not tokenizer:
+            return []
+        try:
+            ours = tokenizer_fingerprint(tokenizer_file(tokenizer))
+        except (OSError, ValueError) as err:
+            return [f"tokenizer: '{tokenizer}' is not a tokenizers JSON file or a directory holding one ({err})"]
+        prepared = index["tokenizer"]
+        if ours == prepared["fingerprint"]:
+            return []
+        return [
+            f"tokenizer: '{tokenizer}' is not the tokenizer the corpus was prepared with "
+            f"({prepared['file'] or 'UTF-8 bytes'}, fingerprint {prepared['fingerprint']} against {ours}); "
+            "prepare the corpus with this tokenizer, or train with that one"
+        ]
+
+    @classmethod
+    def _corpus_problems(cls, path, seq_len, vocab_size, tokenizer) -> tuple[Optional[dict], list[str]]:
+        """One prepared corpus's index and what is wrong with it, its shards, its tokenizer, its vocabulary
+        and its train split's length."""
+        index, problems = _index_or_problem(path)
+        if index is None:
+            return None, problems
+        problems += [f"path: {p}" for p in PreparedCorpus(path, index).problems()]
+        problems += cls._tokenizer_problems(index, tokenizer)
+        if isinstance(vocab_size, int) and vocab_size != index["vocab_size"]:
+            problems.append(
+                f"vocab_size: {vocab_size}, but the corpus at {path} has {index['vocab_size']} tokens; "
+                "leave it to the corpus's index (the default)"
+            )
+        train = split_tokens(index, "train")
+        if isinstance(seq_len, int) and seq_len >= 1 and train <= seq_len:
+            problems.append(
+                f"seq_len: the corpus's train split has {train} tokens, not enough for one window of "
+                f"{seq_len} (and its next token)"
+            )
+        return index, problems
+
+    @classmethod
     def check_run(cls, run: Experiment) -> list[str]:
         """Before start, from the corpus's index: token ids within the model's embedding, the corpus
         tokenized by the model's own tokenizer, positions for a model whose forward takes them."""
-        return token_ids_problems(run) + prepared_tokenizer_problems(run) + document_boundaries_problems(run)
+        return (
+            cls._token_ids_problems(run)
+            + cls._prepared_tokenizer_problems(run)
+            + cls._document_boundaries_problems(run)
+        )
+
+    @classmethod
+    def _token_ids_problems(cls, run: Experiment) -> list[str]:
+        """A prepared corpus's largest token id (its index records each shard's) within the model's
+        embedding: a larger one failed inside the ranks ("index out of range"), naming no file."""
+        data = run.datamodule
+        vocabulary = run.model.sizes().get("vocab_size")
+        declared = data_vocabulary(data)
+        if not data.get("path") or not are_ints(vocabulary) or (are_ints(declared) and declared > vocabulary):
+            return []  # (a vocabulary larger than the embedding is job/cross_checks.py's check_tokens's to name)
+        try:
+            largest = max_token_id(read_index(str(data["path"])))
+        except (OSError, ValueError):
+            return []  # a missing corpus is named by the datamodule's check
+        if largest is None or largest[0] < vocabulary:
+            return []
+        return [
+            f"datamodule.path: shard {largest[1]} of {data['path']} holds token id {largest[0]}, beyond the model's "
+            f"embedding of {vocabulary} tokens (model.vocab_size or its config's): a corpus of another tokenizer, or "
+            "damaged; prepare it again with the model's tokenizer"
+        ]
+
+    @classmethod
+    def _prepared_tokenizer_problems(cls, run: Experiment) -> list[str]:
+        """A prepared corpus (``datamodule.path``) was tokenized by the tokenizer of a Hugging Face model
+        that names its directory (``model.path`` holding tokenizer.json)."""
+        data, model = run.datamodule, run.model
+        if not data.get("path") or not model.get("path") or not model.get("pretrained", True):
+            return []
+        try:
+            theirs, ours = read_index(str(data["path"]))["tokenizer"], tokenizer_file(str(model["path"]))
+            if not ours.is_file():
+                return []
+            fingerprint = tokenizer_fingerprint(ours)
+        except (OSError, ValueError):
+            return []  # a missing corpus or model is named by its own check
+        if fingerprint == theirs["fingerprint"]:
+            return []
+        return [
+            f"datamodule.path: the corpus at {data['path']} was prepared with {theirs['file'] or 'UTF-8 bytes'} "
+            f"(fingerprint {theirs['fingerprint']}), not model.path's tokenizer {ours} ({fingerprint}); prepare it "
+            f"again with tokenizer={model['path']}"
+        ]
+
+    @classmethod
+    def _document_boundaries_problems(cls, run: Experiment) -> list[str]:
+        """``datamodule.document_boundaries`` gives the model each token's position in its document: its
+        forward must take ``positions`` (the built-in GPT's and a Hugging Face causal LM's do)."""
+        import inspect
+
+        if not run.datamodule.get("document_boundaries"):
+            return []
+        try:
+            forward = inspect.signature(run.model.cls.forward).parameters
+        except Exception:  # noqa: BLE001 - an unknown target is reported by the target check
+            return []
+        if "positions" in forward or any(p.kind is p.VAR_KEYWORD for p in forward.values()):
+            return []
+        return [
+            f"datamodule.document_boundaries: the batches carry each token's position in its document, but "
+            f"{run.model.name}.forward takes no 'positions'; set document_boundaries=false, or use "
+            "model=gpt or hf/causal_lm (or give your model's forward a positions argument)"
+        ]
 
     @classmethod
     def train_samples(cls, path: Union[str, list, None] = None, seq_len: int = 128, **_) -> Optional[int]:
@@ -190,7 +255,7 @@ class TokensDataModule(PromptsToContinue, BaseDataModule):
         if self.train_set is not None:
             return
         for path, index in zip(self.paths, self.indexes):
-            problems = shard_problems(path, index)
+            problems = PreparedCorpus(path, index).problems()
             if problems:
                 raise FileNotFoundError("datamodule.path: " + "; ".join(problems))
         sources = [

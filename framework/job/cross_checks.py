@@ -11,7 +11,7 @@ from pathlib import Path
 from framework.config.experiment import Experiment, Spec
 from framework.config.ranges import are_ints
 from framework.config.writable import unwritable
-from framework.data.corpus_checks import data_vocabulary
+from framework.data.tokenizer_files import data_vocabulary
 from framework.job.experiment import ResolvedExperiment
 
 log = logging.getLogger(__name__)

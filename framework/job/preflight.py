@@ -218,7 +218,7 @@ def check_task_metrics(run: Experiment) -> list[str]:
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    from framework.tasks.metrics import metric_problems
+    from framework.tasks.metrics import EpochMetrics
 
     problems: list[str] = []
     for name, node in metrics.items():
@@ -236,7 +236,7 @@ def check_task_metrics(run: Experiment) -> list[str]:
             cause = err.__cause__ or err
             problems.append(f"{key}: {node['_target_']} does not build: {type(cause).__name__}: {cause}")
             continue
-        problems += metric_problems({name: metric})
+        problems += EpochMetrics.problems({name: metric})
     return problems
 
 

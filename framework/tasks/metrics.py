@@ -21,29 +21,11 @@ import torch
 METRIC_METHODS = ("update", "compute", "reset")
 
 
-def metric_problems(metrics: Any, key: str = "task.metrics") -> list[str]:
-    """What is wrong with ``metrics`` (name -> metric object) as epoch metrics."""
-    if not isinstance(metrics, Mapping):
-        return [f"{key}: expected a mapping of name -> metric, got {type(metrics).__name__}"]
-    problems = []
-    for name, metric in metrics.items():
-        missing = [m for m in METRIC_METHODS if not callable(getattr(metric, m, None))]
-        if not isinstance(name, str) or "/" in name:
-            problems.append(f"{key}.{name}: a metric's name is a word without '/' (it is logged as <stage>/<name>)")
-        elif missing:
-            problems.append(
-                f"{key}.{name}: {type(metric).__qualname__} is not a metric (it has no "
-                f"{', '.join(missing)}); use a torchmetrics class, e.g. {{_target_: "
-                "torchmetrics.classification.MulticlassF1Score, num_classes: 10}"
-            )
-    return problems
-
-
 class EpochMetrics:
     """Per-stage clones of ``metrics`` (name -> metric), for ``stages`` ("train", "val", "test")."""
 
     def __init__(self, metrics: Mapping[str, Any] | None, stages: tuple[str, ...] = ("val", "test")):
-        problems = metric_problems(metrics or {})
+        problems = self.problems(metrics or {})
         if problems:
             raise TypeError("; ".join(problems))
         # A clone per stage: a validation pass in the middle of a training epoch must not
@@ -54,6 +36,25 @@ class EpochMetrics:
                 if getattr(metric, "dist_sync_fn", False) is None:  # torchmetrics' default: make it ragged-safe
                     metric.dist_sync_fn = gather_states
         self._paused = False
+
+    @classmethod
+    def problems(cls, metrics: Any, key: str = "task.metrics") -> list[str]:
+        """What is wrong with ``metrics`` (name -> metric object) as epoch metrics: what ``__init__``
+        refuses, and the job asks of each ``task.metrics`` entry before start."""
+        if not isinstance(metrics, Mapping):
+            return [f"{key}: expected a mapping of name -> metric, got {type(metrics).__name__}"]
+        problems = []
+        for name, metric in metrics.items():
+            missing = [m for m in METRIC_METHODS if not callable(getattr(metric, m, None))]
+            if not isinstance(name, str) or "/" in name:
+                problems.append(f"{key}.{name}: a metric's name is a word without '/' (it is logged as <stage>/<name>)")
+            elif missing:
+                problems.append(
+                    f"{key}.{name}: {type(metric).__qualname__} is not a metric (it has no "
+                    f"{', '.join(missing)}); use a torchmetrics class, e.g. {{_target_: "
+                    "torchmetrics.classification.MulticlassF1Score, num_classes: 10}"
+                )
+        return problems
 
     def __bool__(self) -> bool:
         return any(self._stages.values())
