@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from framework.config import validate
 from framework.config.experiment import Experiment
-from framework.config.param_groups import match_problems, structure_problems
+from framework.config.param_groups import ParamGroups
 from framework.config.validate import check_target, import_target
 from framework.data.prompts import PromptFileError, read_prompts
 from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, resolve_ckpt_path
@@ -187,7 +187,7 @@ def check_model_names(run: ResolvedExperiment) -> list[str]:
     ``strategy.wrap_classes`` (each class must be one of a submodule). The model is built on the
     meta device (no memory, no weights read)."""
     specs = run.optimizer.get("param_groups")
-    specs = None if not specs or structure_problems(specs, None) else specs
+    specs = None if not specs or ParamGroups.problems(specs, None) else specs
     checkpointed = run.trainer.activation_checkpointing
     checkpointed = checkpointed if isinstance(checkpointed, list) and checkpointed else None
     wrapped = run.strategy.get("wrap_classes")
@@ -199,7 +199,7 @@ def check_model_names(run: ResolvedExperiment) -> list[str]:
     model = run.meta_model  # only a run that names parameters or classes pays for it before its ranks start
     if model is None:
         return []
-    problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
+    problems = ParamGroups(specs).match_problems([n for n, _ in model.named_parameters()]) if specs else []
     problems += checkpoint_problems(model, [str(c) for c in checkpointed]) if checkpointed else []
     if checkpointed and run.trainer.compile:
         problems += compiled_norm_problems(model, [str(c) for c in checkpointed])
