@@ -305,9 +305,9 @@ def check_export_directory(run: Experiment) -> list[str]:
     file of the user's (models/hf_export.py)."""
     if not (run.export_weights and run.export_format == "hf" and run.output_dir):
         return []
-    from framework.models.hf_export import export_problems
+    from framework.models.hf_export import ExportDirectory
 
-    return export_problems(Path(str(run.output_dir)) / "model_hf")
+    return ExportDirectory(Path(str(run.output_dir)) / "model_hf").problems()
 
 
 # What each kind of batch and output is called in a message, and the option that gives (or scores) it.
