@@ -414,7 +414,7 @@ def check_harness(run: Experiment) -> list[str]:
         )
     if problems:
         return problems
-    from framework.rank.harness import SHIPPED_TASKS, task_problems, unknown_tasks, yaml_problems
+    from framework.rank.harness import SHIPPED_TASKS, HarnessTasks, unknown_tasks
 
     shipped = ", ".join(sorted(p.stem for p in SHIPPED_TASKS.glob("*.yaml")))
     unknown = [
@@ -423,8 +423,8 @@ def check_harness(run: Experiment) -> list[str]:
         for name, close in unknown_tasks([str(n) for n in names], str(include) if include else None)
     ]
     if unknown:  # (a task YAML of the user's that does not parse is one lm-eval does not know)
-        return unknown + (yaml_problems(Path(str(include))) if include else [])
-    return task_problems(run.harness, _harness_codec(run.datamodule), run.model.sizes().get("max_seq_len"))
+        return unknown + (HarnessTasks(run.harness).include_problems() if include else [])
+    return HarnessTasks(run.harness).problems(_harness_codec(run.datamodule), run.model.sizes().get("max_seq_len"))
 
 
 def _harness_codec(data: Spec):
