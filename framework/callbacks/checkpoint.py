@@ -10,7 +10,7 @@ import string
 from pathlib import Path
 from typing import Literal, Optional
 
-from framework.config.ranges import Range, check_arguments
+from framework.config.ranges import ArgumentRanges, Range
 from framework.engine.background_save import PendingSave, checkpoint_group
 from framework.engine.checkpoint import link_checkpoint, save_checkpoint
 from framework.engine.checkpoint_files import remove_entry, remove_leftovers
@@ -65,8 +65,7 @@ class ModelCheckpoint:
     ):
         if mode not in ("min", "max"):
             raise ValueError(f"callbacks.model_checkpoint.mode: {mode!r} is not one of 'min', 'max'")
-        check_arguments(
-            ModelCheckpoint,
+        ArgumentRanges.of(ModelCheckpoint).check(
             {"save_top_k": save_top_k, "every_n_epochs": every_n_epochs, "every_n_train_steps": every_n_train_steps},
             "callbacks.model_checkpoint",
         )

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from framework.config.ranges import Range, check_arguments
+from framework.config.ranges import ArgumentRanges, Range
 from framework.strategies.comm.collectives import all_reduce
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -44,7 +44,7 @@ class DeviceStats:
     argument_ranges = {"every_n_steps": Range(low=1)}
 
     def __init__(self, every_n_steps: int = 50):
-        check_arguments(DeviceStats, {"every_n_steps": every_n_steps}, "callbacks.device_stats")
+        ArgumentRanges.of(DeviceStats).check({"every_n_steps": every_n_steps}, "callbacks.device_stats")
         self.every_n_steps = every_n_steps
         self._last: Optional[tuple[float, float]] = None  # (wall, cpu seconds) of the last log
 

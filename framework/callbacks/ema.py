@@ -8,7 +8,7 @@ import torch
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 from framework.callbacks.weight_average import AveragedWeights, AveragingCallback
-from framework.config.ranges import Range, check_arguments
+from framework.config.ranges import ArgumentRanges, Range
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +24,8 @@ class EMA(AveragingCallback):
     argument_ranges = {"decay": Range(low=0, high=1), "every_n_steps": Range(low=1), "start_step": Range(low=0)}
 
     def __init__(self, decay: float = 0.999, every_n_steps: int = 1, start_step: int = 0, validate: bool = True):
-        check_arguments(
-            EMA, {"decay": decay, "every_n_steps": every_n_steps, "start_step": start_step}, "callbacks.ema"
+        ArgumentRanges.of(EMA).check(
+            {"decay": decay, "every_n_steps": every_n_steps, "start_step": start_step}, "callbacks.ema"
         )
         self.decay, self.every_n_steps, self.start_step, self.validate = decay, every_n_steps, start_step, validate
         self.average = AveragedWeights(get_ema_multi_avg_fn(decay))

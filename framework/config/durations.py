@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 _UNITS = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
@@ -26,11 +27,23 @@ def parse_duration(value: Any) -> float:
     raise ValueError(f"{_FORMAT}, got {value!r}")
 
 
-def duration_problems(value: Any) -> list[str]:
-    if value is None:
-        return []
-    try:
-        seconds = parse_duration(value)
-    except ValueError as err:
-        return [f"trainer.max_time: {err}"]
-    return [] if seconds > 0 else [f"trainer.max_time: must be longer than 0 s, got {value!r}"]
+@dataclass(frozen=True)
+class Duration:
+    """A ``trainer.max_time`` value, parsed: Lightning's Timer takes it as seconds."""
+
+    seconds: float
+
+    @classmethod
+    def parse(cls, value: Any) -> "Duration":
+        return cls(parse_duration(value))
+
+    @classmethod
+    def problems(cls, value: Any) -> list[str]:
+        """Why ``value`` (null: no limit) is not a duration to train for."""
+        if value is None:
+            return []
+        try:
+            seconds = cls.parse(value).seconds
+        except ValueError as err:
+            return [f"trainer.max_time: {err}"]
+        return [] if seconds > 0 else [f"trainer.max_time: must be longer than 0 s, got {value!r}"]

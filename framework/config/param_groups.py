@@ -34,41 +34,49 @@ def assign(names: Iterable[str], specs: Sequence[dict]) -> tuple[list[list[str]]
     return taken, rest
 
 
-def structure_problems(specs, allowed: Iterable[str] | None) -> list[str]:
-    """What is wrong with the entries themselves: a list of mappings, each with a ``params``
-    pattern and only keys the optimizer takes (``allowed``; None: any)."""
-    if specs is None:
-        return []
-    if not isinstance(specs, (list, tuple)):
-        return [f"optimizer.param_groups: expected a list of {{params: <pattern>, <setting>: ...}}, got {specs!r}"]
-    problems = []
-    allowed = None if allowed is None else sorted({*allowed, "params", "name"})
-    for i, spec in enumerate(specs):
-        key = f"optimizer.param_groups[{i}]"
-        if not isinstance(spec, dict):
-            problems.append(f"{key}: expected a mapping like {{params: '*.bias', weight_decay: 0.0}}, got {spec!r}")
-            continue
-        if not isinstance(spec.get("params"), str) or not patterns(spec):
-            problems.append(f"{key}.params: expected name patterns like '*.bias|*norm*', got {spec.get('params')!r}")
-        for unknown in sorted(k for k in spec if allowed is not None and k not in allowed):
-            problems.append(f"{key}.{unknown}: not a setting of this optimizer; valid: {', '.join(allowed)}")
-    return problems
+@dataclass(frozen=True)
+class ParamGroups:
+    """The entries of ``optimizer.param_groups`` (mappings with a ``params`` pattern and settings)."""
 
+    specs: Sequence[dict]
 
-def match_problems(names: Sequence[str], specs: Sequence[dict], taken: Sequence[list] | None = None) -> list[str]:
-    """Entries that take no parameter of the model (``taken``: ``assign``'s answer, when known):
-    a pattern matching nothing is a typo, or matches only parameters an earlier entry took."""
-    taken = assign(names, specs)[0] if taken is None else taken
-    problems = []
-    for i, (spec, got) in enumerate(zip(specs, taken)):
-        if not got:
-            alone = [n for n in names if any(fnmatchcase(n, p) for p in patterns(spec))]
-            why = "earlier entries took every parameter it matches" if alone else "it matches no parameter name"
-            problems.append(
-                f"optimizer.param_groups[{i}].params: {spec.get('params')!r} takes no parameter ({why}); "
-                f"the model's names look like {', '.join(list(names)[:4])}"
-            )
-    return problems
+    @classmethod
+    def problems(cls, specs, allowed: Iterable[str] | None) -> list[str]:
+        """What is wrong with the entries themselves: a list of mappings, each with a ``params``
+        pattern and only keys the optimizer takes (``allowed``; None: any)."""
+        if specs is None:
+            return []
+        if not isinstance(specs, (list, tuple)):
+            return [f"optimizer.param_groups: expected a list of {{params: <pattern>, <setting>: ...}}, got {specs!r}"]
+        problems = []
+        allowed = None if allowed is None else sorted({*allowed, "params", "name"})
+        for i, spec in enumerate(specs):
+            key = f"optimizer.param_groups[{i}]"
+            if not isinstance(spec, dict):
+                problems.append(f"{key}: expected a mapping like {{params: '*.bias', weight_decay: 0.0}}, got {spec!r}")
+                continue
+            if not isinstance(spec.get("params"), str) or not patterns(spec):
+                problems.append(
+                    f"{key}.params: expected name patterns like '*.bias|*norm*', got {spec.get('params')!r}"
+                )
+            for unknown in sorted(k for k in spec if allowed is not None and k not in allowed):
+                problems.append(f"{key}.{unknown}: not a setting of this optimizer; valid: {', '.join(allowed)}")
+        return problems
+
+    def match_problems(self, names: Sequence[str], taken: Sequence[list] | None = None) -> list[str]:
+        """Entries that take no parameter of the model (``taken``: ``assign``'s answer, when known):
+        a pattern matching nothing is a typo, or matches only parameters an earlier entry took."""
+        taken = assign(names, self.specs)[0] if taken is None else taken
+        problems = []
+        for i, (spec, got) in enumerate(zip(self.specs, taken)):
+            if not got:
+                alone = [n for n in names if any(fnmatchcase(n, p) for p in patterns(spec))]
+                why = "earlier entries took every parameter it matches" if alone else "it matches no parameter name"
+                problems.append(
+                    f"optimizer.param_groups[{i}].params: {spec.get('params')!r} takes no parameter ({why}); "
+                    f"the model's names look like {', '.join(list(names)[:4])}"
+                )
+        return problems
 
 
 def build_param_groups(named_parameters: Iterable, specs: Sequence[dict]) -> list[dict]:
@@ -76,7 +84,7 @@ def build_param_groups(named_parameters: Iterable, specs: Sequence[dict]) -> lis
     spec with its settings; an unnamed spec is named ``pg<index>``, the LR monitor's name."""
     params = dict(named_parameters)
     taken, rest = assign(params, specs)
-    problems = match_problems(list(params), specs, taken)
+    problems = ParamGroups(specs).match_problems(list(params), taken)
     if problems:
         raise ValueError("; ".join(problems))
     groups = [{"params": [params[n] for n in rest]}] if rest else []

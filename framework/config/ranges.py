@@ -107,18 +107,32 @@ class Range:
         return [] if good else [f"{key}: expected {self.length} numbers in {self._interval()}, got {value!r}"]
 
 
-def argument_problems(cls, values: dict, prefix: str) -> list[str]:
-    """What the class's declared ``argument_ranges`` say of ``values`` (its constructor's keys)."""
-    ranges = getattr(cls, "argument_ranges", None) or {}
-    return [p for key, valid in ranges.items() if key in values for p in valid.problems(f"{prefix}{key}", values[key])]
+@dataclass(frozen=True)
+class ArgumentRanges:
+    """The ranges a class declares for its constructor's arguments (its ``argument_ranges``:
+    {argument: Range}), applied by the config validation and by a class built in Python."""
 
+    ranges: dict
 
-def check_arguments(cls, values: dict, key: str) -> None:
-    """Raise ValueError when ``values`` are outside the class's ``argument_ranges`` (for a class
-    built in Python, which no config validation saw)."""
-    problems = argument_problems(cls, values, f"{key}.")
-    if problems:
-        raise ValueError("; ".join(problems))
+    @classmethod
+    def of(cls, owner: Any) -> "ArgumentRanges":
+        return cls(getattr(owner, "argument_ranges", None) or {})
+
+    def problems(self, values: dict, prefix: str) -> list[str]:
+        """What the ranges say of ``values`` (the constructor's keys), each key after ``prefix``."""
+        return [
+            p
+            for key, valid in self.ranges.items()
+            if key in values
+            for p in valid.problems(f"{prefix}{key}", values[key])
+        ]
+
+    def check(self, values: dict, key: str) -> None:
+        """Raise ValueError when ``values`` are outside the ranges (for a class built in Python,
+        which no config validation saw)."""
+        problems = self.problems(values, f"{key}.")
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 def ranged(default: Any = None, *, default_factory=None, **bounds) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 _UNITS = {
@@ -34,11 +35,23 @@ def parse_bytes(value: Any) -> int:
     return int(number * _UNITS[unit])
 
 
-def size_problems(key: str, value: Any) -> list[str]:
-    if value is None:
+@dataclass(frozen=True)
+class Size:
+    """A size in bytes given in a config (``trainer.memory_limit``), parsed."""
+
+    bytes: int
+
+    @classmethod
+    def parse(cls, value: Any) -> "Size":
+        return cls(parse_bytes(value))
+
+    @classmethod
+    def problems(cls, key: str, value: Any) -> list[str]:
+        """Why ``value`` at config ``key`` (null: none given) is not a size."""
+        if value is None:
+            return []
+        try:
+            cls.parse(value)
+        except ValueError as err:
+            return [f"{key}: {err}"]
         return []
-    try:
-        parse_bytes(value)
-    except ValueError as err:
-        return [f"{key}: {err}"]
-    return []

@@ -29,14 +29,14 @@ from typing import Any, Callable, Iterable, Literal, Optional, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
 
-from framework.config.durations import duration_problems
+from framework.config.durations import Duration
 from framework.config.errors import ConfigError
 from framework.config.group_keys import KEYED_GROUPS, group_keys, misplaced_key_message
 from framework.config.intervals import validation_interval_problem
 from framework.config.leftover_keys import SCHEDULER_KEYS, drop_auto_keys, settled_scheduler
 from framework.config.location import group_options
-from framework.config.param_groups import structure_problems
-from framework.config.ranges import COMPONENT_RANGES, argument_problems, is_number, range_of
+from framework.config.param_groups import ParamGroups
+from framework.config.ranges import COMPONENT_RANGES, ArgumentRanges, is_number, range_of
 from framework.config.schemas import (
     ROOT_KEYS,
     TYPO_CUTOFF,
@@ -47,7 +47,7 @@ from framework.config.schemas import (
     SchedulerConfig,
     TrainerConfig,
 )
-from framework.config.sizes import size_problems
+from framework.config.sizes import Size
 
 # Keys the framework reads from a component node and removes before instantiating it.
 FRAMEWORK_KEYS = {"scheduler": SCHEDULER_KEYS, "optimizer": {"param_groups"}}
@@ -188,7 +188,7 @@ def _names_a_class(node: Any) -> bool:
 def _optimizer_problems(optimizer: Any) -> list[str]:
     if not isinstance(optimizer, dict):
         return []
-    return structure_problems(optimizer.get("param_groups"), optimizer_settings(optimizer))
+    return ParamGroups.problems(optimizer.get("param_groups"), optimizer_settings(optimizer))
 
 
 def _scheduler_problems(scheduler: Any) -> list[str]:
@@ -353,8 +353,8 @@ def _check_trainer_values(trainer: dict, problems: list[str]) -> None:
         minimum, maximum = trainer.get(low), trainer.get(high)
         if is_number(minimum) and is_number(maximum) and maximum != -1 and maximum < minimum and minimum >= 0:
             problems.append(f"trainer.{low}: {minimum} is above trainer.{high}={maximum}")
-    problems.extend(duration_problems(trainer.get("max_time")))
-    problems.extend(size_problems("trainer.memory_limit", trainer.get("memory_limit")))
+    problems.extend(Duration.problems(trainer.get("max_time")))
+    problems.extend(Size.problems("trainer.memory_limit", trainer.get("memory_limit")))
     limit = trainer.get("limit_train_batches")
     if (
         isinstance(limit, int)
@@ -454,7 +454,7 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
         if param.default is inspect.Parameter.empty and name not in node:
             problems.append(f"{path}.{name}: missing required argument of {target}")
     # A class may check its own values against the machine (e.g. a data directory exists).
-    problems.extend(argument_problems(obj, node, f"{path}."))
+    problems.extend(ArgumentRanges.of(obj).problems(node, f"{path}."))
     # (its messages name their key: in full, or relative to this node's, which is then prefixed)
     check_config = getattr(obj, "check_config", None)
     if callable(check_config):

@@ -11,6 +11,7 @@ BatchNorm statistics are updated once per forward, as without checkpointing.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
@@ -59,29 +60,35 @@ def _checkpointed_class(cls: type) -> type:
     return _CHECKPOINTED[cls]
 
 
-def checkpoint_problems(
-    model: torch.nn.Module, requested: Sequence[str], key: str = "trainer.activation_checkpointing"
-) -> list[str]:
-    """Each requested class name (at config ``key``) must be the class of some submodule (not the
-    root: checkpointing it would recompute the loss whole, saving nothing)."""
-    present = {type(m).__name__ for name, m in model.named_modules() if name}
-    return [
-        f"{key}: no submodule of {type(model).__name__} is a '{name}'; its classes: {', '.join(sorted(present))}"
-        for name in requested
-        if name not in present
-    ]
+@dataclass(frozen=True)
+class CheckpointedClasses:
+    """The submodule classes named at config ``key`` (``trainer.activation_checkpointing``, or
+    ``strategy.wrap_classes``, which names classes of the model the same way)."""
 
+    names: tuple
+    key: str = "trainer.activation_checkpointing"
 
-def compiled_norm_problems(model: torch.nn.Module, requested: Sequence[str]) -> list[str]:
-    """With ``trainer.compile``: no requested class may hold a BatchNorm (its statistics are kept
-    through the recomputation by a context torch.compile does not trace)."""
-    with_norms = sorted({type(m).__name__ for m in model.modules() if type(m).__name__ in requested and _norms(m)})
-    return [
-        f"trainer.activation_checkpointing: {name} holds a BatchNorm, whose running statistics checkpointing "
-        "keeps through the recomputation in a way torch.compile cannot trace; with trainer.compile, checkpoint "
-        "classes without BatchNorm, or set trainer.compile=false"
-        for name in with_norms
-    ]
+    def problems(self, model: torch.nn.Module) -> list[str]:
+        """Each class name must be the class of some submodule (not the root: checkpointing it
+        would recompute the loss whole, saving nothing)."""
+        present = {type(m).__name__ for name, m in model.named_modules() if name}
+        return [
+            f"{self.key}: no submodule of {type(model).__name__} is a '{name}'; "
+            f"its classes: {', '.join(sorted(present))}"
+            for name in self.names
+            if name not in present
+        ]
+
+    def compiled_problems(self, model: torch.nn.Module) -> list[str]:
+        """With ``trainer.compile``: no class may hold a BatchNorm (its statistics are kept
+        through the recomputation by a context torch.compile does not trace)."""
+        with_norms = sorted({type(m).__name__ for m in model.modules() if type(m).__name__ in self.names and _norms(m)})
+        return [
+            f"trainer.activation_checkpointing: {name} holds a BatchNorm, whose running statistics checkpointing "
+            "keeps through the recomputation in a way torch.compile cannot trace; with trainer.compile, checkpoint "
+            "classes without BatchNorm, or set trainer.compile=false"
+            for name in with_norms
+        ]
 
 
 def apply_activation_checkpointing(model: torch.nn.Module, requested: Sequence[str]) -> list[str]:

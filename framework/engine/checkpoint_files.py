@@ -14,7 +14,9 @@ import logging
 import os
 import shutil
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from framework.config.errors import InputError
 
@@ -146,34 +148,49 @@ def changed_contents(path: Path, name: str) -> str | None:
     return f"checkpoint '{path}' is corrupted: the contents of {name} changed since it was written (CRC-32 mismatch)"
 
 
-def check_ckpt_path(value, output_dir) -> list[str]:
-    """Problems with ``ckpt_path`` found before any process starts. ``last`` in a directory that
-    has none is not one: the run starts fresh (a requeued job can always pass it)."""
-    if value is None:
-        return []
-    path = resolve_ckpt_path(str(value), str(output_dir))
-    if value in ("last", "best") and path.is_symlink() and outside(path, path.parent):
-        return [
-            f"ckpt_path: {path} is a link to '{os.readlink(path)}', outside the run's checkpoints; refused "
-            "(the framework's own last and best never point outside it): remove the link, or name the "
-            "checkpoint directory itself"
-        ]
-    if value == "last" and not path.exists():
-        return []
-    if not path.exists() or not (is_checkpoint(path) or (path / MANIFEST).exists()):
+@dataclass(frozen=True)
+class CkptPath:
+    """A run's ``ckpt_path`` (``last``, ``best`` or a directory) and the checkpoint it resolves to."""
+
+    value: Any
+    output_dir: Any
+
+    @property
+    def path(self) -> Path:
+        return resolve_ckpt_path(str(self.value), str(self.output_dir))
+
+    def problems(self) -> list[str]:
+        """Problems with ``ckpt_path`` found before any process starts. ``last`` in a directory that
+        has none is not one: the run starts fresh (a requeued job can always pass it)."""
+        value = self.value
+        if value is None:
+            return []
+        path = self.path
+        if value in ("last", "best") and path.is_symlink() and outside(path, path.parent):
+            return [
+                f"ckpt_path: {path} is a link to '{os.readlink(path)}', outside the run's checkpoints; refused "
+                "(the framework's own last and best never point outside it): remove the link, or name the "
+                "checkpoint directory itself"
+            ]
+        if value == "last" and not path.exists():
+            return []
+        if not path.exists() or not (is_checkpoint(path) or (path / MANIFEST).exists()):
+            return [self._missing(path)]
+        return [f"ckpt_path: {problem}" for problem in verify_checkpoint(path)]
+
+    def _missing(self, path: Path) -> str:
         hint = (
             (
                 " (ckpt_path=last|best look in this run's checkpoints/; to resume another run, pass its "
                 "checkpoint directory, or rerun in its directory with hydra.run.dir=<that run>)"
             )
-            if value == "best"
+            if self.value == "best"
             else ""
         )
-        return [
+        return (
             f"ckpt_path: no checkpoint at '{path}'; a checkpoint is a directory holding .metadata, "
             f"{TRAINER_FILE} and {MANIFEST}{hint}"
-        ]
-    return [f"ckpt_path: {problem}" for problem in verify_checkpoint(path)]
+        )
 
 
 def remove_leftovers(directory: Path) -> None:

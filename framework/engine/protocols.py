@@ -3,7 +3,7 @@ view of the Trainer that callbacks read (TrainerView).
 
 Nothing is inherited: any object with these methods works (``typing.Protocol``). Validation
 checks every configured ``_target_`` class against its contract before any process starts
-(``contract_problems``), so a misspelled hook or a logger without ``finalize`` is a config
+(``Contract.problems``), so a misspelled hook or a logger without ``finalize`` is a config
 error naming the key, not a failure after training.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from dataclasses import dataclass
 from typing import Any, ContextManager, Optional, Protocol
 
 import torch
@@ -198,47 +199,62 @@ class Task(Protocol):
         second element) the mean loss averages over, a 0-d integer tensor."""
 
 
-CONTRACTS = {"callbacks": Callback, "logger": Logger, "datamodule": DataModule, "task": Task}
-_OPTIONAL = {
-    Callback: {*EVENTS, "evaluation_weights", "sharded_state_dict"},
-    Logger: {"resume"},
-    DataModule: {"test_dataloader", "predict_dataloader"},
-    Task: {"loss", "counted"},
-}
+@dataclass(frozen=True)
+class Contract:
+    """What the engine calls on a configured class of a group: the protocol's methods, less the
+    ``optional`` ones. Functions and other factories are not checked (what they return is unknown)."""
+
+    protocol: Optional[type] = None  # None: a group without a contract (the model)
+    optional: frozenset = frozenset()
+
+    @classmethod
+    def of(cls, group: str) -> "Contract":
+        return CONTRACTS.get(group, cls())
+
+    def problems(self, obj: Any, key: str) -> list[str]:
+        """What the class ``obj`` (the ``_target_`` at config key ``key``) lacks of the contract."""
+        protocol = self.protocol
+        if protocol is None or not inspect.isclass(obj):
+            return []
+        required = [n for n in vars(protocol) if not n.startswith("_") and callable(vars(protocol)[n])]
+        needed = [n for n in required if n not in self.optional]
+        return [
+            f"{key}._target_: {obj.__qualname__} has no method {name}() "
+            f"(a {protocol.__name__} needs: {', '.join(needed)})"
+            for name in required
+            if name not in self.optional and not callable(getattr(obj, name, None))
+        ]
 
 
-def contract_problems(obj: Any, group: str, key: str) -> list[str]:
-    """What the class ``obj`` (the ``_target_`` at config key ``key`` of ``group``) lacks of its
-    contract; functions and other factories are not checked (what they return is unknown)."""
-    protocol = CONTRACTS.get(group)
-    if protocol is None or not inspect.isclass(obj):
-        return []
-    required = [n for n in vars(protocol) if not n.startswith("_") and callable(vars(protocol)[n])]
-    needed = [n for n in required if n not in _OPTIONAL.get(protocol, ())]
-    problems = [
-        f"{key}._target_: {obj.__qualname__} has no method {name}() (a {protocol.__name__} needs: {', '.join(needed)})"
-        for name in required
-        if name not in _OPTIONAL.get(protocol, ()) and not callable(getattr(obj, name, None))
-    ]
-    if protocol is Callback:
-        problems += _callback_problems(obj, key)
-    return problems
+class CallbackContract(Contract):
+    """A callback's: its methods named ``on_*`` are hooks the engine calls, and its state is saved
+    and loaded both or neither."""
 
-
-def _callback_problems(obj: type, key: str) -> list[str]:
-    problems = []
-    for name in dir(obj):
-        if name.startswith("on_") and name not in EVENTS and callable(getattr(obj, name)):
-            close = difflib.get_close_matches(name, EVENTS, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+    def problems(self, obj: Any, key: str) -> list[str]:
+        problems = super().problems(obj, key)
+        if self.protocol is None or not inspect.isclass(obj):
+            return problems
+        for name in dir(obj):
+            if name.startswith("on_") and name not in EVENTS and callable(getattr(obj, name)):
+                close = difflib.get_close_matches(name, EVENTS, n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                problems.append(
+                    f"{key}._target_: {obj.__qualname__}.{name} is not a callback hook{hint} "
+                    f"(hooks: {', '.join(EVENTS)})"
+                )
+        has_save, has_load = callable(getattr(obj, "state_dict", None)), callable(getattr(obj, "load_state_dict", None))
+        if has_save != has_load:
             problems.append(
-                f"{key}._target_: {obj.__qualname__}.{name} is not a callback hook{hint} (hooks: {', '.join(EVENTS)})"
+                f"{key}._target_: {obj.__qualname__} defines {'state_dict' if has_save else 'load_state_dict'}"
+                f"() without {'load_state_dict' if has_save else 'state_dict'}(); a checkpointed callback "
+                "needs both"
             )
-    has_save, has_load = callable(getattr(obj, "state_dict", None)), callable(getattr(obj, "load_state_dict", None))
-    if has_save != has_load:
-        problems.append(
-            f"{key}._target_: {obj.__qualname__} defines {'state_dict' if has_save else 'load_state_dict'}"
-            f"() without {'load_state_dict' if has_save else 'state_dict'}(); a checkpointed callback "
-            "needs both"
-        )
-    return problems
+        return problems
+
+
+CONTRACTS = {
+    "callbacks": CallbackContract(Callback, frozenset({*EVENTS, "evaluation_weights", "sharded_state_dict"})),
+    "logger": Contract(Logger, frozenset({"resume"})),
+    "datamodule": Contract(DataModule, frozenset({"test_dataloader", "predict_dataloader"})),
+    "task": Contract(Task, frozenset({"loss", "counted"})),
+}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import pickle
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,26 +81,38 @@ class _MetadataUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+@dataclass(frozen=True)
+class DcpMetadata:
+    """A DCP checkpoint's ``.metadata`` and the directory whose files it names."""
+
+    metadata: Any
+    directory: Path
+
+    @classmethod
+    def read(cls, path, trust: bool = False) -> "DcpMetadata":
+        file = Path(path) / ".metadata"
+        with open(file, "rb") as f:
+            metadata = pickle.load(f) if trust else _MetadataUnpickler(f, file).load()
+        return cls(metadata, Path(path))
+
+    def checked(self):
+        """The metadata; refused when it names a file outside its checkpoint's directory (an absolute
+        or ``../`` storage path would read another run's tensors as this checkpoint's)."""
+        directory = self.directory
+        for index, info in (getattr(self.metadata, "storage_data", None) or {}).items():
+            relative = str(getattr(info, "relative_path", "") or "")
+            if Path(relative).is_absolute() or outside(directory / relative, directory):
+                raise CheckpointError(
+                    f"checkpoint file '{directory / '.metadata'}' names '{relative}' for "
+                    f"{getattr(index, 'fqn', index)}, outside the checkpoint's directory: refused "
+                    "(every file of a checkpoint lies inside it)"
+                )
+        return self.metadata
+
+
 def read_dcp_metadata(path: Path, trust: bool = False):
     """The ``.metadata`` of the DCP checkpoint directory ``path``, every file it names inside ``path``."""
-    file = Path(path) / ".metadata"
-    with open(file, "rb") as f:
-        metadata = pickle.load(f) if trust else _MetadataUnpickler(f, file).load()
-    check_storage_paths(metadata, Path(path))
-    return metadata
-
-
-def check_storage_paths(metadata, directory: Path) -> None:
-    """Refuse a ``.metadata`` that names a file outside its checkpoint's directory (an absolute or
-    ``../`` storage path would read another run's tensors as this checkpoint's)."""
-    for index, info in (getattr(metadata, "storage_data", None) or {}).items():
-        relative = str(getattr(info, "relative_path", "") or "")
-        if Path(relative).is_absolute() or outside(directory / relative, directory):
-            raise CheckpointError(
-                f"checkpoint file '{directory / '.metadata'}' names '{relative}' for "
-                f"{getattr(index, 'fqn', index)}, outside the checkpoint's directory: refused "
-                "(every file of a checkpoint lies inside it)"
-            )
+    return DcpMetadata.read(path, trust).checked()
 
 
 def load_file(path, trust: bool = False, map_location: Any = "cpu", description: str = "") -> Any:
@@ -148,9 +161,7 @@ def dcp_reader(path: Path, trust: bool = False):
     class _Reader(FileSystemReader):
         def read_metadata(self, *args, **kwargs):
             if trust:
-                metadata = super().read_metadata(*args, **kwargs)
-                check_storage_paths(metadata, Path(path))
-                return metadata
+                return DcpMetadata(super().read_metadata(*args, **kwargs), Path(path)).checked()
             metadata = read_dcp_metadata(Path(path))
             from torch.distributed.checkpoint.metadata import StorageMeta
 

@@ -305,9 +305,9 @@ def check_export_directory(run: Experiment) -> list[str]:
     file of the user's (models/hf_export.py)."""
     if not (run.export_weights and run.export_format == "hf" and run.output_dir):
         return []
-    from framework.models.hf_export import export_problems
+    from framework.models.hf_export import ExportDirectory
 
-    return export_problems(Path(str(run.output_dir)) / "model_hf")
+    return ExportDirectory(Path(str(run.output_dir)) / "model_hf").problems()
 
 
 # What each kind of batch and output is called in a message, and the option that gives (or scores) it.
@@ -414,7 +414,7 @@ def check_harness(run: Experiment) -> list[str]:
         )
     if problems:
         return problems
-    from framework.rank.harness import SHIPPED_TASKS, task_problems, unknown_tasks, yaml_problems
+    from framework.rank.harness import SHIPPED_TASKS, HarnessTasks, unknown_tasks
 
     shipped = ", ".join(sorted(p.stem for p in SHIPPED_TASKS.glob("*.yaml")))
     unknown = [
@@ -423,8 +423,8 @@ def check_harness(run: Experiment) -> list[str]:
         for name, close in unknown_tasks([str(n) for n in names], str(include) if include else None)
     ]
     if unknown:  # (a task YAML of the user's that does not parse is one lm-eval does not know)
-        return unknown + (yaml_problems(Path(str(include))) if include else [])
-    return task_problems(run.harness, _harness_codec(run.datamodule), run.model.sizes().get("max_seq_len"))
+        return unknown + (HarnessTasks(run.harness).include_problems() if include else [])
+    return HarnessTasks(run.harness).problems(_harness_codec(run.datamodule), run.model.sizes().get("max_seq_len"))
 
 
 def _harness_codec(data: Spec):

@@ -30,7 +30,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from framework.engine.activation_checkpointing import apply_activation_checkpointing, checkpoint_problems
+from framework.engine.activation_checkpointing import CheckpointedClasses, apply_activation_checkpointing
 from framework.engine.memory import optimizer_state_bytes
 from framework.job.comm_plan import comm_bytes, traffic
 from framework.job.experiment import ResolvedExperiment
@@ -105,7 +105,7 @@ def plan_problems(run: ResolvedExperiment) -> list[str]:
     except (InstantiationException, ValueError) as err:  # the plan is a report; say what failed, briefly
         cause = err.__cause__ or err
         return [f"model: {run.model.target} does not build: {type(cause).__name__}: {cause}"]
-    return checkpoint_problems(model, list(run.trainer.activation_checkpointing))
+    return CheckpointedClasses(tuple(run.trainer.activation_checkpointing)).problems(model)
 
 
 def plan(cfg: DictConfig | ResolvedExperiment, devices=(1, 2, 4, 8)) -> list[dict]:

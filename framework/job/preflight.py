@@ -18,11 +18,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from framework.config import validate
 from framework.config.experiment import Experiment
-from framework.config.param_groups import match_problems, structure_problems
+from framework.config.param_groups import ParamGroups
 from framework.config.validate import check_target, import_target
 from framework.data.prompts import PromptFileError, read_prompts
-from framework.engine.checkpoint_files import check_ckpt_path, is_checkpoint, resolve_ckpt_path
-from framework.engine.protocols import contract_problems
+from framework.engine.checkpoint_files import CkptPath, is_checkpoint, resolve_ckpt_path
+from framework.engine.protocols import Contract
 from framework.engine.safe_load import scan_checkpoint
 from framework.job.cross_checks import (
     check_adapter,
@@ -44,7 +44,7 @@ from framework.job.cross_checks import (
 from framework.job.experiment import ResolvedExperiment
 from framework.job.overwrite import check_output_dir
 from framework.job.strategy_choice import candidate_problems
-from framework.rank.tested_weights import test_ckpt_problems
+from framework.rank.tested_weights import WeightsToTest
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,8 @@ def preflight(cfg: DictConfig) -> ResolvedExperiment:
             check_export_directory,
             check_predict_on_start,
             check_task_metrics,
-            test_ckpt_problems,
-            lambda run: check_ckpt_path(run.ckpt_path, run.output_dir or "."),
+            lambda run: WeightsToTest(run).problems(),
+            lambda run: CkptPath(run.ckpt_path, run.output_dir or ".").problems(),
             check_init_weights,
             check_checkpoint_data,
             check_adapter,
@@ -128,7 +128,7 @@ def check_components(run: Experiment) -> list[str]:
     for group, spec in specs:
         if spec.cls is None:
             continue  # (a missing or failing import is reported by the config checks)
-        problems += contract_problems(spec.cls, group, spec.key) if group != "model" else []
+        problems += Contract.of(group).problems(spec.cls, spec.key)
         answer = spec.declared("check_run")
         problems += answer(run) if callable(answer) else []
     return problems
@@ -187,24 +187,24 @@ def check_model_names(run: ResolvedExperiment) -> list[str]:
     ``strategy.wrap_classes`` (each class must be one of a submodule). The model is built on the
     meta device (no memory, no weights read)."""
     specs = run.optimizer.get("param_groups")
-    specs = None if not specs or structure_problems(specs, None) else specs
+    specs = None if not specs or ParamGroups.problems(specs, None) else specs
     checkpointed = run.trainer.activation_checkpointing
     checkpointed = checkpointed if isinstance(checkpointed, list) and checkpointed else None
     wrapped = run.strategy.get("wrap_classes")
     wrapped = wrapped if isinstance(wrapped, list) and wrapped else None
     if not (specs or checkpointed or wrapped):
         return []
-    from framework.engine.activation_checkpointing import checkpoint_problems, compiled_norm_problems
+    from framework.engine.activation_checkpointing import CheckpointedClasses
 
     model = run.meta_model  # only a run that names parameters or classes pays for it before its ranks start
     if model is None:
         return []
-    problems = match_problems([name for name, _ in model.named_parameters()], specs) if specs else []
-    problems += checkpoint_problems(model, [str(c) for c in checkpointed]) if checkpointed else []
+    problems = ParamGroups(specs).match_problems([n for n, _ in model.named_parameters()]) if specs else []
+    problems += CheckpointedClasses(tuple(map(str, checkpointed))).problems(model) if checkpointed else []
     if checkpointed and run.trainer.compile:
-        problems += compiled_norm_problems(model, [str(c) for c in checkpointed])
+        problems += CheckpointedClasses(tuple(map(str, checkpointed))).compiled_problems(model)
     return problems + (
-        checkpoint_problems(model, [str(c) for c in wrapped], "strategy.wrap_classes") if wrapped else []
+        CheckpointedClasses(tuple(map(str, wrapped)), "strategy.wrap_classes").problems(model) if wrapped else []
     )
 
 
@@ -299,7 +299,7 @@ def check_checkpoint_data(run: Experiment) -> list[str]:
         return []
     found = []
     ckpt, output_dir = run.ckpt_path, str(run.output_dir or ".")
-    if ckpt and not check_ckpt_path(ckpt, output_dir):  # (one not whole is named by that check)
+    if ckpt and not CkptPath(ckpt, output_dir).problems():  # (one not whole is named by that check)
         path = resolve_ckpt_path(str(ckpt), output_dir)
         found += [f"ckpt_path: {p}" for p in (scan_checkpoint(path) if path.exists() else [])]
     weights = run.init.weights

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -72,17 +73,17 @@ def replace_export(tmp: Path, directory: Path, source: Optional[Path]) -> None:
     one of an earlier export's files alone, is swapped by a rename; one that holds files of the
     user's too gets the export's files one by one (the manifest last), the user's left where they
     are. A link, or a file of the user's under a name the export writes, is refused
-    (``export_problems``, before start too)."""
+    (``ExportDirectory.problems``, before start too)."""
     for name in SOURCE_FILES if source is not None else ():
         if (source / name).is_file():
             shutil.copy2(source / name, tmp / name)
     ours = sorted(p.name for p in tmp.iterdir())
-    problems = export_problems(directory, "export")
+    problems = ExportDirectory(directory).problems("export")
     if problems:
         shutil.rmtree(tmp)
         raise ExportRefused(problems)
     (tmp / MANIFEST).write_text(json.dumps({"files": ours}))
-    earlier = _earlier_files(directory)
+    earlier = ExportDirectory(directory).earlier_files()
     foreign = [p.name for p in directory.iterdir() if p.name not in earlier | {MANIFEST}] if directory.is_dir() else []
     if not foreign:
         _swap(tmp, directory)
@@ -115,48 +116,54 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _earlier_files(directory: Path) -> set[str]:
-    """The files an earlier export wrote into ``directory``: those its manifest lists (a directory
-    without one holds no export's files: everything there is the user's)."""
-    listed = directory / MANIFEST
-    if not listed.is_file() or listed.is_symlink():
-        return set()
-    try:
-        files = json.loads(listed.read_text()).get("files", [])
-    except (OSError, ValueError, AttributeError):
-        return set()
-    return {str(name) for name in files if isinstance(name, str) and Path(name).name == name}
-
-
 class ExportRefused(ConfigError):
     """An export that would touch what the run did not write (found when the export is written: the
     same check as before start, for a link made during training)."""
 
 
-def export_problems(directory: Path, key: str = "export_format") -> list[str]:
-    """Why an export may not write into ``directory`` (a run's ``model_hf/``): a link (there, or a
-    file of it), or a file of the user's under a name an export writes (``EXPORT_FILES``: it would
-    be overwritten). Files an earlier export wrote (its manifest) are replaced; any other file stays."""
-    if directory.is_symlink():
-        return [
-            f"{key}: {directory} is a link (to {os.readlink(directory)}): an export writes only into a directory "
-            "of the run's own; remove the link (the export creates the directory) or choose another output_dir"
-        ]
-    if not directory.exists():
-        return []
-    if not directory.is_dir():
-        return [f"{key}: {directory} is a file, not the directory an export writes; move it away"]
-    earlier = _earlier_files(directory)
-    links = sorted(p.name for p in directory.iterdir() if p.is_symlink())
-    clashes = sorted(p.name for p in directory.iterdir() if p.name in EXPORT_FILES - earlier - {MANIFEST})
-    problems = [f"{key}: {directory} holds links ({', '.join(links)}); an export replaces no link: remove them"]
-    problems = problems if links else []
-    if clashes:
-        problems.append(
-            f"{key}: {directory} holds {', '.join(clashes)} of your own (not written by an export), which the "
-            "export would overwrite; move them out of the directory, or choose another output_dir"
-        )
-    return problems
+@dataclass(frozen=True)
+class ExportDirectory:
+    """The directory an export writes (a run's ``model_hf/``), with what an earlier export wrote there."""
+
+    path: Path
+
+    def earlier_files(self) -> set[str]:
+        """The files an earlier export wrote into the directory: those its manifest lists (a directory
+        without one holds no export's files: everything there is the user's)."""
+        listed = self.path / MANIFEST
+        if not listed.is_file() or listed.is_symlink():
+            return set()
+        try:
+            files = json.loads(listed.read_text()).get("files", [])
+        except (OSError, ValueError, AttributeError):
+            return set()
+        return {str(name) for name in files if isinstance(name, str) and Path(name).name == name}
+
+    def problems(self, key: str = "export_format") -> list[str]:
+        """Why an export may not write into the directory (a run's ``model_hf/``): a link (there, or a
+        file of it), or a file of the user's under a name an export writes (``EXPORT_FILES``: it would
+        be overwritten). Files an earlier export wrote (its manifest) are replaced; any other file stays."""
+        directory = self.path
+        if directory.is_symlink():
+            return [
+                f"{key}: {directory} is a link (to {os.readlink(directory)}): an export writes only into a directory "
+                "of the run's own; remove the link (the export creates the directory) or choose another output_dir"
+            ]
+        if not directory.exists():
+            return []
+        if not directory.is_dir():
+            return [f"{key}: {directory} is a file, not the directory an export writes; move it away"]
+        earlier = self.earlier_files()
+        links = sorted(p.name for p in directory.iterdir() if p.is_symlink())
+        clashes = sorted(p.name for p in directory.iterdir() if p.name in EXPORT_FILES - earlier - {MANIFEST})
+        problems = [f"{key}: {directory} holds links ({', '.join(links)}); an export replaces no link: remove them"]
+        problems = problems if links else []
+        if clashes:
+            problems.append(
+                f"{key}: {directory} holds {', '.join(clashes)} of your own (not written by an export), which the "
+                "export would overwrite; move them out of the directory, or choose another output_dir"
+            )
+        return problems
 
 
 def remove_export(directory: Path) -> list[str]:
@@ -165,7 +172,7 @@ def remove_export(directory: Path) -> list[str]:
     if directory.is_symlink():
         directory.unlink()
         return []
-    ours = _earlier_files(directory) | {MANIFEST}
+    ours = ExportDirectory(directory).earlier_files() | {MANIFEST}
     kept = []
     for path in sorted(directory.iterdir()):
         if path.name in ours and not path.is_symlink():

@@ -50,35 +50,6 @@ def weight_files(directory: Path) -> list[Path]:
     return [directory / "model.safetensors"]
 
 
-def directory_problems(path: Optional[str], key: str = "model.path") -> list[str]:
-    """What keeps ``path`` from being a saved model: the directory (a GGUF file's: converted, or why it
-    does not convert), its config.json and every safetensors file of its weights (a ``.bin`` pickle is
-    refused: a checkpoint is data)."""
-    try:
-        directory = model_directory(path)
-    except (FileNotFoundError, GGUFError) as err:
-        return [f"{key}: {err}"]
-    if not directory.is_dir():
-        return [
-            f"{key}: no directory at '{path}' (a model saved by save_pretrained: config.json and model.safetensors; "
-            "or a GGUF file, .gguf)"
-        ]
-    missing = [] if (directory / "config.json").is_file() else ["config.json"]
-    try:
-        missing += [f.name for f in weight_files(directory) if not f.is_file()]
-    except (ValueError, KeyError) as err:
-        return [f"{key}: '{path}' has an unreadable {WEIGHTS_INDEX} ({err})"]
-    if missing:
-        pickled = [p.name for p in directory.glob("*.bin")]
-        extra = (
-            f"; its {', '.join(pickled)} holds pickled code and is not loaded (convert it to safetensors)"
-            if pickled
-            else ""
-        )
-        return [f"{key}: '{path}' lacks {', '.join(missing)} (a directory as save_pretrained writes it){extra}"]
-    return [f"{key}: {p}" for f in weight_files(directory) for p in safetensors_problems(f)]
-
-
 def source_record(path: str) -> dict:
     """What a run records of the model it starts from (results.json's ``model_source``): ``model.path``
     and the directory it is read from; of a GGUF file, its SHA-256 too (the cache's key)."""
@@ -108,23 +79,6 @@ def safetensors_header(path: Path) -> tuple[Optional[dict], int]:
     return (header, 8 + length) if isinstance(header, dict) else (None, 0)
 
 
-def safetensors_problems(path: Path) -> list[str]:
-    """A safetensors file whose header does not describe it: cut short (a copy that did not finish), or
-    a header that is not one. Read: the header alone."""
-    header, start = safetensors_header(path)
-    if header is None:
-        return [f"'{path}' is not a safetensors file (its header is cut short or not JSON): save the model again"]
-    size = path.stat().st_size
-    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
-    needed = start + max(ends, default=0)
-    if size < needed:
-        return [
-            f"'{path}' is cut short: its header describes {needed} bytes, the file has {size} (a copy that did not "
-            "finish?); copy or save the model again"
-        ]
-    return []
-
-
 # safetensors' dtypes (little-endian, as the format stores them)
 DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
@@ -145,10 +99,56 @@ class WeightReader:
         for path in weight_files(directory):
             header, start = safetensors_header(path)
             if header is None:
-                raise ValueError(safetensors_problems(path)[0])
+                raise ValueError(self.file_problems(path)[0])
             for name, entry in header.items():
                 if name != "__metadata__":
                     self._where[name] = (path, entry["dtype"], list(entry["shape"]), start + entry["data_offsets"][0])
+
+    @classmethod
+    def problems(cls, path: Optional[str], key: str = "model.path") -> list[str]:
+        """What keeps ``path`` from being a saved model: the directory (a GGUF file's: converted, or why it
+        does not convert), its config.json and every safetensors file of its weights (a ``.bin`` pickle is
+        refused: a checkpoint is data)."""
+        try:
+            directory = model_directory(path)
+        except (FileNotFoundError, GGUFError) as err:
+            return [f"{key}: {err}"]
+        if not directory.is_dir():
+            return [
+                f"{key}: no directory at '{path}' (a model saved by save_pretrained: config.json and "
+                "model.safetensors; or a GGUF file, .gguf)"
+            ]
+        missing = [] if (directory / "config.json").is_file() else ["config.json"]
+        try:
+            missing += [f.name for f in weight_files(directory) if not f.is_file()]
+        except (ValueError, KeyError) as err:
+            return [f"{key}: '{path}' has an unreadable {WEIGHTS_INDEX} ({err})"]
+        if missing:
+            pickled = [p.name for p in directory.glob("*.bin")]
+            extra = (
+                f"; its {', '.join(pickled)} holds pickled code and is not loaded (convert it to safetensors)"
+                if pickled
+                else ""
+            )
+            return [f"{key}: '{path}' lacks {', '.join(missing)} (a directory as save_pretrained writes it){extra}"]
+        return [f"{key}: {p}" for f in weight_files(directory) for p in cls.file_problems(f)]
+
+    @staticmethod
+    def file_problems(path: Path) -> list[str]:
+        """A safetensors file whose header does not describe it: cut short (a copy that did not finish), or
+        a header that is not one. Read: the header alone."""
+        header, start = safetensors_header(path)
+        if header is None:
+            return [f"'{path}' is not a safetensors file (its header is cut short or not JSON): save the model again"]
+        size = path.stat().st_size
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+        needed = start + max(ends, default=0)
+        if size < needed:
+            return [
+                f"'{path}' is cut short: its header describes {needed} bytes, the file has {size} (a copy that did not "
+                "finish?); copy or save the model again"
+            ]
+        return []
 
     def names(self) -> Iterator[str]:
         return iter(self._where)
@@ -218,24 +218,3 @@ def load_config(path: Optional[str], config: Optional[dict]):
         return loaded
     model_type = keys.pop("model_type")
     return library.AutoConfig.for_model(model_type, **keys)
-
-
-def config_problems(path: Optional[str], config: Optional[dict], group: str) -> list[str]:
-    """Before start: the library is there, and exactly one source of the model's shape names a
-    model ``transformers`` knows."""
-    if not has_transformers():
-        return [MISSING_LIBRARY.format(group=group)]
-    if not path and not (config or {}).get("model_type"):
-        return [
-            "path: null, and config names no model_type: give model.path=<a saved model directory> or "
-            "model.config={model_type: llama, ...} for a model built from scratch"
-        ]
-    if path:
-        found = directory_problems(path)
-        if found:
-            return found
-    try:
-        load_config(path, config)
-    except (ValueError, KeyError, TypeError, OSError) as err:
-        return [f"config: {str(err).splitlines()[0]}"]
-    return []

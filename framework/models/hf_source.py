@@ -20,7 +20,23 @@ class HFSource:
 
     @classmethod
     def check_config(cls, path: Optional[str] = None, config: Optional[dict] = None, **_) -> list[str]:
-        return hf_files.config_problems(path, config, cls.GROUP)
+        """Before start: the library is there, and exactly one source of the model's shape names a
+        model ``transformers`` knows."""
+        if not hf_files.has_transformers():
+            return [hf_files.MISSING_LIBRARY.format(group=cls.GROUP)]
+        if not path and not (config or {}).get("model_type"):
+            return [
+                "path: null, and config names no model_type: give model.path=<a saved model directory> or "
+                "model.config={model_type: llama, ...} for a model built from scratch"
+            ]
+        found = hf_files.WeightReader.problems(path) if path else []
+        if found:
+            return found
+        try:
+            hf_files.load_config(path, config)
+        except (ValueError, KeyError, TypeError, OSError) as err:
+            return [f"config: {str(err).splitlines()[0]}"]
+        return []
 
     @classmethod
     def model_source(cls, path: Optional[str] = None, pretrained: bool = True, **_) -> Optional[dict]:

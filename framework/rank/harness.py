@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -50,47 +51,6 @@ def unknown_tasks(names: list[str], include_path: Optional[str] = None) -> list[
     ]
 
 
-def yaml_problems(directory: Path) -> list[str]:
-    """The task YAMLs of ``directory`` that do not parse (lm-eval skips them, and then knows no such
-    task): each named, with the parser's line and reason."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):  # lm-eval's tags (!function) read as anything
-        pass
-
-    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
-    problems = []
-    for path in sorted(directory.rglob("*.y*ml")):
-        try:
-            yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)
-        except (yaml.YAMLError, UnicodeDecodeError) as err:
-            where = getattr(err, "problem_mark", None)
-            line = f" line {where.line + 1}" if where is not None else ""
-            reason = getattr(err, "problem", None) or _first(err)
-            problems.append(f"harness.include_path: '{path}'{line} does not parse as YAML: {reason}")
-    return problems
-
-
-SHOWN = 5  # the problems of a task's rows named one by one; the rest counted
-
-
-def task_problems(settings: HarnessConfig, codec, positions: Optional[int]) -> list[str]:
-    """Before start: each task of ``settings`` builds its requests as lm-eval will build them (its rows
-    read, its few-shot examples drawn) and they fit a model of ``positions`` (None: no limit) with the
-    tokenizer ``codec`` (framework/data/text.py): lm-eval truncates a context on the left (as scoring
-    here does), but no continuation may take every position, no generation every position but one,
-    and no task may be asked for more few-shot examples than it holds."""
-    from lm_eval.tasks import get_task_dict
-
-    names = [str(n) for n in settings.tasks]
-    with lm_eval_quietly(Path(tempfile.mkdtemp(prefix="framework-harness-"))):
-        try:
-            tasks = get_task_dict(names, task_manager(names, settings.include_path))
-        except Exception as err:  # noqa: BLE001 - lm-eval raises what a task's own code and files raise
-            return [f"harness.tasks: lm-eval cannot load {', '.join(names)}: {type(err).__name__}: {_first(err)}"]
-        return [p for name, task in _leaves(tasks) for p in _one_task(name, task, settings, codec, positions)]
-
-
 def _leaves(tasks: dict):
     """(name, task) of every task in lm-eval's task dict (a group's tasks within it)."""
     for key, value in tasks.items():
@@ -100,76 +60,127 @@ def _leaves(tasks: dict):
             yield str(key), value
 
 
-def _one_task(name: str, task, settings: HarnessConfig, codec, positions: Optional[int]) -> list[str]:
-    from lm_eval.defaults import DEFAULT_OTHER_SEED
-    from lm_eval.evaluator_utils import get_sample_size
+SHOWN = 5  # the problems of a task's rows named one by one; the rest counted
 
-    problems = _row_problems(name, task)
-    if problems:
+
+@dataclass(frozen=True)
+class HarnessTasks:
+    """The tasks of the run's ``harness`` settings, as lm-eval finds them (the shipped ones, those of
+    ``include_path``, its own) and builds their questions."""
+
+    settings: HarnessConfig
+
+    @property
+    def names(self) -> list[str]:
+        return [str(n) for n in self.settings.tasks]
+
+    def include_problems(self) -> list[str]:
+        """The task YAMLs of ``harness.include_path`` that do not parse (lm-eval skips them, and then
+        knows no such task): each named, with the parser's line and reason."""
+        import yaml
+
+        class Loader(yaml.SafeLoader):  # lm-eval's tags (!function) read as anything
+            pass
+
+        Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+        problems = []
+        for path in sorted(Path(str(self.settings.include_path)).rglob("*.y*ml")):
+            try:
+                yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)
+            except (yaml.YAMLError, UnicodeDecodeError) as err:
+                where = getattr(err, "problem_mark", None)
+                line = f" line {where.line + 1}" if where is not None else ""
+                reason = getattr(err, "problem", None) or _first(err)
+                problems.append(f"harness.include_path: '{path}'{line} does not parse as YAML: {reason}")
         return problems
-    default = task.get_config("num_fewshot")
-    shots = settings.num_fewshot if settings.num_fewshot is not None and default != 0 else (default or 0)
-    if shots:
-        pool = task.fewshot_docs()
-        held = len(list(pool)) if pool is not None else 0
-        held -= task.config.fewshot_split in (None, task.config.test_split)  # (a question is never its own example)
-        if shots > held:
-            return [
-                f"harness.num_fewshot: {shots} examples, but task '{name}' has {max(held, 0)} to draw them from; "
-                f"set harness.num_fewshot={max(held, 0)} or less"
-            ]
-    task.set_config(key="num_fewshot", value=shots)
-    task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)  # (simple_evaluate's)
-    try:
-        task.build_all_requests(limit=get_sample_size(task, settings.limit), rank=0, world_size=1)
-    except Exception as err:  # noqa: BLE001 - a task's own templates and functions raise anything
-        return [f"harness.tasks: task '{name}' cannot build its questions: {type(err).__name__}: {_first(err)}"]
-    return _length_problems(name, task.instances, codec, positions)
 
+    def problems(self, codec, positions: Optional[int]) -> list[str]:
+        """Before start: each task builds its requests as lm-eval will build them (its rows read, its
+        few-shot examples drawn) and they fit a model of ``positions`` (None: no limit) with the tokenizer
+        ``codec`` (framework/data/text.py): lm-eval truncates a context on the left (as scoring here
+        does), but no continuation may take every position, no generation every position but one, and
+        no task may be asked for more few-shot examples than it holds."""
+        from lm_eval.tasks import get_task_dict
 
-def _row_problems(name: str, task) -> list[str]:
-    """Each question of ``task`` renders (its text, target and choices): a malformed row, named."""
-    bad, choosing = [], task.OUTPUT_TYPE == "multiple_choice"
-    for i, doc in enumerate(task.eval_docs):
-        row = f"harness.tasks: task '{name}' row {i}"
+        names, settings = self.names, self.settings
+        with lm_eval_quietly(Path(tempfile.mkdtemp(prefix="framework-harness-"))):
+            try:
+                tasks = get_task_dict(names, task_manager(names, settings.include_path))
+            except Exception as err:  # noqa: BLE001 - lm-eval raises what a task's own code and files raise
+                return [f"harness.tasks: lm-eval cannot load {', '.join(names)}: {type(err).__name__}: {_first(err)}"]
+            return [p for name, task in _leaves(tasks) for p in self._one_task(name, task, codec, positions)]
+
+    def _one_task(self, name: str, task, codec, positions: Optional[int]) -> list[str]:
+        from lm_eval.defaults import DEFAULT_OTHER_SEED
+        from lm_eval.evaluator_utils import get_sample_size
+
+        settings = self.settings
+        problems = self._row_problems(name, task)
+        if problems:
+            return problems
+        default = task.get_config("num_fewshot")
+        shots = settings.num_fewshot if settings.num_fewshot is not None and default != 0 else (default or 0)
+        if shots:
+            pool = task.fewshot_docs()
+            held = len(list(pool)) if pool is not None else 0
+            held -= task.config.fewshot_split in (None, task.config.test_split)  # (a question is never its own example)
+            if shots > held:
+                return [
+                    f"harness.num_fewshot: {shots} examples, but task '{name}' has {max(held, 0)} to draw them from; "
+                    f"set harness.num_fewshot={max(held, 0)} or less"
+                ]
+        task.set_config(key="num_fewshot", value=shots)
+        task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)  # (simple_evaluate's)
         try:
-            task.doc_to_text(doc)
-            target = task.doc_to_target(doc)
-            choices = task.doc_to_choice(doc) if choosing else []
-        except Exception as err:  # noqa: BLE001 - a task's templates and functions raise anything
-            bad.append(f"{row}: {type(err).__name__}: {_first(err)}")
-            continue
-        if choosing and (not isinstance(choices, (list, tuple)) or not choices):
-            bad.append(f"{row}: its choices are {choices!r}, not a list of answers")
-        elif choosing and isinstance(target, int) and not 0 <= target < len(choices):
-            bad.append(f"{row}: its answer {target} is not one of its {len(choices)} choices")
-    more = [f"harness.tasks: task '{name}': {len(bad) - SHOWN} more rows like these"] if len(bad) > SHOWN else []
-    return bad[:SHOWN] + more
+            task.build_all_requests(limit=get_sample_size(task, settings.limit), rank=0, world_size=1)
+        except Exception as err:  # noqa: BLE001 - a task's own templates and functions raise anything
+            return [f"harness.tasks: task '{name}' cannot build its questions: {type(err).__name__}: {_first(err)}"]
+        return self._length_problems(name, task.instances, codec, positions)
 
+    @staticmethod
+    def _row_problems(name: str, task) -> list[str]:
+        """Each question of ``task`` renders (its text, target and choices): a malformed row, named."""
+        bad, choosing = [], task.OUTPUT_TYPE == "multiple_choice"
+        for i, doc in enumerate(task.eval_docs):
+            row = f"harness.tasks: task '{name}' row {i}"
+            try:
+                task.doc_to_text(doc)
+                target = task.doc_to_target(doc)
+                choices = task.doc_to_choice(doc) if choosing else []
+            except Exception as err:  # noqa: BLE001 - a task's templates and functions raise anything
+                bad.append(f"{row}: {type(err).__name__}: {_first(err)}")
+                continue
+            if choosing and (not isinstance(choices, (list, tuple)) or not choices):
+                bad.append(f"{row}: its choices are {choices!r}, not a list of answers")
+            elif choosing and isinstance(target, int) and not 0 <= target < len(choices):
+                bad.append(f"{row}: its answer {target} is not one of its {len(choices)} choices")
+        more = [f"harness.tasks: task '{name}': {len(bad) - SHOWN} more rows like these"] if len(bad) > SHOWN else []
+        return bad[:SHOWN] + more
 
-def _length_problems(name: str, instances, codec, positions: Optional[int]) -> list[str]:
-    """What the longest answer to score and the most new tokens take of the model's ``positions``."""
-    from framework.rank.harness_lm import DEFAULT_GEN_TOKS, continuation_ids
+    @staticmethod
+    def _length_problems(name: str, instances, codec, positions: Optional[int]) -> list[str]:
+        """What the longest answer to score and the most new tokens take of the model's ``positions``."""
+        from framework.rank.harness_lm import DEFAULT_GEN_TOKS, continuation_ids
 
-    if positions is None:
-        return []
-    scored = [continuation_ids(codec, *i.args) for i in instances if i.request_type == "loglikelihood"]
-    longest = max((len(ids) for ids in scored), default=0)
-    generated = [i.args[1] for i in instances if i.request_type == "generate_until"]
-    new = max((int(kwargs.get("max_gen_toks", DEFAULT_GEN_TOKS)) for kwargs in generated), default=0)
-    fix = "raise the model's positions (datamodule.seq_len, model.max_seq_len) or leave the task out"
-    problems = []
-    if longest >= positions:
-        problems.append(
-            f"harness.tasks: task '{name}' scores answers of up to {longest} tokens, but the model holds "
-            f"{positions} positions and a question needs one of them; {fix}"
-        )
-    if new >= positions:
-        problems.append(
-            f"harness.tasks: task '{name}' generates up to {new} new tokens (its max_gen_toks), but the model holds "
-            f"{positions} positions and a question needs one of them; {fix}"
-        )
-    return problems
+        if positions is None:
+            return []
+        scored = [continuation_ids(codec, *i.args) for i in instances if i.request_type == "loglikelihood"]
+        longest = max((len(ids) for ids in scored), default=0)
+        generated = [i.args[1] for i in instances if i.request_type == "generate_until"]
+        new = max((int(kwargs.get("max_gen_toks", DEFAULT_GEN_TOKS)) for kwargs in generated), default=0)
+        fix = "raise the model's positions (datamodule.seq_len, model.max_seq_len) or leave the task out"
+        problems = []
+        if longest >= positions:
+            problems.append(
+                f"harness.tasks: task '{name}' scores answers of up to {longest} tokens, but the model holds "
+                f"{positions} positions and a question needs one of them; {fix}"
+            )
+        if new >= positions:
+            problems.append(
+                f"harness.tasks: task '{name}' generates up to {new} new tokens (its max_gen_toks), but the model "
+                f"holds {positions} positions and a question needs one of them; {fix}"
+            )
+        return problems
 
 
 def _first(err: BaseException) -> str:

@@ -6,6 +6,7 @@ callback monitors a metric (and no ``swa`` callback gives the model its average)
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from framework.config.experiment import Experiment, Spec
@@ -30,23 +31,37 @@ def requested(run: Experiment) -> str:
     return "best" if any(spec.get("monitor") for spec in _checkpoint_callbacks(run)) else "final"
 
 
-def test_ckpt_problems(run: Experiment) -> list[str]:
-    """best needs a checkpoint callback with a monitor, last one that saves last."""
-    choice = run.test_ckpt
-    if choice not in ("best", "last") or not run.test or not run.train:
+@dataclass(frozen=True)
+class WeightsToTest:
+    """The run's ``test_ckpt``: the weights its test loop runs on after training."""
+
+    run: Experiment
+
+    @property
+    def choice(self) -> str:
+        return requested(self.run)
+
+    def checkpoint(self) -> tuple[str, Path | None]:
+        return test_checkpoint(self.run)
+
+    def problems(self) -> list[str]:
+        """best needs a checkpoint callback with a monitor, last one that saves last."""
+        run = self.run
+        choice = run.test_ckpt
+        if choice not in ("best", "last") or not run.test or not run.train:
+            return []
+        nodes = _checkpoint_callbacks(run)
+        if choice == "best" and not any(node.get("monitor") for node in nodes):
+            return [
+                "test_ckpt: best needs a checkpoint callback that monitors a metric (callbacks.model_checkpoint."
+                "monitor, trainer.enable_checkpointing=true); choose test_ckpt=last|final, or configure one"
+            ]
+        if choice == "last" and not any(node.get("save_last", True) for node in nodes):
+            return [
+                "test_ckpt: last needs a checkpoint callback with save_last=true (and "
+                "trainer.enable_checkpointing=true); choose test_ckpt=best|final, or configure one"
+            ]
         return []
-    nodes = _checkpoint_callbacks(run)
-    if choice == "best" and not any(node.get("monitor") for node in nodes):
-        return [
-            "test_ckpt: best needs a checkpoint callback that monitors a metric (callbacks.model_checkpoint."
-            "monitor, trainer.enable_checkpointing=true); choose test_ckpt=last|final, or configure one"
-        ]
-    if choice == "last" and not any(node.get("save_last", True) for node in nodes):
-        return [
-            "test_ckpt: last needs a checkpoint callback with save_last=true (and "
-            "trainer.enable_checkpointing=true); choose test_ckpt=best|final, or configure one"
-        ]
-    return []
 
 
 def test_checkpoint(run: Experiment) -> tuple[str, Path | None]:

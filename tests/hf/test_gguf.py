@@ -177,12 +177,12 @@ def test_an_adapters_base_is_the_gguf_files_hash(tmp_path):
 
 
 def test_a_cache_that_cannot_be_written_is_named_before_start(tmp_path, monkeypatch):
-    from framework.models.hf_files import directory_problems
+    from framework.models.hf_files import WeightReader
 
     (tmp_path / "a_file").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a_file"))
     cache = tmp_path / "a_file" / "framework" / "gguf"
-    assert directory_problems(GGUF) == [
+    assert WeightReader.problems(GGUF) == [
         f"model.path: '{gguf_file()}': its conversion cannot be written to {cache} (Not a directory); set "
         "XDG_CACHE_HOME to a writable directory"
     ]

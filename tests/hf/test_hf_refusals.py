@@ -118,7 +118,9 @@ def test_export_format_hf_of_a_model_of_ours_is_refused():
 
 def test_without_the_library_the_error_names_the_extra(monkeypatch):
     monkeypatch.setattr(hf_files, "has_transformers", lambda: False)
-    assert hf_files.config_problems("x", None, "hf/causal_lm") == [
+    from framework.models.hf_causal_lm import HFCausalLM
+
+    assert HFCausalLM.check_config("x", None) == [
         "model=hf/causal_lm: needs the transformers library, an optional extra: pip install 'framework[hf]' "
         "(or pip install transformers)"
     ]
