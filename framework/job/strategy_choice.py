@@ -86,7 +86,7 @@ def plan_candidates(run: ResolvedExperiment) -> dict:
         try:
             layout = layout_of(node, devices)
             cls, options = layout.strategy, layout.options
-            problems = problems or cls.model_problems(model, options, layout.topology, run)
+            problems = problems or cls.model_problems(options, layout.topology, model, run)
             figures = {} if problems else layout_bytes(run, cls, options, devices, model, k, activations)
         except ValueError as err:  # (options that lay out no topology on these devices)
             problems = problems or [str(err)]

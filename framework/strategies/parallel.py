@@ -145,7 +145,7 @@ class ParallelStrategy(FSDPSharding, Strategy):
         return problems
 
     @classmethod
-    def model_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
+    def model_problems(cls, options, topology: Topology, model: nn.Module, run: Experiment) -> list[str]:
         problems = []
         # (strategy=tp asks for tensor parallelism even on one rank: its plan is checked there too)
         if topology.tp > 1 or options.tp == -1:  # sequence parallelism splits each rank's part of the sequence again

@@ -253,7 +253,7 @@ class StrategyNode:
         missing = topology.accelerator_problems(resolved)
         if missing:
             return missing
-        problems = cls.check(topology, typed, resolved) + topology.core_problems(resolved, run.trainer.oversubscribe)
+        problems = cls.check(typed, topology, resolved) + topology.core_problems(resolved, run.trainer.oversubscribe)
         problems += cls.config_problems(typed, topology, run)
         launched = detect_environment()
         problems += topology.launch_problems(typed.name, launched, layout.start == "spawn")

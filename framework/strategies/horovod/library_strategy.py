@@ -23,8 +23,8 @@ class HorovodLibraryStrategy(HorovodFamily):
         self._model: nn.Module | None = None
 
     @classmethod
-    def check(cls, topology: Topology, options: HorovodConfig, accelerator: str) -> list[str]:
-        return super().check(topology, options, accelerator) + cls._library_problems(
+    def check(cls, options: HorovodConfig, topology: Topology, accelerator: str) -> list[str]:
+        return super().check(options, topology, accelerator) + cls._library_problems(
             detect_environment(), topology.world_size, options.op
         )
 

@@ -110,8 +110,8 @@ class PipelineStrategy(ParallelStrategy):
         return super().degrees(devices, num_nodes, options)
 
     @classmethod
-    def check(cls, topology: Topology, options: PPConfig, accelerator: str) -> list[str]:
-        return super().check(topology, options, accelerator) + cls._schedule_problems(topology, options)
+    def check(cls, options: PPConfig, topology: Topology, accelerator: str) -> list[str]:
+        return super().check(options, topology, accelerator) + cls._schedule_problems(options, topology)
 
     @classmethod
     def config_problems(cls, options, topology: Topology, run: Experiment) -> list[str]:
@@ -124,7 +124,7 @@ class PipelineStrategy(ParallelStrategy):
         ]
 
     @classmethod
-    def model_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
+    def model_problems(cls, options, topology: Topology, model: nn.Module, run: Experiment) -> list[str]:
         if topology.ep > 1:
             return [
                 f"strategy.pp: a pipeline ({topology.pp} ranks) with expert parallelism (strategy.ep={topology.ep}) "
@@ -134,7 +134,7 @@ class PipelineStrategy(ParallelStrategy):
         return problems + (cls._context_parallel_problems(model, topology, run) if topology.cp > 1 else [])
 
     @classmethod
-    def _schedule_problems(cls, topology: Topology, options) -> list[str]:
+    def _schedule_problems(cls, options, topology: Topology) -> list[str]:
         """The schedule against the stages per rank and the pipelines' data parallelism."""
         interleaved, per_rank = options.schedule == "interleaved_1f1b", options.stages_per_rank
         if interleaved and per_rank < 2:
