@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from framework.config.environment import RankEnv
+from framework.config.environment import RankEnv, available_cores
 
 # The mesh's dimensions, outermost first (torchtitan's names and order): the stages of one pipeline
 # are farthest apart, a tensor-parallel group's ranks are neighbours (r, r + 1, ...), a context-parallel
@@ -42,6 +42,11 @@ class Topology:
     @property
     def world_size(self) -> int:
         return self.num_nodes * self.processes_per_node
+
+    @property
+    def devices_per_node(self) -> int:
+        """The devices a node's processes drive together (``trainer.devices``)."""
+        return self.processes_per_node * self.devices_per_process
 
     @property
     def data_parallel_size(self) -> int:
@@ -87,54 +92,67 @@ class Topology:
         dims = {name: degree for name, degree in self.degrees.items() if degree > 1 or name in needed}
         return init_device_mesh(device_type, tuple(dims.values()), mesh_dim_names=tuple(dims))
 
+    def launch_problems(self, strategy: str, launched: RankEnv | None, spawns: bool) -> list[str]:
+        """Does the launcher that started this process (``launched``; None: none) fit this layout?"""
+        problems = []
+        per_node = self.processes_per_node
+        if launched is not None and launched.world_size != self.world_size:
+            problems.append(
+                f"trainer.devices / trainer.num_nodes: strategy={strategy} with {per_node} process(es) per "
+                f"node x trainer.num_nodes={self.num_nodes} needs {self.world_size} processes, but "
+                f"the launcher started WORLD_SIZE={launched.world_size}"
+            )
+        if launched is None and self.num_nodes > 1:
+            problems.append(
+                f"trainer.num_nodes: {self.num_nodes} nodes must each be started by a launcher: "
+                f"torchrun --nnodes {self.num_nodes} --nproc-per-node {per_node} "
+                "... -m framework.train ..., or srun under SLURM"
+            )
+        if launched is not None and spawns:
+            problems.append(
+                f"strategy={strategy}: starts its own ranks with torch.multiprocessing.spawn; under "
+                "torchrun or SLURM use strategy=ddp"
+            )
+        return problems
 
-def launch_problems(topology: Topology, strategy: str, launched: RankEnv | None, spawns: bool) -> list[str]:
-    """Does the launcher that started this process (``launched``; None: none) fit ``topology``?"""
-    problems = []
-    per_node = topology.processes_per_node
-    if launched is not None and launched.world_size != topology.world_size:
-        problems.append(
-            f"trainer.devices / trainer.num_nodes: strategy={strategy} with {per_node} process(es) per "
-            f"node x trainer.num_nodes={topology.num_nodes} needs {topology.world_size} processes, but "
-            f"the launcher started WORLD_SIZE={launched.world_size}"
-        )
-    if launched is None and topology.num_nodes > 1:
-        problems.append(
-            f"trainer.num_nodes: {topology.num_nodes} nodes must each be started by a launcher: "
-            f"torchrun --nnodes {topology.num_nodes} --nproc-per-node {per_node} "
-            "... -m framework.train ..., or srun under SLURM"
-        )
-    if launched is not None and spawns:
-        problems.append(
-            f"strategy={strategy}: starts its own ranks with torch.multiprocessing.spawn; under "
-            "torchrun or SLURM use strategy=ddp"
-        )
-    return problems
+    def batch_problems(self, batch_size) -> list[str]:
+        """The global batch must split evenly across the data-parallel ranks."""
+        dp = self.data_parallel_size
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size % dp == 0:
+            return []
+        tp = f" / tp({self.tp})" if self.tp > 1 else ""
+        tp += f" / pipeline stages({self.pp})" if self.pp > 1 else ""
+        tp += f" / context_parallel({self.cp})" if self.cp > 1 else ""
+        return [
+            f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
+            f"ranks ({self.processes_per_node} per node x trainer.num_nodes={self.num_nodes}{tp}); "
+            f"use a multiple of {dp}"
+        ]
 
+    def accelerator_problems(self, accelerator: str) -> list[str]:
+        """Is the resolved ``accelerator`` here, with this layout's devices on each node?"""
+        import torch
 
-def batch_problems(topology: Topology, batch_size) -> list[str]:
-    """The global batch must split evenly across the data-parallel ranks."""
-    dp = topology.data_parallel_size
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size % dp == 0:
+        devices = self.devices_per_node
+        if accelerator == "cuda" and not torch.cuda.is_available():
+            return [
+                "trainer.accelerator: 'cuda' requested but no CUDA device is available here (valid here: auto, cpu)"
+            ]
+        if accelerator == "cuda" and devices > torch.cuda.device_count():
+            return [
+                f"trainer.devices: {devices} requested but only {torch.cuda.device_count()} CUDA device(s) are visible"
+            ]
+        if accelerator == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            return ["trainer.accelerator: 'mps' requested but MPS is not available here (valid here: auto, cpu)"]
         return []
-    tp = f" / tp({topology.tp})" if topology.tp > 1 else ""
-    tp += f" / pipeline stages({topology.pp})" if topology.pp > 1 else ""
-    tp += f" / context_parallel({topology.cp})" if topology.cp > 1 else ""
-    return [
-        f"datamodule.batch_size: the global batch {batch_size} does not divide across {dp} data-parallel "
-        f"ranks ({topology.processes_per_node} per node x trainer.num_nodes={topology.num_nodes}{tp}); "
-        f"use a multiple of {dp}"
-    ]
 
-
-def accelerator_problems(accelerator: str, devices: int) -> list[str]:
-    """Is the resolved ``accelerator`` here, with ``devices`` devices?"""
-    import torch
-
-    if accelerator == "cuda" and not torch.cuda.is_available():
-        return ["trainer.accelerator: 'cuda' requested but no CUDA device is available here (valid here: auto, cpu)"]
-    if accelerator == "cuda" and devices > torch.cuda.device_count():
-        return [f"trainer.devices: {devices} requested but only {torch.cuda.device_count()} CUDA device(s) are visible"]
-    if accelerator == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        return ["trainer.accelerator: 'mps' requested but MPS is not available here (valid here: auto, cpu)"]
-    return []
+    def core_problems(self, accelerator: str, oversubscribe: bool) -> list[str]:
+        """CPU ranks beyond the cores: each would wait for the others' turns at every collective."""
+        cores = available_cores()
+        if accelerator != "cpu" or self.processes_per_node <= cores or oversubscribe:
+            return []
+        return [
+            f"trainer.devices: {self.processes_per_node} processes per node on the CPU, but this process may run "
+            f"on {cores} core(s); use trainer.devices={cores} or fewer, or set trainer.oversubscribe=true to run "
+            f"them anyway"
+        ]

@@ -19,22 +19,22 @@ class ResolvedExperiment(Experiment):
     @cached_property
     def layout(self) -> Optional[Layout]:
         """The strategy's layout (config/layout.py), or None where the strategy or its layout is invalid
-        (check_strategy names why)."""
+        (StrategyNode names why)."""
         from framework.strategies import layout_of
 
         if self._layout is not None or self.strategy_problems:
             return self._layout
         try:
             return layout_of(self.strategy, self.trainer.devices, self.trainer.num_nodes)
-        except ValueError:  # (options that lay out no topology here: named by check_strategy)
+        except ValueError:  # (options that lay out no topology here: named by StrategyNode)
             return None
 
     @cached_property
     def strategy_problems(self) -> list[str]:
-        """What is wrong with the strategy, its options and its layout on these devices (check_strategy)."""
-        from framework.strategies import check_strategy
+        """What is wrong with the strategy, its options and its layout on these devices (StrategyNode)."""
+        from framework.strategies import StrategyNode
 
-        return check_strategy(self)
+        return StrategyNode(self).problems()
 
     @cached_property
     def size_problems(self) -> list[str]:

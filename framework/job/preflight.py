@@ -323,7 +323,7 @@ def check_strategy_on_model(run: ResolvedExperiment) -> list[str]:
     cls = run.layout.strategy
     if cls.model_problems.__func__ is Strategy.model_problems.__func__ or run.meta_model is None:
         return []
-    return cls.model_problems(run.meta_model, run.layout.options, run.layout.topology, run)
+    return cls.model_problems(run.layout.options, run.layout.topology, run.meta_model, run)
 
 
 def check_rank_start(run: ResolvedExperiment) -> list[str]:

@@ -16,7 +16,7 @@ from framework.job.experiment import ResolvedExperiment
 from framework.job.model_size import memory_limit
 from framework.job.plan import layout_bytes, meta_model
 from framework.rank.strategy_probe import mib
-from framework.strategies import auto_candidates, check_strategy, layout_of, resolved_options
+from framework.strategies import StrategyNode, auto_candidates, layout_of, resolved_options
 
 # In order of preference when nothing is measured: the least communication first, so that with
 # no memory limit auto is ddp, as it always was.
@@ -82,11 +82,11 @@ def plan_candidates(run: ResolvedExperiment) -> dict:
     for node in candidate_nodes(run, model):
         row = {"strategy": label(node), "options": node, "predicted_bytes": None, "fits": False, "dropped": None}
         rows.append(row)
-        problems = check_strategy(run.with_config(strategy=node))
+        problems = StrategyNode(run.with_config(strategy=node)).problems()
         try:
             layout = layout_of(node, devices)
             cls, options = layout.strategy, layout.options
-            problems = problems or cls.model_problems(model, options, layout.topology, run)
+            problems = problems or cls.model_problems(options, layout.topology, model, run)
             figures = {} if problems else layout_bytes(run, cls, options, devices, model, k, activations)
         except ValueError as err:  # (options that lay out no topology on these devices)
             problems = problems or [str(err)]

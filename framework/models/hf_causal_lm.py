@@ -210,11 +210,11 @@ class HFCausalLM(HFSource, nn.Module):
 
     def parallelize_plan(self, sequence_parallel: bool = True) -> dict:
         self._sequence_parallel = sequence_parallel  # (the plan is asked for as it is applied)
-        return hf_plan.build_plan(self, self.hf_config, sequence_parallel)
+        return hf_plan.DeclaredPlan(self.hf_config).build(self, sequence_parallel)
 
     def tensor_parallel_problems(self, tp: int, seq_len: Optional[int] = None) -> list[str]:
         c, where = self.hf_config, f"the tensor-parallel degree {tp}"
-        plan = hf_plan.plan_problems(self, c)
+        plan = hf_plan.DeclaredPlan(c).problems(self)
         if plan:
             return plan
         heads = getattr(c, "num_attention_heads", None)

@@ -9,10 +9,10 @@ May import: data, models, tasks, config (never the engine or anything above it).
 from framework.config.schemas import StrategyConfig
 from framework.strategies.base import Strategy
 from framework.strategies.registry import (
+    StrategyNode,
     adapter_strategies,
     auto_candidates,
     build_strategy,
-    check_strategy,
     is_named,
     launched_layout,
     layout_of,
@@ -25,10 +25,10 @@ from framework.strategies.registry import (
 __all__ = [
     "Strategy",
     "StrategyConfig",
+    "StrategyNode",
     "adapter_strategies",
     "auto_candidates",
     "build_strategy",
-    "check_strategy",
     "is_named",
     "launched_layout",
     "layout_of",

@@ -143,8 +143,10 @@ class Strategy:
             return Topology(num_nodes=num_nodes, processes_per_node=devices)
         return Topology(num_nodes=num_nodes, processes_per_node=1, devices_per_process=devices)
 
+    # (every check of a strategy takes its options and their topology first, then what it checks them
+    # against: check, config_problems, model_problems and adapter_problems alike)
     @classmethod
-    def check(cls, topology: Topology, options: StrategyConfig, accelerator: str) -> list[str]:
+    def check(cls, options: StrategyConfig, topology: Topology, accelerator: str) -> list[str]:
         """Every reason this strategy cannot run ``topology`` on ``accelerator`` here (by default:
         a strategy of one process per device runs any number of them; the others one device)."""
         if not cls.process_per_device and (topology.world_size != 1 or topology.devices_per_process != 1):
@@ -201,7 +203,7 @@ class Strategy:
 
     @classmethod
     def model_problems(
-        cls, model: nn.Module, options: StrategyConfig, topology: Topology, run: Experiment
+        cls, options: StrategyConfig, topology: Topology, model: nn.Module, run: Experiment
     ) -> list[str]:
         """Every reason this strategy cannot run ``model`` (built on the meta device) in this layout."""
         return []

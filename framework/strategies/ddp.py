@@ -86,7 +86,7 @@ class DDPWrapping:
     process_per_device = True
 
     @classmethod
-    def check(cls, topology: Topology, options: DDPConfig, accelerator: str) -> list[str]:
+    def check(cls, options: DDPConfig, topology: Topology, accelerator: str) -> list[str]:
         if accelerator == "mps" and topology.processes_per_node > 1:
             return [f"strategy={cls.name}: MPS has one device per machine; use trainer.devices=1"]
         if getattr(options, "sync_batchnorm", False) and accelerator != "cuda":

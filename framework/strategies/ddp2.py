@@ -40,7 +40,7 @@ class DDP2Strategy(Strategy):
     needs_process_group = True
 
     @classmethod
-    def check(cls, topology: Topology, options: DDP2Config, accelerator: str) -> list[str]:
+    def check(cls, options: DDP2Config, topology: Topology, accelerator: str) -> list[str]:
         if accelerator != "cuda":
             return [
                 f"strategy=ddp2: DataParallel within a node needs CUDA devices "

@@ -14,7 +14,7 @@ class DataParallelStrategy(Strategy):
     runs_adapters = holds_nf4 = False
 
     @classmethod
-    def check(cls, topology: Topology, options: StrategyConfig, accelerator: str) -> list[str]:
+    def check(cls, options: StrategyConfig, topology: Topology, accelerator: str) -> list[str]:
         problems = []
         if topology.num_nodes != 1:
             problems.append(

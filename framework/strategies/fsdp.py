@@ -80,7 +80,7 @@ class FSDPSharding:
     builds_on_meta = True
 
     @classmethod
-    def check(cls, topology: Topology, options: FSDPConfig, accelerator: str) -> list[str]:
+    def check(cls, options: FSDPConfig, topology: Topology, accelerator: str) -> list[str]:
         problems = []
         if options.cpu_offload and accelerator != "cuda":
             problems.append(

@@ -16,6 +16,7 @@ it across the other data-parallel ranks. Between the splits and FSDP the model i
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -34,7 +35,7 @@ from framework.strategies.expert_parallel import (
 )
 from framework.strategies.fsdp import FSDPSharding, apply_fsdp
 from framework.strategies.pipeline.schedule import ScheduleConfig
-from framework.strategies.tensor_parallel import apply_tp, plan_problems, tensor_parallel_state_bytes
+from framework.strategies.tensor_parallel import STYLES, apply_tp, tensor_parallel_state_bytes
 
 
 @dataclass
@@ -96,52 +97,6 @@ def seq_len_per_rank(run: Experiment, cp: int) -> Optional[int]:
     return seq_len // cp if isinstance(seq_len, int) else None
 
 
-def context_parallel_problems(model: nn.Module, topology: Topology, run: Experiment) -> list[str]:
-    """Before start: the sequence splits evenly, the model declares its position tables, and nothing
-    the run asks for needs the whole sequence in one rank."""
-    cp = topology.cp
-    datamodule, trainer = run.datamodule, run.trainer
-    seq_len = datamodule.get("seq_len")
-    problems = []
-    if not isinstance(seq_len, int):
-        problems.append(f"strategy.cp: context parallelism ({cp}) splits each sequence; this datamodule has no seq_len")
-    elif seq_len % cp:
-        problems.append(
-            f"datamodule.seq_len: {seq_len} is not divisible by the context-parallel degree strategy.cp={cp}"
-        )
-    if not hasattr(model, "context_parallel_buffers"):
-        problems.append(
-            f"strategy.cp: {type(model).__name__} declares no context_parallel_buffers: name the buffers indexed by "
-            "position (a tuple of names, () for none) so each rank's part of the sequence gets its positions"
-        )
-    if datamodule.get("document_boundaries"):
-        problems.append(
-            "datamodule.document_boundaries: attention within documents needs a mask over the whole sequence, which "
-            "context parallelism does not gather; set document_boundaries=false, or strategy.cp=1"
-        )
-    if trainer.compile:
-        problems.append(
-            f"trainer.compile: {trainer.compile!r} with context parallelism is not supported (its attention is "
-            "swapped in at run time); set trainer.compile=false, or strategy.cp=1"
-        )
-    return problems
-
-
-def expert_parallel_problems(model: nn.Module, topology: Topology) -> list[str]:
-    """Before start: the model has experts, as many on each rank of an ep group."""
-    counts = {len(m.w1) for m in grouped_experts(model)}
-    if not counts:
-        return [
-            f"strategy.ep: expert parallelism ({topology.ep}) splits a mixture of experts' experts; "
-            f"{type(model).__name__} has none (model=gpt/moe has, or a model with n_experts > 0)"
-        ]
-    return [
-        f"model.n_experts: {n} experts do not divide across the expert-parallel degree strategy.ep={topology.ep}"
-        for n in sorted(counts)
-        if n % topology.ep
-    ]
-
-
 class ParallelStrategy(FSDPSharding, Strategy):
     """Tensor parallel, then context parallel, then expert parallel, then activation checkpointing and
     compile, then FSDP2/HSDP over ``dp_shard x cp``; subclasses add a pipeline's cut before
@@ -190,16 +145,92 @@ class ParallelStrategy(FSDPSharding, Strategy):
         return problems
 
     @classmethod
-    def model_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
+    def model_problems(cls, options, topology: Topology, model: nn.Module, run: Experiment) -> list[str]:
         problems = []
         # (strategy=tp asks for tensor parallelism even on one rank: its plan is checked there too)
         if topology.tp > 1 or options.tp == -1:  # sequence parallelism splits each rank's part of the sequence again
-            problems += plan_problems(model, options, topology, seq_len_per_rank(run, topology.cp))
+            problems += cls._plan_problems(model, options, topology, seq_len_per_rank(run, topology.cp))
         if topology.cp > 1:
-            problems += context_parallel_problems(model, topology, run)
+            problems += cls._context_parallel_problems(model, topology, run)
         if topology.ep > 1:
-            problems += expert_parallel_problems(model, topology)
+            problems += cls._expert_parallel_problems(model, topology)
         return problems
+
+    @classmethod
+    def _plan_problems(cls, model: nn.Module, options, topology: Topology, seq_len: Optional[int]) -> list[str]:
+        """Before any process starts: the model has a plan (its own or the config's), every pattern of
+        the config's matches a module, and the model's own sizes fit the tensor-parallel degree (with
+        sequence parallelism: its windows of ``seq_len`` tokens, a context-parallel rank's part)."""
+        tp, name = topology.tp, options.name
+        if options.plan is None and not callable(getattr(model, "parallelize_plan", None)):
+            return [
+                f"strategy={name}: {type(model).__name__} has no tensor-parallel plan: give it a method "
+                "parallelize_plan(sequence_parallel) returning {module name: ColwiseParallel(), ...}, or set "
+                "strategy.plan={<module-name pattern>: colwise|rowwise|sequence}"
+            ]
+        problems = []
+        names = [n for n, _ in model.named_modules() if n]
+        for pattern, style in (options.plan or {}).items():
+            if style not in STYLES:
+                problems.append(f"strategy.plan.{pattern}: {style!r} is not one of {', '.join(STYLES)}")
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+                problems.append(
+                    f"strategy.plan.{pattern}: matches no module of {type(model).__name__} (its modules: "
+                    f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})"
+                )
+        check = getattr(model, "tensor_parallel_problems", None)
+        if callable(check):
+            problems += check(tp, seq_len if options.sequence_parallel else None)
+        return problems
+
+    @classmethod
+    def _context_parallel_problems(cls, model: nn.Module, topology: Topology, run: Experiment) -> list[str]:
+        """Before start: the sequence splits evenly, the model declares its position tables, and nothing
+        the run asks for needs the whole sequence in one rank."""
+        cp = topology.cp
+        datamodule, trainer = run.datamodule, run.trainer
+        seq_len = datamodule.get("seq_len")
+        problems = []
+        if not isinstance(seq_len, int):
+            problems.append(
+                f"strategy.cp: context parallelism ({cp}) splits each sequence; this datamodule has no seq_len"
+            )
+        elif seq_len % cp:
+            problems.append(
+                f"datamodule.seq_len: {seq_len} is not divisible by the context-parallel degree strategy.cp={cp}"
+            )
+        if not hasattr(model, "context_parallel_buffers"):
+            problems.append(
+                f"strategy.cp: {type(model).__name__} declares no context_parallel_buffers: name the buffers "
+                "indexed by position (a tuple of names, () for none) so each rank's part of the sequence gets "
+                "its positions"
+            )
+        if datamodule.get("document_boundaries"):
+            problems.append(
+                "datamodule.document_boundaries: attention within documents needs a mask over the whole "
+                "sequence, which context parallelism does not gather; set document_boundaries=false, or strategy.cp=1"
+            )
+        if trainer.compile:
+            problems.append(
+                f"trainer.compile: {trainer.compile!r} with context parallelism is not supported (its attention is "
+                "swapped in at run time); set trainer.compile=false, or strategy.cp=1"
+            )
+        return problems
+
+    @classmethod
+    def _expert_parallel_problems(cls, model: nn.Module, topology: Topology) -> list[str]:
+        """Before start: the model has experts, as many on each rank of an ep group."""
+        counts = {len(m.w1) for m in grouped_experts(model)}
+        if not counts:
+            return [
+                f"strategy.ep: expert parallelism ({topology.ep}) splits a mixture of experts' experts; "
+                f"{type(model).__name__} has none (model=gpt/moe has, or a model with n_experts > 0)"
+            ]
+        return [
+            f"model.n_experts: {n} experts do not divide across the expert-parallel degree strategy.ep={topology.ep}"
+            for n in sorted(counts)
+            if n % topology.ep
+        ]
 
     @classmethod
     def predict_model_state_bytes(

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from framework.config.environment import RankEnv, available_cores, detect_environment, resolve_accelerator
+from framework.config.environment import RankEnv, detect_environment, resolve_accelerator
 from framework.config.experiment import Experiment
 from framework.config.layout import Layout
 from framework.config.schemas import AutoStrategyConfig, StrategyConfig
-from framework.config.topology import Topology, accelerator_problems, batch_problems, launch_problems
 from framework.config.validate import check_schema, import_target, known_valid_keys
 from framework.strategies.bagua import BaguaStrategy
 from framework.strategies.base import Preset, Strategy
@@ -168,65 +167,102 @@ def planned() -> list[str]:
     return [name for cls in _CLASSES for name in vars(cls).get("planned", ())]  # (a class's own)
 
 
-def _user_class_problems(options: dict) -> tuple[type[Strategy] | None, list[str]]:
-    """The class of ``strategy._target_``, or why it cannot be one."""
-    target = options["_target_"]
-    try:
-        cls = import_target(str(target))
-    except Exception as err:  # noqa: BLE001 - the import's own message says why
-        return None, [f"strategy._target_: cannot import '{target}': {type(err).__name__}: {err}"]
-    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
-        return None, [
-            f"strategy._target_: {target} is not a Strategy (a strategy of your own subclasses "
-            "framework.strategies.Strategy, with its options in a schema extending StrategyConfig)"
-        ]
-    return cls, []
+class StrategyNode:
+    """A run's strategy node as config.yaml gives it, on its trainer's devices as given: the class it
+    selects (a built-in name, or a user's ``_target_``), its options against that class's schema, and
+    the layout they make checked against this machine, the launcher and the batch; ``problems`` is
+    every reason it cannot run, before any process starts."""
 
+    def __init__(self, run: Experiment):
+        self.run = run
+        options = run.strategy
+        if isinstance((options.get("candidates") or [None])[0], dict):
+            options = concrete(options)  # an auto node the job resolved: checked as the candidate it runs
+        self.options = options
+        trainer = run.config.get("trainer") or {}  # (as given: the trainer's schema names a wrong type)
+        self.devices, self.nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
 
-def _selection_problems(options: dict, devices, nodes) -> tuple[type[Strategy] | None, type, list[str]]:
-    """(the class, its schema, problems) of the strategy ``options`` select."""
-    if options.get("_target_"):
-        cls, problems = _user_class_problems(options)
-        return cls, cls.schema if cls else StrategyConfig, problems
-    name = options.get("name", "auto")
-    if name not in STRATEGIES and name != "auto":
-        valid = ", ".join(sorted([*STRATEGIES, "auto"]))
-        return (
-            None,
-            StrategyConfig,
-            [
-                f"strategy.name: unknown strategy {name!r} (valid: {valid}; or your own "
-                "Strategy subclass with strategy._target_)"
-            ],
-        )
-    if name != "auto":  # (a named class whatever the devices: a wrong trainer.devices is the trainer's problem)
-        return STRATEGIES[name], STRATEGIES[name].schema, []
-    cls = strategy_class(name, devices, nodes) if isinstance(devices, int) and isinstance(nodes, int) else None
-    return cls, AutoStrategyConfig, []
+    def problems(self) -> list[str]:
+        """Strategy class and options, accelerator, topology against the launcher, batch divisibility."""
+        options, devices, nodes = self.options, self.devices, self.nodes
+        cls, schema, problems = self._selection()
+        if problems:  # an unknown name, a target that is no Strategy: nothing to check the options against
+            return problems
+        check_schema(_options(options, cls) if cls else options, schema, "strategy", problems)
+        if cls is None or not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1 or nodes < 1:
+            return problems  # bad devices / num_nodes are reported by the trainer schema
+        if options.get("name", "auto") == "auto" and not options.get("_target_"):
+            options = concrete(options)  # the candidates are checked one by one (job/strategy_choice.py)
+        renamed = _renamed(options, cls)
+        # The remaining checks go on with the options that are valid (the others are reported above).
+        options = {
+            **known_valid_keys(_options(options, cls), schema),
+            **({"_target_": options["_target_"]} if options.get("_target_") else {}),
+        }
+        return problems + self._layout_problems(options, renamed)
 
+    def _selection(self) -> tuple[type[Strategy] | None, type, list[str]]:
+        """(the class, its schema, problems) of the strategy the node selects."""
+        options = self.options
+        if options.get("_target_"):
+            cls, problems = self._user_class()
+            return cls, cls.schema if cls else StrategyConfig, problems
+        name = options.get("name", "auto")
+        if name not in STRATEGIES and name != "auto":
+            valid = ", ".join(sorted([*STRATEGIES, "auto"]))
+            return (
+                None,
+                StrategyConfig,
+                [
+                    f"strategy.name: unknown strategy {name!r} (valid: {valid}; or your own "
+                    "Strategy subclass with strategy._target_)"
+                ],
+            )
+        if name != "auto":  # (a named class whatever the devices: a wrong trainer.devices is the trainer's problem)
+            return STRATEGIES[name], STRATEGIES[name].schema, []
+        devices, nodes = self.devices, self.nodes
+        cls = strategy_class(name, devices, nodes) if isinstance(devices, int) and isinstance(nodes, int) else None
+        return cls, AutoStrategyConfig, []
 
-def check_strategy(run: Experiment) -> list[str]:
-    """Strategy class and options, accelerator, topology against the launcher, batch divisibility."""
-    options = run.strategy
-    if isinstance((options.get("candidates") or [None])[0], dict):
-        options = concrete(options)  # an auto node the job resolved: checked as the candidate it runs
-    trainer = run.config.get("trainer") or {}  # (as given: the trainer's schema names a wrong type)
-    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
-    cls, schema, problems = _selection_problems(options, devices, nodes)
-    if problems:  # an unknown name, a target that is no Strategy: nothing to check the options against
-        return problems
-    check_schema(_options(options, cls) if cls else options, schema, "strategy", problems)
-    if cls is None or not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1 or nodes < 1:
-        return problems  # bad devices / num_nodes are reported by the trainer schema
-    if options.get("name", "auto") == "auto" and not options.get("_target_"):
-        options = concrete(options)  # the candidates are checked one by one (job/strategy_choice.py)
-    renamed = _renamed(options, cls)
-    # The remaining checks go on with the options that are valid (the others are reported above).
-    options = {
-        **known_valid_keys(_options(options, cls), schema),
-        **({"_target_": options["_target_"]} if options.get("_target_") else {}),
-    }
-    return problems + _layout_problems(run, cls, options, devices, nodes, renamed)
+    def _user_class(self) -> tuple[type[Strategy] | None, list[str]]:
+        """The class of ``strategy._target_``, or why it cannot be one."""
+        target = self.options["_target_"]
+        try:
+            cls = import_target(str(target))
+        # (what importing a user's module raises: import_target's ImportError, an attribute it lacks,
+        # a syntax error in it, a malformed dotted path)
+        except (ImportError, AttributeError, SyntaxError, ValueError) as err:
+            return None, [f"strategy._target_: cannot import '{target}': {type(err).__name__}: {err}"]
+        if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+            return None, [
+                f"strategy._target_: {target} is not a Strategy (a strategy of your own subclasses "
+                "framework.strategies.Strategy, with its options in a schema extending StrategyConfig)"
+            ]
+        return cls, []
+
+    def _layout_problems(self, options: dict, renamed: str = "") -> list[str]:
+        """The layout ``options`` make on these devices, and its checks: the accelerator, the strategy's
+        own, the cores, the rest of the experiment, the launcher, the batch."""
+        run = self.run
+        try:
+            layout = layout_of(options, self.devices, self.nodes)
+        except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
+            return [str(err) + renamed]
+        cls, typed, topology = layout.strategy, layout.options, layout.topology
+        resolved = resolve_accelerator(run.trainer.accelerator)
+        missing = topology.accelerator_problems(resolved)
+        if missing:
+            return missing
+        problems = cls.check(typed, topology, resolved) + topology.core_problems(resolved, run.trainer.oversubscribe)
+        problems += cls.config_problems(typed, topology, run)
+        launched = detect_environment()
+        problems += topology.launch_problems(typed.name, launched, layout.start == "spawn")
+        if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
+            problems.append(
+                f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
+                "strategy.backend=horovod runs under it; start the others with torchrun, srun or python"
+            )
+        return problems + topology.batch_problems(run.datamodule.get("batch_size"))
 
 
 def _renamed(options: dict, cls: type[Strategy]) -> str:
@@ -234,43 +270,6 @@ def _renamed(options: dict, cls: type[Strategy]) -> str:
     old_names = _preset(options, cls).old_names().items()
     given = [f"strategy.{old} sets strategy.{new}" for old, new in old_names if old in options]
     return f" (strategy={options['name']}: {', '.join(given)})" if given else ""
-
-
-def _layout_problems(
-    run: Experiment, cls: type[Strategy], options: dict, devices: int, nodes: int, renamed: str = ""
-) -> list[str]:
-    """The accelerator, the strategy's own checks of its topology, the launcher, the batch."""
-    resolved = resolve_accelerator(run.trainer.accelerator)
-    missing = accelerator_problems(resolved, devices)
-    if missing:
-        return missing
-    try:
-        layout = layout_of(options, devices, nodes)
-    except ValueError as err:  # the options cannot lay out these devices (hsdp's factors)
-        return [str(err) + renamed]
-    cls, typed, topology = layout.strategy, layout.options, layout.topology
-    problems = cls.check(topology, typed, resolved) + _core_problems(topology, resolved, run.trainer.oversubscribe)
-    problems += cls.config_problems(typed, topology, run)
-    launched = detect_environment()
-    problems += launch_problems(topology, typed.name, launched, layout.start == "spawn")
-    if launched is not None and launched.launcher == "horovodrun" and getattr(typed, "backend", "") != "horovod":
-        problems.append(
-            f"strategy={cls.name}: horovodrun started this process, and only strategy=horovod "
-            "strategy.backend=horovod runs under it; start the others with torchrun, srun or python"
-        )
-    return problems + batch_problems(topology, run.datamodule.get("batch_size"))
-
-
-def _core_problems(topology: Topology, accelerator: str, oversubscribe: bool) -> list[str]:
-    """CPU ranks beyond the cores: each would wait for the others' turns at every collective."""
-    cores = available_cores()
-    if accelerator != "cpu" or topology.processes_per_node <= cores or oversubscribe:
-        return []
-    return [
-        f"trainer.devices: {topology.processes_per_node} processes per node on the CPU, but this process may run "
-        f"on {cores} core(s); use trainer.devices={cores} or fewer, or set trainer.oversubscribe=true to run "
-        f"them anyway"
-    ]
 
 
 def build_strategy(run: Experiment, env: RankEnv) -> Strategy:

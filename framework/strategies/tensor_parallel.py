@@ -13,7 +13,6 @@ strategy=parallel builds it) is materialised on each rank after both, by its
 from __future__ import annotations
 
 import fnmatch
-from typing import Optional
 
 import torch
 from torch import nn
@@ -80,33 +79,6 @@ def _replicated(args: tuple, mesh) -> tuple:
         DTensor.from_local(a, mesh, [Replicate()]) if isinstance(a, torch.Tensor) and not isinstance(a, DTensor) else a
         for a in args
     )
-
-
-def plan_problems(model: nn.Module, options, topology: Topology, seq_len: Optional[int]) -> list[str]:
-    """Before any process starts: the model has a plan (its own or the config's), every pattern of
-    the config's matches a module, and the model's own sizes fit the tensor-parallel degree (with
-    sequence parallelism: its windows of ``seq_len`` tokens, a context-parallel rank's part)."""
-    tp, name = topology.tp, options.name
-    if options.plan is None and not callable(getattr(model, "parallelize_plan", None)):
-        return [
-            f"strategy={name}: {type(model).__name__} has no tensor-parallel plan: give it a method "
-            "parallelize_plan(sequence_parallel) returning {module name: ColwiseParallel(), ...}, or set "
-            "strategy.plan={<module-name pattern>: colwise|rowwise|sequence}"
-        ]
-    problems = []
-    names = [n for n, _ in model.named_modules() if n]
-    for pattern, style in (options.plan or {}).items():
-        if style not in STYLES:
-            problems.append(f"strategy.plan.{pattern}: {style!r} is not one of {', '.join(STYLES)}")
-        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
-            problems.append(
-                f"strategy.plan.{pattern}: matches no module of {type(model).__name__} (its modules: "
-                f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})"
-            )
-    check = getattr(model, "tensor_parallel_problems", None)
-    if callable(check):
-        problems += check(tp, seq_len if options.sequence_parallel else None)
-    return problems
 
 
 def split_parameters(model: nn.Module, options) -> int:

@@ -59,7 +59,7 @@ class BaguaStrategy(Strategy):
     process_per_device = True
 
     @classmethod
-    def check(cls, topology: Topology, options: BaguaConfig, accelerator: str) -> list[str]:
+    def check(cls, options: BaguaConfig, topology: Topology, accelerator: str) -> list[str]:
         problems = []  # (the options' ranges are BaguaConfig's, checked with its schema)
         if options.peer_selection == "shift_one" and options.algorithm != "decentralized":
             problems.append(

@@ -39,7 +39,7 @@ class HorovodFamily(Strategy):
         self.steps = 0  # optimizer steps, for the bytes per step
 
     @classmethod
-    def check(cls, topology: Topology, options: HorovodConfig, accelerator: str) -> list[str]:
+    def check(cls, options: HorovodConfig, topology: Topology, accelerator: str) -> list[str]:
         if options.op == "adasum" and not is_power_of_two(topology.world_size):
             return [
                 f"strategy.op=adasum: combines gradients pairwise and needs a power-of-two number of "

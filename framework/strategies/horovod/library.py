@@ -23,28 +23,6 @@ BUILD_HINT = (
 )
 
 
-def horovod_problems(env: RankEnv | None, world_size: int, op: str) -> list[str]:
-    """Why ``strategy.backend=horovod`` cannot run here: horovod.torch not importable, Adasum
-    without MPI, or several ranks not started by horovodrun."""
-    try:
-        import horovod.torch as hvd  # the compiled extension loads here
-    except ImportError as err:
-        return [f"strategy.backend=horovod: horovod.torch is not importable in this Python ({err}); {BUILD_HINT}"]
-    problems = []
-    if op == "adasum" and not hvd.mpi_built():
-        problems.append(
-            "strategy.op=adasum: Horovod runs Adasum only over MPI, and this horovod was built without "
-            "it (HOROVOD_WITH_MPI=1); use strategy.backend=native for Adasum on gloo"
-        )
-    if world_size > 1 and (env is None or env.launcher != "horovodrun"):
-        problems.append(
-            f"strategy.backend=horovod: {world_size} ranks must be started by horovodrun: "
-            f"horovodrun --gloo -np {world_size} python -m framework.train strategy=horovod "
-            f"strategy.backend=horovod trainer.devices={world_size} ..."
-        )
-    return problems
-
-
 def init_horovod(env: RankEnv) -> None:
     """hvd.init(), and MASTER_ADDR / MASTER_PORT for the torch.distributed group: rank 0's host
     (the name horovodrun reached it by) and a port it found free, sent to all through Horovod."""

@@ -10,7 +10,7 @@ import contextlib
 import torch
 from torch import nn
 
-from framework.config.environment import detect_environment
+from framework.config.environment import RankEnv, detect_environment
 from framework.config.topology import Topology
 from framework.strategies.comm.bytes import gradient_allreduce_bytes
 from framework.strategies.horovod import library
@@ -23,10 +23,35 @@ class HorovodLibraryStrategy(HorovodFamily):
         self._model: nn.Module | None = None
 
     @classmethod
-    def check(cls, topology: Topology, options: HorovodConfig, accelerator: str) -> list[str]:
-        return super().check(topology, options, accelerator) + library.horovod_problems(
+    def check(cls, options: HorovodConfig, topology: Topology, accelerator: str) -> list[str]:
+        return super().check(options, topology, accelerator) + cls._library_problems(
             detect_environment(), topology.world_size, options.op
         )
+
+    @classmethod
+    def _library_problems(cls, env: RankEnv | None, world_size: int, op: str) -> list[str]:
+        """Why ``strategy.backend=horovod`` cannot run here: horovod.torch not importable, Adasum
+        without MPI, or several ranks not started by horovodrun."""
+        try:
+            import horovod.torch as hvd  # the compiled extension loads here
+        except ImportError as err:
+            return [
+                f"strategy.backend=horovod: horovod.torch is not importable in this Python ({err}); "
+                f"{library.BUILD_HINT}"
+            ]
+        problems = []
+        if op == "adasum" and not hvd.mpi_built():
+            problems.append(
+                "strategy.op=adasum: Horovod runs Adasum only over MPI, and this horovod was built without "
+                "it (HOROVOD_WITH_MPI=1); use strategy.backend=native for Adasum on gloo"
+            )
+        if world_size > 1 and (env is None or env.launcher != "horovodrun"):
+            problems.append(
+                f"strategy.backend=horovod: {world_size} ranks must be started by horovodrun: "
+                f"horovodrun --gloo -np {world_size} python -m framework.train strategy=horovod "
+                f"strategy.backend=horovod trainer.devices={world_size} ..."
+            )
+        return problems
 
     def setup_environment(self) -> None:
         library.init_horovod(self.env)  # then the torch.distributed group, from its rendezvous

@@ -14,8 +14,6 @@ import copy
 
 from torch import nn
 
-from framework.models.moe import GroupedExperts
-
 SPLITTABLE = (
     "a model that splits into pipeline stages has its blocks in `layers`, an nn.ModuleDict, "
     "declares pipeline_splittable = True, and its forward skips the modules set to None (see "
@@ -29,18 +27,6 @@ def units(model: nn.Module) -> list[str]:
     for name, child in model.named_children():
         names += [f"layers.{key}" for key in child.keys()] if name == "layers" else [name]
     return names
-
-
-def splittable_problems(model: nn.Module) -> list[str]:
-    if any(isinstance(m, GroupedExperts) for m in model.modules()):
-        return [
-            "model.n_experts: a mixture of experts cannot be split into pipeline stages here: its load-balancing "
-            "loss counts every rank's tokens in each layer, which stages do not run together; use strategy=parallel "
-            "strategy.ep, or fsdp"
-        ]
-    if getattr(model, "pipeline_splittable", False) and isinstance(getattr(model, "layers", None), nn.ModuleDict):
-        return []
-    return [f"model: {type(model).__name__} cannot be split into pipeline stages (strategy=pp): {SPLITTABLE}"]
 
 
 def stage_units(model: nn.Module, stages: int, split_points: list[str]) -> list[list[str]]:

@@ -15,6 +15,7 @@ the model's own, and loads under any other strategy.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional
@@ -26,11 +27,12 @@ from torch import nn
 from framework.config.experiment import Experiment
 from framework.config.ranges import are_ints, ranged
 from framework.config.topology import Topology
+from framework.models.moe import GroupedExperts
 from framework.strategies.base import Preset
-from framework.strategies.parallel import ParallelStrategy, context_parallel_problems
+from framework.strategies.parallel import ParallelStrategy, seq_len_per_rank
 from framework.strategies.pipeline.forward import PipelinedModel
 from framework.strategies.pipeline.schedule import ScheduleConfig, bubble_fraction, microbatches_per_batch
-from framework.strategies.pipeline.split import keep_stage, stage_units, stage_view
+from framework.strategies.pipeline.split import SPLITTABLE, keep_stage, stage_units, stage_view
 
 SCHEDULES = ("gpipe", "1f1b")  # one stage per rank; interleaved_1f1b runs stages_per_rank
 
@@ -85,29 +87,6 @@ def _replicated(options, topology: Topology) -> bool:
     return topology.data_parallel_size > 1 and getattr(options, "data_parallel", "fsdp") == "ddp"
 
 
-def _schedule_problems(topology: Topology, options) -> list[str]:
-    """The schedule against the stages per rank and the pipelines' data parallelism."""
-    interleaved, per_rank = options.schedule == "interleaved_1f1b", options.stages_per_rank
-    if interleaved and per_rank < 2:
-        return [
-            "strategy.stages_per_rank: interleaved_1f1b runs several stages on each rank; set "
-            f"strategy.stages_per_rank=2 or more (or strategy.schedule to one of {', '.join(SCHEDULES)})"
-        ]
-    if not interleaved and per_rank > 1:
-        return [
-            f"strategy.stages_per_rank: {per_rank} stages per rank need strategy.schedule=interleaved_1f1b "
-            f"({options.schedule} runs one stage per rank)"
-        ]
-    if interleaved and topology.data_parallel_size > 1:
-        across = getattr(options, "data_parallel", "fsdp")
-        return [
-            f"strategy.schedule: interleaved_1f1b with {across} across pipelines (pp x "
-            f"{across}) is not built yet; use 1f1b or gpipe there, or as many pipeline ranks as "
-            f"ranks ({topology.data_parallel_size} pipelines)"
-        ]
-    return []
-
-
 class PipelineStrategy(ParallelStrategy):
     """Pipelines of ``stages / stages_per_rank`` ranks each (``topology.pp``), as many as the world
     holds, on ``strategy=parallel``'s path: the stage cut first, then tensor parallelism within each
@@ -131,8 +110,8 @@ class PipelineStrategy(ParallelStrategy):
         return super().degrees(devices, num_nodes, options)
 
     @classmethod
-    def check(cls, topology: Topology, options: PPConfig, accelerator: str) -> list[str]:
-        return super().check(topology, options, accelerator) + _schedule_problems(topology, options)
+    def check(cls, options: PPConfig, topology: Topology, accelerator: str) -> list[str]:
+        return super().check(options, topology, accelerator) + cls._schedule_problems(options, topology)
 
     @classmethod
     def config_problems(cls, options, topology: Topology, run: Experiment) -> list[str]:
@@ -145,16 +124,148 @@ class PipelineStrategy(ParallelStrategy):
         ]
 
     @classmethod
-    def model_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
-        from framework.strategies.pipeline.checks import pipeline_problems
-
+    def model_problems(cls, options, topology: Topology, model: nn.Module, run: Experiment) -> list[str]:
         if topology.ep > 1:
             return [
                 f"strategy.pp: a pipeline ({topology.pp} ranks) with expert parallelism (strategy.ep={topology.ep}) "
                 "is not built; use pp with dp_shard, dp_replicate, cp and tp, or ep without pp"
             ]
-        problems = pipeline_problems(model, options, topology, run)  # (each stage: its rank's part of a sequence)
-        return problems + (context_parallel_problems(model, topology, run) if topology.cp > 1 else [])
+        problems = cls._pipeline_problems(model, options, topology, run)  # (each stage: its rank's part of a sequence)
+        return problems + (cls._context_parallel_problems(model, topology, run) if topology.cp > 1 else [])
+
+    @classmethod
+    def _schedule_problems(cls, options, topology: Topology) -> list[str]:
+        """The schedule against the stages per rank and the pipelines' data parallelism."""
+        interleaved, per_rank = options.schedule == "interleaved_1f1b", options.stages_per_rank
+        if interleaved and per_rank < 2:
+            return [
+                "strategy.stages_per_rank: interleaved_1f1b runs several stages on each rank; set "
+                f"strategy.stages_per_rank=2 or more (or strategy.schedule to one of {', '.join(SCHEDULES)})"
+            ]
+        if not interleaved and per_rank > 1:
+            return [
+                f"strategy.stages_per_rank: {per_rank} stages per rank need strategy.schedule=interleaved_1f1b "
+                f"({options.schedule} runs one stage per rank)"
+            ]
+        if interleaved and topology.data_parallel_size > 1:
+            across = getattr(options, "data_parallel", "fsdp")
+            return [
+                f"strategy.schedule: interleaved_1f1b with {across} across pipelines (pp x "
+                f"{across}) is not built yet; use 1f1b or gpipe there, or as many pipeline ranks as "
+                f"ranks ({topology.data_parallel_size} pipelines)"
+            ]
+        return []
+
+    @classmethod
+    def _pipeline_problems(cls, model: nn.Module, options, topology: Topology, run: Experiment) -> list[str]:
+        """Why the model, split into this layout's stages, cannot run ``run`` (each stage on a
+        context-parallel rank's part of every sequence)."""
+        problems = cls._splittable_problems(model)
+        if problems:
+            return problems
+        stages, seq_len = topology.pp * options.stages_per_rank, seq_len_per_rank(run, topology.cp)
+        try:
+            units = stage_units(model, stages, list(options.split_points))
+            problems += cls._stage_forward_problems(model, units, seq_len, run.datamodule.get("input_shape"))
+        except ValueError as err:
+            problems.append(str(err))
+        if getattr(model, "config", {}).get("tie_embeddings") and stages > 1:
+            key = getattr(model, "tie_key", "model.tie_embeddings")  # (a Hugging Face model's: in its config)
+            problems.append(
+                f"{key}: a tied embedding and output head sit in the first and last stage; "
+                f"a pipeline cannot share one weight between two ranks; set {key}=false"
+            )
+        if topology.tp > 1:
+            problems += cls._plan_problems(model, options, topology, seq_len)
+        return (
+            problems
+            + cls._batch_problems(options, topology, run.datamodule.get("batch_size"))
+            + cls._engine_problems(run)
+        )
+
+    @classmethod
+    def _splittable_problems(cls, model: nn.Module) -> list[str]:
+        """A mixture of experts, or a model that does not follow the splittable contract (SPLITTABLE)."""
+        if any(isinstance(m, GroupedExperts) for m in model.modules()):
+            return [
+                "model.n_experts: a mixture of experts cannot be split into pipeline stages here: its load-balancing "
+                "loss counts every rank's tokens in each layer, which stages do not run together; use "
+                "strategy=parallel strategy.ep, or fsdp"
+            ]
+        if getattr(model, "pipeline_splittable", False) and isinstance(getattr(model, "layers", None), nn.ModuleDict):
+            return []
+        return [f"model: {type(model).__name__} cannot be split into pipeline stages (strategy=pp): {SPLITTABLE}"]
+
+    @classmethod
+    def _stage_forward_problems(cls, model: nn.Module, units: list[list[str]], seq, shape) -> list[str]:
+        """Each stage of the (meta) model runs its forward on the previous one's output, as the
+        pipeline will: a model that declares itself splittable but calls a removed module fails here,
+        before any process starts (needs the datamodule's seq_len or input_shape to make an input)."""
+        if isinstance(seq, int) and seq > 0:
+            x = torch.zeros(1, seq, dtype=torch.long, device="meta")
+        elif isinstance(shape, (list, tuple)) and all(isinstance(d, int) for d in shape):
+            x = torch.zeros(1, *shape, device="meta")
+        else:
+            return []
+        whole = copy.deepcopy(model).to("meta")
+        for i, keep in enumerate(units):
+            try:
+                with torch.no_grad():
+                    x = keep_stage(copy.deepcopy(whole), keep)(x)
+            except Exception as err:  # noqa: BLE001 - the model's own error, named with its stage
+                return [
+                    f"model: {type(model).__name__}'s forward fails on pipeline stage {i} ({', '.join(keep)}) once the "
+                    f"other stages' modules are removed: {type(err).__name__}: {err}; {SPLITTABLE}"
+                ]
+        return []
+
+    @classmethod
+    def _batch_problems(cls, options, topology: Topology, batch) -> list[str]:
+        """Each pipeline's share of the batch splits into its micro-batches (rounds of one per rank, interleaved)."""
+        micro = microbatches_per_batch(options, topology)
+        if not isinstance(batch, int) or batch % topology.data_parallel_size:
+            return []  # reported by the batch check
+        per_rank = batch // topology.data_parallel_size
+        if per_rank % micro:
+            return [
+                f"strategy.microbatches: {micro} micro-batches do not divide each pipeline's batch of {per_rank} "
+                f"(datamodule.batch_size={batch} / {topology.data_parallel_size} pipeline(s)); choose a divisor of "
+                f"{per_rank}"
+            ]
+        if options.schedule == "interleaved_1f1b" and micro % topology.pp:
+            return [
+                f"strategy.microbatches: interleaved_1f1b runs rounds of one micro-batch per rank; {micro} is no "
+                f"multiple of the pipeline's {topology.pp} ranks"
+            ]
+        return []
+
+    @classmethod
+    def _engine_problems(cls, run: Experiment) -> list[str]:
+        """What the rest of the run asks for that a pipeline's schedule does not do."""
+        trainer, task = run.trainer, run.task
+        problems = []
+        if run.datamodule.get("document_boundaries"):
+            problems.append(
+                "datamodule.document_boundaries: a pipeline's stages pass hidden states on, not each token's "
+                "place in its document; set document_boundaries=false, or train with ddp, fsdp, tp or fsdp_tp"
+            )
+        if trainer.precision == "16-mixed":
+            problems.append(
+                "trainer.precision: 16-mixed needs a gradient scaler around backward, which the pipeline's "
+                "schedule runs itself; use 32-true or bf16-mixed with strategy=pp"
+            )
+        if task.cls is not None and not callable(task.declared("loss")):
+            problems.append(
+                f"task._target_: {task.target} has no loss(output, targets): a pipeline runs the model inside "
+                "its schedule and computes the training loss of each micro-batch's output on the last stage; give "
+                "the task that method (its step's loss of an output), or train with another strategy"
+            )
+        if task.get("train_metrics"):
+            problems.append(
+                "task.train_metrics: training metrics are not taken inside a pipeline's schedule yet (its "
+                "loss is); set task.train_metrics=false (validation and test metrics are kept)"
+            )
+        return problems
 
     @classmethod
     def predict_model_state_bytes(
