@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from torch import nn
 
 from framework.engine.checkpoint import load_model_weights
+from framework.engine.checkpoint_files import is_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +70,43 @@ def apply_init(
         log.info("Froze %s (%d parameters)", ", ".join(freeze), frozen)
     report["frozen_parameters"] = frozen
     return report
+
+
+@dataclass(frozen=True)
+class InitialWeights:
+    """``init.weights``: a checkpoint directory, a file torch.save wrote (a model.pt) or a .safetensors file."""
+
+    weights: Optional[str]
+
+    def problems(self) -> list[str]:
+        """What keeps the file from being initial weights, before start."""
+        path = Path(str(self.weights)) if self.weights else None
+        if path is None or not path.exists():
+            return []  # (a missing path is reported by the config checks)
+        if path.is_dir():
+            return (
+                []
+                if is_checkpoint(path)
+                else [
+                    f"init.weights: '{path}' is a directory but not a checkpoint (one holds .metadata, trainer.pt "
+                    "and manifest.json); pass a checkpoint directory or a model.pt"
+                ]
+            )
+        if path.suffix == ".safetensors":
+            return self._safetensors_problems(path)
+        if not zipfile.is_zipfile(path):
+            return [
+                f"init.weights: '{path}' is not a checkpoint: a checkpoint directory, a state_dict file written "
+                "by torch.save (model.pt) or a .safetensors file is"
+            ]
+        return []
+
+    @staticmethod
+    def _safetensors_problems(path: Path) -> list[str]:
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt"):
+                return []
+        except (SafetensorError, OSError) as err:  # the library's message says what is wrong with the file
+            return [f"init.weights: '{path}' is not a readable .safetensors file: {err}"]

@@ -18,6 +18,8 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from framework.config.validate import check_target, import_target
+
 METRIC_METHODS = ("update", "compute", "reset")
 
 
@@ -55,6 +57,36 @@ class EpochMetrics:
                     "torchmetrics.classification.MulticlassF1Score, num_classes: 10}"
                 )
         return problems
+
+    @classmethod
+    def config_problems(cls, metrics: Any, key: str = "task.metrics") -> list[str]:
+        """Each entry of the config ``task.metrics`` imports, builds (on the CPU, no data) and is a metric."""
+        if not metrics:
+            return []
+        if not isinstance(metrics, Mapping):
+            return [f"{key}: expected a mapping of name -> {{_target_: ...}}, got {metrics!r}"]
+        problems: list[str] = []
+        for name, node in metrics.items():
+            problems += cls._built_problems(name, node, f"{key}.{name}")
+        return problems
+
+    @classmethod
+    def _built_problems(cls, name: str, node: Any, key: str) -> list[str]:
+        from hydra.errors import InstantiationException
+        from hydra.utils import instantiate
+
+        if not isinstance(node, Mapping):
+            return [f"{key}: expected a mapping with '_target_' (a torchmetrics class), got {node!r}"]
+        problems: list[str] = []
+        check_target(node, key, problems, "metric")
+        if problems:
+            return problems + _misspelled_arguments(node, key)
+        try:
+            metric = instantiate(node, _convert_="all")
+        except InstantiationException as err:  # (hydra's wrap of the metric's own message: what is wrong)
+            cause = err.__cause__ or err
+            return [f"{key}: {node['_target_']} does not build: {type(cause).__name__}: {cause}"]
+        return cls.problems({name: metric}, key.rsplit(".", 1)[0])
 
     def __bool__(self) -> bool:
         return any(self._stages.values())
@@ -138,3 +170,21 @@ def _flat(name: str, value: Any) -> dict[str, float]:
     if tensor.numel() == 1:
         return {name: tensor.item()}
     return {f"{name}_{i}": v for i, v in enumerate(tensor.flatten().tolist())}
+
+
+def _misspelled_arguments(node: Mapping, key: str) -> list[str]:
+    """Keys of ``node`` close to, but not, an argument of its ``_target_`` (torchmetrics classes
+    take **kwargs, so a typo there reads as a missing argument)."""
+    import difflib
+    import inspect
+
+    try:
+        names = [n for n in inspect.signature(import_target(node["_target_"])).parameters if n != "kwargs"]
+    except (ImportError, ValueError, TypeError):  # no signature to compare with
+        return []
+    out = []
+    for given in node:
+        close = difflib.get_close_matches(given, names, n=1)
+        if given not in names and not given.startswith("_") and close:
+            out.append(f"{key}.{given}: not an argument of {node['_target_']}; did you mean {close[0]}?")
+    return out
