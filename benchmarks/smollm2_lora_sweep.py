@@ -71,7 +71,7 @@ def table(jobs: list[Path], base: dict) -> list[str]:
     fits = {}
     for job in jobs:
         results = json.loads((job / "results.json").read_text())
-        overrides = dict(o.split("=", 1) for o in results["job"]["overrides"])
+        overrides = dict(o.lstrip("+").split("=", 1) for o in results["job"]["overrides"])  # (Hydra's ++key=)
         losses, scores = val_losses(job), results.get("harness", {})
         kept = all(scores.get(t, {}).get(m, 0) >= base.get(t, {}).get(m, 0) for t, m in SCORES)
         if losses and losses[-1] < losses[0] and kept:
