@@ -337,9 +337,21 @@ class Trainer:
 
         load_checkpoint(ckpt_path, self, self.trust_checkpoint)
         log.info("Resumed from %s at epoch %d, step %d", ckpt_path, self.current_epoch, self.global_step)
+        self._warn_if_done()
         for logger in self.loggers:
             if callable(getattr(logger, "resume", None)):
                 logger.resume(self.global_step)
+
+    def _warn_if_done(self) -> None:
+        """A resume past the limits it runs under trains nothing: said, not only shown by the step count."""
+        steps, epochs = self.config.max_steps, self.config.max_epochs
+        if not unlimited(steps) and self.global_step >= steps:
+            reached = f"trainer.max_steps={steps} (step {self.global_step})"
+        elif not unlimited(epochs) and self.current_epoch >= epochs:
+            reached = f"trainer.max_epochs={epochs} (epoch {self.current_epoch})"
+        else:
+            return
+        log.warning("The checkpoint has reached %s already: nothing trains; raise it to train on", reached)
 
     # ---------------------------------------------------------------- checkpoint state
     def sharded_callback_state(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -247,6 +247,15 @@ def test_resume_from_the_last_written_when_fit_stopped_mid_epoch(tmp_path):
     assert [got[s]["train/loss"] for s in (10, 11, 12)] == [expected[s]["train/loss"] for s in (10, 11, 12)]
 
 
+def test_a_resume_past_max_steps_says_that_nothing_trains(tmp_path):
+    short = RUN[:-5] + ["callbacks.model_checkpoint.monitor=null", "trainer.limit_train_batches=4", "scheduler=none"]
+    fit(compose(short + ["trainer.max_steps=6"]), output_dir=str(tmp_path))
+    resumed = fit(compose(short + ["trainer.max_steps=3", "ckpt_path=last"]), output_dir=str(tmp_path))
+    assert resumed["status"] == "completed" and resumed["steps"] == 6
+    log = (tmp_path / "train.log").read_text()
+    assert "has reached trainer.max_steps=3 (step 6) already: nothing trains" in log
+
+
 def test_resuming_in_the_same_directory_keeps_metrics_csv_one_table(tmp_path):
     fit(
         compose(RUN[:-5] + ["trainer.max_epochs=1", "callbacks.model_checkpoint.monitor=null"]),
