@@ -101,9 +101,8 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
     from framework.strategies import adapter_strategies
 
     problems = run.layout.strategy.adapter_problems(run.layout.options, run.layout.topology, settings)
-    if (
-        not run.layout.strategy.runs_adapters
-    ):  # (what does: the built-in ones by name, a class of yours by declaring it)
+    # (what runs them: the built-in ones by name, a class of yours by declaring it)
+    if not run.layout.strategy.runs_adapters:
         problems = [
             f"{problems[0]}; choose one of {', '.join(adapter_strategies())}, or a class of your own that runs them"
         ]
@@ -231,7 +230,7 @@ def check_compile_blocks(run: ResolvedExperiment) -> list[str]:
     from framework.engine.compiling import blocks_problem
 
     if run.trainer.compile != "blocks" or run.layout is None:
-        return []  # (an invalid layout is named by the strategy node's own check (StrategyNode))
+        return []  # (an invalid layout: StrategyNode names it)
     if run.layout.topology.tp > 1:
         return [
             "trainer.compile: blocks is not supported with tensor parallelism (strategy=tp, fsdp_tp, "
@@ -540,9 +539,9 @@ def check_model_names(run: ResolvedExperiment) -> list[str]:
     if model is None:
         return []
     problems = ParamGroups(specs).match_problems([n for n, _ in model.named_parameters()]) if specs else []
-    problems += CheckpointedClasses(tuple(map(str, checkpointed))).problems(model) if checkpointed else []
-    if checkpointed and run.trainer.compile:
-        problems += CheckpointedClasses(tuple(map(str, checkpointed))).compiled_problems(model)
+    if checkpointed:
+        classes = CheckpointedClasses(tuple(map(str, checkpointed)))
+        problems += classes.problems(model) + (classes.compiled_problems(model) if run.trainer.compile else [])
     return problems + (
         CheckpointedClasses(tuple(map(str, wrapped)), "strategy.wrap_classes").problems(model) if wrapped else []
     )
@@ -569,7 +568,7 @@ def check_rank_start(run: ResolvedExperiment) -> list[str]:
     from framework.config.environment import detect_environment
     from framework.launch.main_module import autograd_survives_fork, forks_ranks, interactive_main, needs_main
 
-    if run.layout is None:  # an invalid strategy or layout is named by the strategy node's own check (StrategyNode)
+    if run.layout is None:  # an invalid strategy or layout: StrategyNode names it
         return []
     if run.layout.topology.processes_per_node < 2 or detect_environment() is not None:
         return []
