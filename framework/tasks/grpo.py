@@ -96,6 +96,7 @@ class GRPOTask:
         )
         self.window: Optional[RolloutWindow] = None
         self._saved: Optional[dict] = None  # a checkpoint's window, until the data is connected
+        self.steps_sampled = 0  # the step of the latest window (the reward functions' trainer_state in validation)
 
     @classmethod
     def check_config(cls, rewards: Sequence = (), **_) -> list[str]:
@@ -134,6 +135,7 @@ class GRPOTask:
     def rollout(self, model: torch.nn.Module, prompts: list, context: RolloutContext) -> None:
         """Sample and score the answers to this rank's ``prompts`` (micro-batches of prompt rows) for the
         window starting at ``context.step``; every rank then holds every rank's (framework/tasks/rollout_window.py)."""
+        self.steps_sampled = context.step
         self.window.sample(plain_module(model), prompts, context)
 
     def next_rollout(self, rank: int, ranks: int) -> tuple[torch.Tensor, ...]:
@@ -194,7 +196,7 @@ class GRPOTask:
     def _evaluate(self, model, batch: dict, stage: str):
         """Held-out prompts: ``num_generations_eval`` answers each, drawn by keys fixed across passes (the
         reward changes with the policy alone); the loss at ratio 1, as TRL's evaluation computes it."""
-        context = RolloutContext(step=-1, epoch=0, rank=0, ranks=1, gather=lambda obj: [obj])
+        context = RolloutContext(step=self.steps_sampled, epoch=0, rank=0, ranks=1, gather=lambda obj: [obj])
         groups = self.window.groups(plain_module(model), batch, (-1,), 0, context, stage, self.num_generations_eval)
         return self._evaluation_results(groups, batch["input_ids"].device)
 

@@ -64,40 +64,38 @@ class RewardFunction:
             and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         }
 
-    def __call__(self, arguments: dict, count: int, step: int) -> list[float]:
-        """Its reward of each of ``count`` completions (None as NaN); a failure names it and ``step``."""
+    def __call__(self, arguments: dict, count: int, where: str) -> list[float]:
+        """Its reward of each of ``count`` completions (None as NaN); a failure names it and ``where`` (the step)."""
         wants = self.wants()
         given = arguments if wants is None else {k: v for k, v in arguments.items() if k in wants}
         try:
             values = self.function(**given)
         except Exception as err:
-            log.exception("task.rewards: %s raised at step %d", self.name, step)
-            raise RewardError(f"task.rewards: {self.name} raised at step {step}: {type(err).__name__}: {err}") from err
-        return _as_floats(values, count, self.name, step)
+            log.exception("task.rewards: %s raised %s", self.name, where)
+            raise RewardError(f"task.rewards: {self.name} raised {where}: {type(err).__name__}: {err}") from err
+        return _as_floats(values, count, self.name, where)
 
 
-def _as_floats(values, count: int, name: str, step: int) -> list[float]:
+def _as_floats(values, count: int, name: str, where: str) -> list[float]:
     if isinstance(values, torch.Tensor):
         values = values.tolist()
     try:
         values = list(values)
     except TypeError:
         raise RewardError(
-            f"task.rewards: {name} returned {type(values).__name__} at step {step}; a reward function returns "
+            f"task.rewards: {name} returned {type(values).__name__} {where}; a reward function returns "
             f"a list of {count} floats (or None), one per completion"
         ) from None
     if len(values) != count:
         raise RewardError(
-            f"task.rewards: {name} returned {len(values)} rewards at step {step} for {count} completions; a reward "
+            f"task.rewards: {name} returned {len(values)} rewards {where} for {count} completions; a reward "
             "function returns one per completion"
         )
     try:
         return [math.nan if v is None else float(v) for v in values]
     except (TypeError, ValueError):
         bad = next(v for v in values if v is not None and not isinstance(v, (int, float)))
-        raise RewardError(
-            f"task.rewards: {name} returned {bad!r} at step {step}; a reward is a float or None"
-        ) from None
+        raise RewardError(f"task.rewards: {name} returned {bad!r} {where}; a reward is a float or None") from None
 
 
 class Rewards:
@@ -124,9 +122,12 @@ class Rewards:
     def names(self) -> list[str]:
         return [f.name for f in self.functions]
 
-    def score(self, prompts: list, completions: list, completion_ids: list, columns: dict, state: dict) -> torch.Tensor:
+    def score(
+        self, prompts: list, completions: list, completion_ids: list, columns: dict, state: dict, where: str
+    ) -> torch.Tensor:
         """Every function's reward of each completion [completions, functions] (NaN: None). ``columns``: the
-        prompt rows' other fields, one value per completion; ``state``: global_step, epoch."""
+        prompt rows' other fields, one value per completion; ``state``: global_step, epoch; ``where``: the
+        step (or the held-out pass) a failure names."""
         arguments = {
             "prompts": prompts,
             "completions": completions,
@@ -136,8 +137,7 @@ class Rewards:
             "log_extra": lambda column, values: None,  # (TRL's completions table: not kept here)
             "log_metric": lambda name, value: self.metrics.setdefault(name, []).append(float(value)),
         }
-        step = state.get("global_step", 0)
-        scored = [f(arguments, len(completions), step) for f in self.functions]
+        scored = [f(arguments, len(completions), where) for f in self.functions]
         return torch.tensor(scored, dtype=torch.float32).T.reshape(len(completions), len(self.functions))
 
 

@@ -124,7 +124,8 @@ class RolloutWindow:
         columns = {k for r in records for k in r if k != "prompt"}
         given = {k: [r.get(k) for r in records] for k in sorted(columns)}
         state = {"global_step": context.step, "epoch": context.epoch}
-        return self.rewards.score([r["prompt"] for r in records], shown, completions, given, state)
+        where = f"at step {context.step}" if stage == "train" else f"on the {stage} prompts"
+        return self.rewards.score([r["prompt"] for r in records], shown, completions, given, state, where)
 
     def _refill(self, model, micro_batches: list[list[Group]], context: RolloutContext) -> dict[str, float]:
         """Dynamic sampling (DAPO's): each group whose rewards are all alike replaced, in order, by a group of
