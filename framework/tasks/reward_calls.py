@@ -157,9 +157,12 @@ def _entry_problems(key: str, entry) -> list[str]:
         return [f"{key}: {entry['function']!r} is {type(function).__name__}, not a function"]
     options = {k: v for k, v in entry.items() if k not in ("function", "weight")}
     try:
-        inspect.signature(function).bind_partial(**options)
-    except TypeError as err:
-        return [f"{key}: {entry['function']} does not take its options ({err})"]
+        parameters = inspect.signature(function).parameters
     except ValueError:  # (a builtin without a signature: nothing to check)
-        pass
-    return []
+        return []
+    named = [n for n, p in parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n not in PASSED]
+    return [
+        f"{key}.{option}: {entry['function']} takes no option {option} (its own: {', '.join(named) or 'none'})"
+        for option in options
+        if option not in named
+    ]
