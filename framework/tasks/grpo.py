@@ -40,7 +40,7 @@ class GRPOTask:
     ``steps_per_generation`` (micro-batches per window; null: ``trainer.accumulate_grad_batches``) and
     ``num_generations_eval`` as TRL's; with
     ``dynamic_sampling``, a group whose rewards are all alike is replaced by a new prompt's, for at most
-    ``max_sampling_rounds`` rounds a window."""
+    ``max_sampling_rounds`` rounds a window. ``predict=true`` answers greedily."""
 
     targets, model_outputs = "prompts", "logits per token"  # what the checks before start match
     argument_ranges = {
@@ -90,9 +90,10 @@ class GRPOTask:
         self.mask_truncated = mask_truncated_completions
         self.steps_per_generation = steps_per_generation
         self.refill_rounds = max_sampling_rounds if dynamic_sampling else 0
-        # generation (predict=true, the harness) is the language-modelling task's
+        # predict=true (and the harness) generate as the language-modelling task does, greedily: the answer
+        # the policy gives, where the training answers are samples to explore with
         self.generation = LanguageModelingTask(
-            -100, False, None, max_new_tokens, temperature, top_k, top_p, seed, pad_token, eos_token_id
+            -100, False, None, max_new_tokens, 0.0, 0, 1.0, seed, pad_token, eos_token_id
         )
         self.window: Optional[RolloutWindow] = None
         self._saved: Optional[dict] = None  # a checkpoint's window, until the data is connected

@@ -155,16 +155,22 @@ class RolloutWindow:
         return zero_std_groups([group], self.rewards.weights)[0]
 
     def _candidates(self, model, needed: int, round_: int, context: RolloutContext) -> list[Group]:
-        """Groups of prompts drawn for a refill round (as many per rank: each rank runs as many forwards)."""
+        """The groups of ``needed`` prompts drawn for a refill round, as many on any layout: rank r samples the
+        draws r, r + W, ...; a rank with one fewer repeats a draw whose answers are left out (every rank runs
+        as many forwards)."""
         train = self.data.train_set
-        drawn = math.ceil(needed / context.ranks) * context.ranks
         seed = answer_key(self.plan.sampling.seed, context.step, -round_)
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))
-        rows = order[:drawn].tolist() if drawn <= len(train) else (order.tolist() * drawn)[:drawn]
-        batch = train.collate([train[i] for i in rows[context.rank :: context.ranks]])
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed)).tolist()
+        rows = (order * math.ceil(needed / len(order)))[:needed]
+        places = list(range(context.rank, needed, context.ranks))
+        places += [needed] * (math.ceil(needed / context.ranks) - len(places))  # (the repeat: place needed)
+        batch = train.collate([train[rows[min(p, needed - 1)]] for p in places])
         batch = {k: v.to(self.data_device(model)) for k, v in batch.items()}
         mine = self.groups(model, batch, (context.step, -round_), -round_, context, "train")
-        return [g for micro in in_order(context.gather(mine)) for g in micro]
+        for group, place in zip(mine, places):
+            group.position = place
+        drawn = [g for micro in in_order(context.gather(mine)) for g in micro]
+        return [g for g in drawn if g.position < needed]
 
     @staticmethod
     def data_device(model) -> torch.device:

@@ -20,11 +20,12 @@ from framework.tasks.grpo_loss import group_advantages, nanstd, weighted_rewards
 _MIX = 0x9E3779B97F4A7C15
 
 
-def answer_key(step: int, index: int, sample: int) -> int:
-    """The generator key of one answer: (the window's step, the prompt's row, the sample), never the rank;
-    with the task's seed, it seeds that answer's draws (framework/tasks/generation.py)."""
+def answer_key(*parts: int) -> int:
+    """The generator key of one answer: (the window's step, the prompt's row, the sample) (a refill's: the
+    round after the step), never the rank; with the task's seed, it seeds that answer's draws
+    (framework/tasks/generation.py). A 62-bit mix of the parts."""
     key = 0
-    for part in (step, index, sample):
+    for part in parts:
         key = ((key ^ (part & (2**64 - 1))) * _MIX) & (2**64 - 1)
         key ^= key >> 31
     return key % 2**62

@@ -122,3 +122,19 @@ def test_what_grpo_cannot_run_is_refused_before_start():
         with pytest.raises(ConfigError) as err:
             preflight(compose(["experiment=hf_grpo", override, *extra]))
         assert any(message in p for p in err.value.problems), (override, err.value.problems)
+
+
+def test_dynamic_sampling_refills_the_groups_whose_rewards_are_alike_alike_on_two_ranks(tmp_path):
+    """The reward "holds two digits", which a random model's answers seldom do: most groups score all 0. The
+    refills are drawn by (seed, step, round), so 2 ddp ranks refill as one device does."""
+    two = "task.rewards=[{function: framework.tasks.rewards.format, pattern: '.*\\d.*\\d.*'}]"
+    run = grpo(two, "task.dynamic_sampling=true", "task.max_sampling_rounds=3", "task.steps_per_generation=null",
+               "trainer.limit_val_batches=0")  # fmt: skip
+    for name, layout in {"single": [], "ddp": ["strategy=ddp", "trainer.devices=2"]}.items():
+        assert fit(compose([*run, *layout]), output_dir=str(tmp_path / name))["status"] == "completed"
+    dropped = _column(tmp_path / "single", "train/dynamic_sampling/dropped")
+    unfilled = _column(tmp_path / "single", "train/dynamic_sampling/unfilled")
+    assert max(dropped) >= 0.5 and sum(unfilled) < sum(dropped), (dropped, unfilled)  # (most groups alike at first)
+    assert _column(tmp_path / "single", "train/frac_reward_zero_std") == pytest.approx(unfilled)  # (trained on)
+    for key in ("train/loss", "train/reward", "train/dynamic_sampling/unfilled"):
+        assert _column(tmp_path / "ddp", key) == pytest.approx(_column(tmp_path / "single", key), abs=1e-5), key
