@@ -55,7 +55,19 @@ class RolloutSteps:
             with decoding_layout(self.decoding), self.precision.autocast(), torch.no_grad():
                 self.task.rollout(model, prompts, context)
             model.train(training)
-        return [self.on_device(self.task.next_rollout(rank, ranks)) for _ in range(size)]
+        return [self.on_device(self._padded(self.task.next_rollout(rank, ranks))) for _ in range(size)]
+
+    def _padded(self, batch: tuple) -> tuple:
+        """A micro-batch of answers (inputs, targets, advantages, old log-probabilities) padded on the right to a
+        multiple of the sequence-parallel degree (tensor parallelism splits each sequence across its ranks):
+        padding is attended by nothing before it and counts no target."""
+        inputs, targets, advantages, old = batch
+        fill = -inputs.shape[1] % self.strategy.sequence_multiple
+        if not fill:
+            return batch
+        pad = torch.nn.functional.pad
+        old = pad(old, (0, fill)) if old.numel() else old
+        return pad(inputs, (0, fill), value=int(inputs[0, -1])), pad(targets, (0, fill), value=-100), advantages, old
 
     def _pass_over(self, batches: Iterator, rank: int, ranks: int) -> None:
         for expected in self.task.rollout_rows(rank, ranks):
