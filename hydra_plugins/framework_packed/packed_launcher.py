@@ -33,11 +33,15 @@ from framework.launch.packed_devices import max_skips_problem, pool
 from framework.launch.packed_job import failed_return, run_packed_job, run_served_job, task_name
 from framework.launch.servers import JOB_MODULES, start_job_server
 from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
+from hydra_plugins.framework_sweeper.study import job_number
 
 log = logging.getLogger(__name__)
 
 
 class PackedLauncher(Launcher):
+    # A continued sweep's jobs keep their directories' numbers (hydra.sweep.subdir): one batch, any numbers.
+    takes_job_numbers = True
+
     def __init__(self, kind: str = "auto", devices: Any = None, max_skips: Optional[int] = None) -> None:
         self.kind, self.devices, self.max_skips = kind, devices, max_skips
         self.config = self.hydra_context = self.task_function = None
@@ -63,7 +67,10 @@ class PackedLauncher(Launcher):
         task = task_name(self.task_function)
         if task:  # the server imports while this process composes the jobs (started here unless it runs)
             start_job_server()
-        configs = [self._job_config(initial_job_idx + i, overrides) for i, overrides in enumerate(job_overrides)]
+        configs = [
+            self._job_config(job_number(overrides, initial_job_idx + i), overrides)
+            for i, overrides in enumerate(job_overrides)
+        ]
         if not task:
             _preload()
         log.info("Launching %d jobs packed onto %d %s device(s) %s", len(configs), len(ids), kind, ids)
