@@ -45,6 +45,7 @@ class SweepReport(Callback):
                 )
                 log.error(message)
                 print(message, file=sys.stderr)
+                self._lock.release()
                 sys.exit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         choices = OmegaConf.select(config, "hydra.runtime.choices", default={}) or {}

@@ -17,12 +17,16 @@ def session_lines(sweep: dict) -> list[str]:
     lines = []
     study = sweep.get("study") or {}
     if (sweep.get("session") or 1) > 1 or study.get("kept") or study.get("resumed") or study.get("afresh"):
-        said = [SAID[a].format(", ".join(map(str, study[a]))) for a in SAID if study.get(a)]
+        said = [SAID[a].format(", ".join(sorted(map(str, study[a]), key=_number))) for a in SAID if study.get(a)]
         lines += [
             f"Continued in its directory (session {sweep.get('session') or '?'}): {'; '.join(said) or 'no job'}.",
             "",
         ]
     return lines + _stopped(sweep)
+
+
+def _number(name: str) -> tuple:
+    return (not name.isdigit(), int(name) if name.isdigit() else 0, name)
 
 
 def _stopped(sweep: dict) -> list[str]:

@@ -184,18 +184,21 @@ def job_number(overrides: Sequence[str], default: int) -> int:
     return default
 
 
-def conflict_message(sweep_dir: Path, conflicts: list[Planned]) -> str:
-    """The refusal of a sweep whose kept or resumable jobs ran with another config."""
+def conflict_message(sweep_dir: Path, conflicts: list[Planned], batch: list[Planned]) -> str:
+    """The refusal of a sweep whose kept or resumable jobs ran with another config; each job named by
+    the values that tell it from the others of ``batch``."""
+    values = [job_overrides({"overrides": job.overrides}) for job in batch]
+    varying = [k for k in dict.fromkeys(k for v in values for k in v) if len({v.get(k) for v in values}) > 1]
     lines = [
         f"hydra.sweep.dir: '{sweep_dir}' holds job(s) that ran with another config than this command "
         "composes; they are neither reused nor overwritten:"
     ]
     for job in conflicts:
-        what = " ".join(o for o in job_key(job.overrides)) or "no overrides"
-        shown = "; ".join(job.differences[:4]) + (
-            f"; ... ({len(job.differences)} in all)" if len(job.differences) > 4 else ""
-        )
-        lines.append(f"  job {job.name} ({what}, {job.past.status or 'not finished'}): {shown}")
+        own = job_overrides({"overrides": job.overrides})
+        what = " ".join(f"{k}={own.get(k)}" for k in varying) or "its overrides"
+        shown = "; ".join(job.differences[:4])
+        more = f"; ... ({len(job.differences)} in all)" if len(job.differences) > 4 else ""
+        lines.append(f"  job {job.name} ({what}; {job.past.status or 'not finished'}): {shown}{more} (saved -> now)")
     lines.append(
         "Continue the study with the config it ran with, start a new study in another hydra.sweep.dir, "
         "or set overwrite=true to run every job of the grid again (replacing their results)."

@@ -60,24 +60,20 @@ class StudyLauncher:
         configs = {i: self._compose(job) for i, job in enumerate(planned) if job.action in (KEPT, RESUMED)}
         conflicts = [job for i, job in enumerate(planned) if i in configs and self._conflicts(job, configs[i])]
         if conflicts:  # before any job of the batch runs
-            message = conflict_message(self.sweep_dir, conflicts)
-            log.error("%s", message)
-            print(message, file=sys.stderr)
+            print(conflict_message(self.sweep_dir, conflicts, planned), file=sys.stderr)
             sys.exit(2)
-        _record(self.sweep_dir, {a: [job.name for job in planned if job.action == a] for a in ACTIONS})
-        log.info(
-            "Continuing the sweep in %s: %s",
-            self.sweep_dir,
-            "; ".join(
-                f"{a} {', '.join(j.name for j in planned if j.action == a)}" for a in ACTIONS if _any(planned, a)
-            ),
-        )
+        _record(self.sweep_dir, {a: _names(planned, a) for a in ACTIONS})
+        said = [f"{a} {', '.join(_names(planned, a))}" for a in ACTIONS if _names(planned, a)]
+        log.info("Continuing the sweep in %s: %s", self.sweep_dir, "; ".join(said))
         returns: dict[int, JobReturn] = {
             i: _kept_return(job, configs[i]) for i, job in enumerate(planned) if job.action == KEPT
         }
         to_run = [i for i, job in enumerate(planned) if job.action != KEPT]
         for run in self._batches(to_run, planned):
-            launched = self.launcher.launch([planned[i].launch_overrides() for i in run], int(planned[run[0]].name))
+            first = planned[run[0]].name
+            launched = self.launcher.launch(
+                [planned[i].launch_overrides() for i in run], int(first) if first.isdigit() else initial_job_idx
+            )
             returns.update(zip(run, launched))
         return [returns[i] for i in range(len(planned))]
 
@@ -113,8 +109,10 @@ class StudyLauncher:
         return bool(job.differences)
 
 
-def _any(planned: list[Planned], action: str) -> bool:
-    return any(job.action == action for job in planned)
+def _names(planned: list[Planned], action: str) -> list[str]:
+    """The directories of the jobs that do ``action``, by number."""
+    names = [job.name for job in planned if job.action == action]
+    return sorted(names, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
 
 
 def _kept_return(job: Planned, composed) -> JobReturn:
