@@ -110,6 +110,9 @@ def finish_sweep(sweep_dir: Path, stopped_by: int | None = None, never_started: 
         rows = collect(sweep_dir)
         path = write_report(sweep_dir, rows)
     log.info("Sweep report: %s", Path(path).resolve())
+    command = sweep_record(sweep_dir).get("command")
+    if stopped_by is not None and command:
+        log.warning("The sweep stopped; this command continues it (finished jobs kept): %s", command)
     return rows
 
 
