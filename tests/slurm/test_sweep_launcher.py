@@ -4,6 +4,7 @@ hold is refused before anything is submitted, and a job SLURM will not run is re
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 import time
@@ -64,3 +65,16 @@ def test_a_job_slurm_will_not_schedule_is_reported_and_cancelled(slurm):
     assert watcher.verdict and "squeue reason: PartitionConfig" in watcher.verdict
     assert "hydra.launcher.cpus_per_task" in watcher.verdict and time.time() - started < 10
     slurm.wait(job, timeout=30)  # cancelled
+
+
+def test_a_sweep_continued_submits_only_its_new_jobs_numbered_after_the_others(slurm, tmp_path):
+    first = _sweep(tmp_path, "seed=1,2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    kept = {j: (sweep / j / "results.json").read_bytes() for j in ("0", "1")}
+    grown = _sweep(tmp_path, "seed=1,2,3")
+    assert grown.returncode == 0, grown.stderr[-3000:]
+    assert {j: (sweep / j / "results.json").read_bytes() for j in ("0", "1")} == kept  # not submitted again
+    assert json.loads((sweep / "sweep.json").read_text())["study"]["new"] == ["2"]
+    results = json.loads((sweep / "2" / "results.json").read_text())
+    assert results["status"] == "completed" and results["job"]["num"] == 2 and "seed=3" in results["job"]["overrides"]
