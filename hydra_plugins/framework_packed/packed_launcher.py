@@ -33,7 +33,6 @@ from framework.launch.packed_devices import max_skips_problem, pool
 from framework.launch.packed_job import failed_return, run_packed_job, run_served_job, task_name
 from framework.launch.servers import JOB_MODULES, start_job_server
 from hydra_plugins.framework_packed.schedule import DevicePool, Pending, largest_first
-from hydra_plugins.framework_sweeper.study import job_number
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +66,8 @@ class PackedLauncher(Launcher):
         task = task_name(self.task_function)
         if task:  # the server imports while this process composes the jobs (started here unless it runs)
             start_job_server()
+        from hydra_plugins.framework_sweeper.study import job_number  # (not at the console's start: --help)
+
         configs = [
             self._job_config(job_number(overrides, initial_job_idx + i), overrides)
             for i, overrides in enumerate(job_overrides)

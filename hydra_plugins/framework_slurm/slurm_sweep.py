@@ -22,8 +22,6 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn
 from omegaconf import OmegaConf
 
-from hydra_plugins.framework_sweeper.study import job_number
-
 try:  # pip install 'framework[sweep]'; Hydra imports every plugin module, installed or not
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
@@ -77,6 +75,8 @@ class SlurmSweepLauncher(SlurmLauncher):
     takes_job_numbers = True
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from hydra_plugins.framework_sweeper.study import job_number  # (not at the console's start: --help)
+
         _quiet_accounting()
         layouts: dict[tuple[int, int], list[int]] = {}
         for i, overrides in enumerate(job_overrides):

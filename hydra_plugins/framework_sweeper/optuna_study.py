@@ -26,8 +26,6 @@ from typing import Any, List, Optional
 
 from omegaconf import OmegaConf
 
-from hydra_plugins.framework_sweeper.study import FINISHED, PastJob, job_key, past_jobs
-from hydra_plugins.framework_sweeper.study_launcher import StudyLauncher
 from hydra_plugins.framework_sweeper.sweeper import override_key
 
 try:  # pip install 'framework[sweep]'; Hydra imports every plugin module, installed or not
@@ -43,6 +41,9 @@ STUDY_NAME = "study"
 
 class FrameworkOptunaSweeper(OptunaSweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
+        # (imported here: the console registers this plugin at every start, --help too)
+        from hydra_plugins.framework_sweeper.study_launcher import StudyLauncher
+
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.sweeper.launcher = StudyLauncher(self.sweeper.launcher, hydra_context, config)
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -62,6 +63,7 @@ class FrameworkOptunaSweeper(OptunaSweeper):
         import optuna
         from optuna.storages import InMemoryStorage
 
+        from hydra_plugins.framework_sweeper.study import FINISHED, job_key, past_jobs
         from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 
         impl = self.sweeper
@@ -110,9 +112,11 @@ class FrameworkOptunaSweeper(OptunaSweeper):
             self.sweeper.sampler = instantiate(config, seed=int(config.seed) + trials)
 
 
-def trial_params(job: PastJob, distributions: dict, fixed_key: tuple) -> Optional[dict]:
+def trial_params(job, distributions: dict, fixed_key: tuple) -> Optional[dict]:
     """The job's sampled parameters, as Optuna's values of ``distributions``; None when the job is not a
     trial of this study (its other overrides are not ``fixed_key``, or a value is outside its distribution)."""
+    from hydra_plugins.framework_sweeper.study import job_key
+
     own: dict[str, str] = {}
     for override in job.overrides:  # the sampled value comes first (a fixed one of the same key after it)
         if "=" in override:
@@ -144,7 +148,7 @@ def _parsed(text: str, distribution) -> Any:
         return None
 
 
-def _value(job: PastJob, metric: str) -> Optional[float]:
+def _value(job, metric: str) -> Optional[float]:
     """The job's value of ``metric`` (what the trial told Optuna); None when it has none (a failed trial)."""
     try:
         value = (json.loads((job.path / "results.json").read_text()).get("metrics") or {}).get(metric)

@@ -18,8 +18,6 @@ from typing import Any, List
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-from hydra_plugins.framework_sweeper.study_launcher import StudyLauncher
-
 
 def override_key(override: str) -> str:
     """The key of ``key=value`` without Hydra's ``+``, ``++`` or ``~`` prefix."""
@@ -28,6 +26,9 @@ def override_key(override: str) -> str:
 
 class FrameworkSweeper(BasicSweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
+        # (imported here: the console registers this plugin at every start, --help too)
+        from hydra_plugins.framework_sweeper.study_launcher import StudyLauncher
+
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.launcher = StudyLauncher(self.launcher, hydra_context, config)
 
