@@ -14,8 +14,8 @@ The pure part, without Hydra: what the sweep directory holds (``past_jobs``) and
 of jobs (``plan``). ``hydra_plugins/framework_sweeper/study_launcher.py`` applies it to any launcher.
 """
 
-from __future__ import annotations
-
+# (No ``from __future__ import annotations``: Hydra's scan of hydra_plugins runs this module before it
+# is in sys.modules, where a dataclass cannot resolve annotations given as strings.)
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

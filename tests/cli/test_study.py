@@ -237,3 +237,18 @@ def test_a_continued_optuna_study_is_rebuilt_from_the_sweeps_jobs(tmp_path):
         sweeper.sweeper.sampler is not None
         and sweeper.sweeper.sampler._rng.get_state()[1][0] != (TPESampler(seed=1)._rng.get_state()[1][0])
     )
+
+
+def test_hydras_plugin_scan_runs_every_module_of_the_framework_sweeper(monkeypatch):
+    """Hydra's scan runs each module of hydra_plugins before it is in sys.modules (a dataclass whose
+    annotations are strings fails there: the whole command did)."""
+    import importlib.util
+    import pkgutil
+    import sys
+
+    import hydra_plugins.framework_sweeper as package
+
+    for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
+        monkeypatch.delitem(sys.modules, info.name, raising=False)
+        spec = importlib.util.find_spec(info.name)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
