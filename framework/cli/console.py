@@ -57,6 +57,7 @@ def cwd_importable() -> None:
 # The Hydra plugins an option needs, and the extra of this package that installs them.
 _PLUGINS = {
     "hydra/sweeper=optuna": "hydra_plugins.hydra_optuna_sweeper",
+    "hydra/sweeper=optuna_study": "hydra_plugins.hydra_optuna_sweeper",
     "hparams_search=digits_optuna": "hydra_plugins.hydra_optuna_sweeper",
     "hydra/launcher=joblib": "hydra_plugins.hydra_joblib_launcher",
     "hydra/launcher=slurm": "hydra_plugins.hydra_submitit_launcher",

@@ -100,8 +100,10 @@ def previous_run(directory: Path) -> list[str]:
 
 
 # What a run writes into its directory besides train.log (which Hydra has opened already):
-# overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one.
+# overwrite=true removes a previous run's copies, so that nothing of it mixes into the new one
+# (config.yaml too: left there, it would make the new run a later attempt of the old one).
 RUN_OUTPUTS = (
+    "config.yaml",
     "results.json",
     "results.failed.json",
     "metrics.csv",

@@ -77,23 +77,23 @@ def flag(row: dict, note: str) -> None:
     row["notes"] = "; ".join(filter(None, [row.get("notes"), note]))
 
 
-def add_loss_differences(rows: list[dict], swept: list[str], sweep_dir: Path) -> None:
+def add_loss_differences(rows: list[dict], swept: list[str]) -> None:
     """``loss_rel_diff``: the largest relative difference of a job's train/loss, step by step,
     from its group's 1-device job (single's when there is one)."""
     base = _baselines(rows, swept)
     cache: dict = {}  # each job's metrics.csv is read once, however many jobs compare with it
 
-    def losses(job: str) -> dict[int, float]:
-        if job not in cache:
-            cache[job] = train_losses(sweep_dir / job)
-        return cache[job]
+    def losses(row: dict) -> dict[int, float]:
+        if row["job"] not in cache:
+            cache[row["job"]] = train_losses(Path(row["path"]))
+        return cache[row["job"]]
 
     for row in rows:
         group = _group(row, swept)
         ref = base.get((group, "single")) or base.get((group, "any"))
         if row.get("status") != "completed" or ref is None:
             continue
-        mine, theirs = losses(row["job"]), losses(ref["job"])
+        mine, theirs = losses(row), losses(ref)
         common = [step for step in mine if step in theirs]
         if common:
             row["loss_rel_diff"] = max(abs(mine[s] - theirs[s]) / max(abs(theirs[s]), 1e-12) for s in common)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from framework.report.compare import train_losses
+from framework.report.rows import job_path
+from framework.report.settings import label, settings
 
 
 def warm_up() -> None:
@@ -85,20 +87,29 @@ def _by_world_size(plt, path: Path, rows: list[dict], ylabel: str, measured, pre
 
 
 def _loss_curves(plt, sweep_dir: Path, rows: list[dict]) -> Path:
+    """One curve per setting (jobs that differ only in seed): the mean train/loss over its seeds at
+    each step they all logged, with a band of one sample standard deviation (n >= 2)."""
+    import numpy as np
+
     fig, ax = plt.subplots(figsize=(6, 4))
-    for r in rows:
-        losses = train_losses(sweep_dir / r["job"])
-        if losses:
-            # a job that logged few points shows them as markers (a line of one point is invisible)
-            ax.plot(
-                list(losses),
-                list(losses.values()),
-                marker="o" if len(losses) < 5 else None,
-                markersize=4,
-                label=f"{r['job']}: {r['series']} x{r['world_size']}",
-            )
+    for setting in settings(rows):
+        curves = [train_losses(job_path(r, sweep_dir)) for r in setting["done"]]
+        curves = [c for c in curves if c]
+        if not curves:
+            continue
+        steps = sorted(set.intersection(*(set(c) for c in curves)))
+        losses = np.array([[c[s] for s in steps] for c in curves])
+        mean = losses.mean(axis=0)
+        n = len(curves)
+        # a setting that logged few points shows them as markers (a line of one point is invisible)
+        (line,) = ax.plot(
+            steps, mean, marker="o" if len(steps) < 5 else None, markersize=4, label=f"{_name(setting)} (n={n})"
+        )
+        if n > 1:
+            std = losses.std(axis=0, ddof=1)
+            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("step")
-    ax.set_ylabel("train/loss")
+    ax.set_ylabel("train/loss (mean over seeds, band: ±1 std)")
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=7)
@@ -106,3 +117,11 @@ def _loss_curves(plt, sweep_dir: Path, rows: list[dict]) -> Path:
     fig.savefig(sweep_dir / "loss_curves.png", dpi=100)
     plt.close(fig)
     return sweep_dir / "loss_curves.png"
+
+
+def _name(setting: dict) -> str:
+    """The setting's swept values; a setting of one job without any: that job's number and strategy."""
+    if setting["values"] or len(setting["jobs"]) > 1:
+        return label(setting)
+    row = setting["jobs"][0]
+    return f"{row['job']}: {row.get('series')} x{row.get('world_size')}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from framework.report.compare import add_loss_differences, add_speedups, flag, swept_keys
@@ -35,12 +36,20 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
     )
 
 
+# Overrides that say how a job ran, not what it computes (a sweep continued in its directory adds
+# them to the jobs it resumes or runs again): {key: the value left out, None for any}.
+HOW_IT_RAN = {"overwrite": None, "ckpt_path": "last"}
+
+
 def job_overrides(job: dict) -> dict[str, str]:
-    """A job's command-line overrides as {key: value}, without Hydra's own (hydra.*, hydra/*)."""
+    """A job's command-line overrides as {key: value}, without Hydra's own (hydra.*, hydra/*) and
+    those that only say how it ran (``HOW_IT_RAN``)."""
     out = {}
     for item in job.get("overrides") or []:
         key, sep, value = item.partition("=")
         key = key.lstrip("+~")
+        if key in HOW_IT_RAN and HOW_IT_RAN[key] in (None, value):
+            continue
         if sep and not key.startswith(("hydra.", "hydra/")):
             out[key] = value
     return out
@@ -62,18 +71,47 @@ def degrees_label(degrees) -> str | None:
 
 def collect(sweep_dir: Path) -> list[dict]:
     """One row per job directory of ``sweep_dir``, compared with each other."""
+    rows = _read(sweep_dir)
+    _compare(rows)
+    return rows
+
+
+def collect_many(sweep_dirs: list[Path]) -> list[dict]:
+    """The rows of several sweep directories (a study continued in another sweep), compared together;
+    each job named ``<sweep dir>/<job>``."""
+    names = [Path(d).name for d in sweep_dirs]
+    if len(set(names)) < len(names):  # the same name in other places: their paths from where they part
+        common = os.path.commonpath([str(Path(d).resolve()) for d in sweep_dirs])
+        names = [os.path.relpath(Path(d).resolve(), common) for d in sweep_dirs]
+    rows = []
+    for directory, name in zip(sweep_dirs, names):
+        for row in _read(Path(directory)):
+            rows.append({**row, "job": f"{name}/{row['job']}"})
+    _compare(rows)
+    return rows
+
+
+def _read(sweep_dir: Path) -> list[dict]:
     rows = []
     for job in job_dirs(sweep_dir):
         path = job / "results.json"
         if not path.exists():
-            rows.append({"job": job.name, "status": "missing", "reason": "no results.json (interrupted?)"})
+            rows.append({"job": job.name, "path": job, "status": "missing", "reason": "no results.json (interrupted?)"})
             continue
-        rows.append(_row(job.name, json.loads(path.read_text())))
+        rows.append({**_row(job.name, json.loads(path.read_text())), "path": job})
     _flag_packed(rows, sweep_dir)
+    return rows
+
+
+def _compare(rows: list[dict]) -> None:
     swept = swept_keys(rows)
     add_speedups(rows, swept)
-    add_loss_differences(rows, swept, sweep_dir)
-    return rows
+    add_loss_differences(rows, swept)
+
+
+def job_path(row: dict, sweep_dir: Path) -> Path:
+    """The row's job directory (``path``, else ``<sweep_dir>/<job>``)."""
+    return Path(row["path"]) if row.get("path") else sweep_dir / str(row["job"])
 
 
 def _flag_packed(rows: list[dict], sweep_dir: Path) -> None:
@@ -158,6 +196,14 @@ def _row(name: str, r: dict) -> dict:
 # The metrics a report shows (the harness's on the weights training started from, harness.on_start, before
 # the trained weights' scores).
 METRIC_PREFIXES = ("val/", "test/", "harness_start/", "harness/")
+
+
+def metric_columns(rows: list[dict]) -> list[str]:
+    """Every val/*, then test/*, then harness_start/* and harness/* (lm-evaluation-harness scores of the
+    weights training started from and of the trained ones) metric that some job logged."""
+    order = METRIC_PREFIXES
+    names = {k for row in rows for k in row if k.startswith(order)}
+    return sorted(names, key=lambda k: (next(i for i, p in enumerate(order) if k.startswith(p)), k))
 
 
 def _throughput(throughput: dict) -> dict:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from framework.report.compare import sweep_line, swept_keys
 from framework.report.plots import plots
-from framework.report.rows import METRIC_PREFIXES, NOISY_SPREAD, collect, sweep_record
+from framework.report.rows import NOISY_SPREAD, collect, metric_columns, sweep_record
+from framework.report.session import session_lines
+from framework.report.settings import summary_lines, write_summary
 from framework.report.tensorboard_runs import link_tensorboard_runs
 from framework.report.timing import timing
 
@@ -51,17 +53,20 @@ def fmt(value) -> str:
     return str(value)
 
 
-def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
-    """Write report.csv, report.md and the plots into ``sweep_dir`` (from ``rows``, else
-    ``collect(sweep_dir)``); returns report.md's path."""
+def write_report(sweep_dir: str | Path, rows: list[dict] | None = None, together: list[Path] | None = None) -> Path:
+    """Write report.csv, report.md, summary.csv and the plots into ``sweep_dir`` (from ``rows``, else
+    ``collect(sweep_dir)``); returns report.md's path. ``together``: the other sweep directories whose
+    jobs ``rows`` hold too (collect_many): the report is of them all, without a timing of one sweep."""
     sweep_dir = Path(sweep_dir)
     rows = collect(sweep_dir) if rows is None else rows
+    sweep = sweep_record(sweep_dir)
+    if together:  # several sweeps' jobs: the first one's objective, no session of one of them
+        sweep = {k: sweep.get(k) for k in ("optimized_metric", "optimized_mode")}
     params = [k for k in swept_keys(rows) if k not in ("strategy", "trainer.devices")]
     for row in rows:
         row.update({k: (row.get("overrides") or {}).get(k) for k in params})
         # one line per strategy and swept value in the plots: "ddp optimizer.lr=0.001"
         row["series"] = " ".join([str(row.get("strategy"))] + [f"{k}={row[k]}" for k in params])
-    sweep = sweep_record(sweep_dir)
     objective = _objective(sweep)
     _rank(rows, *objective)
     columns, at = _columns(rows, params)
@@ -69,37 +74,54 @@ def write_report(sweep_dir: str | Path, rows: list[dict] | None = None) -> Path:
         writer = csv.DictWriter(f, fieldnames=columns[:at] + CSV_ONLY + columns[at:], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+    metrics = metric_columns(rows)
+    write_summary(sweep_dir, rows, metrics)
     lines = [
-        f"# Sweep report: {sweep_dir}",
+        f"# Sweep report: {' + '.join(map(str, [sweep_dir, *(together or [])]))}",
         "",
         ", ".join(f"{sum(r.get('status') == s for r in rows)} {s}" for s in STATUSES) + ".",
         "",
         sweep_line(rows),
         "",
-        *_stopped(sweep),
-        "| " + " | ".join(columns) + " |",
-        "|" + "---|" * len(columns),
+        *session_lines(sweep),
+        *_jobs_table(rows, columns),
+        *_best_job(rows, objective, params),
+        "",
+        *summary_lines(rows, metrics, *objective),
+        *footnotes(rows),
+        *([] if together else timing(sweep, rows)),
+        "",
     ]
-    lines += [
-        "| " + " | ".join(fmt(row.get(c)).replace("|", "/").replace("\n", " ")[:200] for c in columns) + " |"
-        for row in rows
-    ]
-    best = next((r for r in rows if r.get("rank") == 1), None)
-    if best is not None:
-        metric, mode = objective
-        lines += [
-            "",
-            f"Best by {metric} ({mode}): job {best['job']} ({fmt(best[metric])}), "
-            + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params])
-            + _ties(rows, best, metric),
-        ]
-    lines += ["", *footnotes(rows), *timing(sweep, rows), ""]
     runs = link_tensorboard_runs(sweep_dir, rows)
     if runs is not None:
         lines += [f"TensorBoard, one run per job named after its swept values: `tensorboard --logdir {runs}`", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots(sweep_dir, rows)]
     (sweep_dir / "report.md").write_text("\n".join(lines) + "\n")
     return sweep_dir / "report.md"
+
+
+def _jobs_table(rows: list[dict], columns: list[str]) -> list[str]:
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *(
+            "| " + " | ".join(fmt(row.get(c)).replace("|", "/").replace("\n", " ")[:200] for c in columns) + " |"
+            for row in rows
+        ),
+    ]
+
+
+def _best_job(rows: list[dict], objective: tuple[str, str], params: list[str]) -> list[str]:
+    best = next((r for r in rows if r.get("rank") == 1), None)
+    if best is None:
+        return []
+    metric, mode = objective
+    return [
+        "",
+        f"Best by {metric} ({mode}): job {best['job']} ({fmt(best[metric])}), "
+        + ", ".join(f"{k}={best.get(k)}" for k in ["strategy", "devices", *params])
+        + _ties(rows, best, metric),
+    ]
 
 
 def _ties(rows: list[dict], best: dict, metric: str) -> str:
@@ -178,31 +200,9 @@ def footnotes(rows: list[dict]) -> list[str]:
     return [f"- {n}" for n in notes] + [""]
 
 
-def metric_columns(rows: list[dict]) -> list[str]:
-    """Every val/*, then test/*, then harness_start/* and harness/* (lm-evaluation-harness scores of the
-    weights training started from and of the trained ones) metric that some job logged."""
-    order = METRIC_PREFIXES
-    names = {k for row in rows for k in row if k.startswith(order)}
-    return sorted(names, key=lambda k: (next(i for i, p in enumerate(order) if k.startswith(p)), k))
-
-
 def _objective(sweep: dict) -> tuple[str, str]:
     """The sweep's optimized_metric and optimized_mode (recorded in sweep.json)."""
     return sweep.get("optimized_metric") or "val/loss", sweep.get("optimized_mode") or "min"
-
-
-def _stopped(sweep: dict) -> list[str]:
-    """A sweep stopped by a signal: its report lists only the jobs that started, so say so."""
-    if sweep.get("stopped_by_signal") is None:
-        return []
-    never = sweep.get("never_started")  # None: the launcher did not know its jobs ahead
-    if never is None:
-        rest = "the jobs after these never started"
-    elif never:
-        rest = f"job(s) {', '.join(map(str, never))} never started"
-    else:
-        rest = "every job had started"
-    return [f"Stopped by signal {sweep['stopped_by_signal']} before its end: {rest}.", ""]
 
 
 def _rank(rows: list[dict], metric: str, mode: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from framework.report.compare import swept_keys
+from framework.report.rows import job_path
 
 RUNS_DIR = "tensorboard"
 
@@ -32,7 +33,7 @@ def link_tensorboard_runs(sweep_dir: Path, rows: list[dict]) -> Optional[Path]:
 def _runs(sweep_dir: Path, rows: list[dict]) -> dict[str, Path]:
     keys, runs = swept_keys(rows), {}
     for row in rows:
-        job_dir = sweep_dir / str(row["job"])
+        job_dir = job_path(row, sweep_dir)
         event_dirs = sorted({p.parent for p in job_dir.rglob("events.out.tfevents.*")}) if job_dir.is_dir() else []
         overrides = row.get("overrides") or {}
         name = ",".join(f"{k}={overrides[k]}" for k in keys if k in overrides) or f"job {row['job']}"

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 
 def timing(sweep: dict, rows: list[dict]) -> list[str]:
     """Where the sweep's wall time went (``sweep``: its sweep.json); the overhead per job is what is
     left after training, testing (the test, the predictions and the harness's scores: results.json's
     ``test_time_s``, ``predict_time_s``, ``harness_time_s``) and rank start-up (the target is at most 2 s)."""
-    ran = [r for r in rows if r.get("status") != "missing"]
+    every = [r for r in rows if r.get("status") != "missing"]
+    # a sweep continued in its directory: this session's jobs, not those it kept from earlier ones
+    ran = [r for r in every if (r.get("started_at") or math.inf) >= (sweep.get("started_at") or 0)]
     ends = [r["started_at"] + r["job_time_s"] for r in ran if r.get("started_at") and r.get("job_time_s")]
     start = sweep.get("started_at") or min((r["started_at"] for r in ran if r.get("started_at")), default=None)
     end = sweep.get("finished_at") or max(ends, default=None)
@@ -24,6 +28,7 @@ def timing(sweep: dict, rows: list[dict]) -> list[str]:
         "## Timing",
         "",
         f"- sweep: {wall:.1f} s of wall time for {n} jobs (launcher: {launcher})"
+        + (f" (this session's; {len(every) - n} kept from before)" if n < len(every) else "")
         + ("" if sweep.get("finished_at") else ", up to the last job's end"),
         f"- in the jobs: training {fit:.1f} s, testing {test:.1f} s, rank start-up {startup:.1f} s "
         f"(validation, starting processes, joining the group), the ranks' own set-up "

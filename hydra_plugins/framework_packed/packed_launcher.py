@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 
 class PackedLauncher(Launcher):
+    # A continued sweep's jobs keep their directories' numbers (hydra.sweep.subdir): one batch, any numbers.
+    takes_job_numbers = True
+
     def __init__(self, kind: str = "auto", devices: Any = None, max_skips: Optional[int] = None) -> None:
         self.kind, self.devices, self.max_skips = kind, devices, max_skips
         self.config = self.hydra_context = self.task_function = None
@@ -63,7 +66,12 @@ class PackedLauncher(Launcher):
         task = task_name(self.task_function)
         if task:  # the server imports while this process composes the jobs (started here unless it runs)
             start_job_server()
-        configs = [self._job_config(initial_job_idx + i, overrides) for i, overrides in enumerate(job_overrides)]
+        from hydra_plugins.framework_sweeper.study import job_number  # (not at the console's start: --help)
+
+        configs = [
+            self._job_config(job_number(overrides, initial_job_idx + i), overrides)
+            for i, overrides in enumerate(job_overrides)
+        ]
         if not task:
             _preload()
         log.info("Launching %d jobs packed onto %d %s device(s) %s", len(configs), len(ids), kind, ids)

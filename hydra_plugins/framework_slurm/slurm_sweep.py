@@ -71,8 +71,12 @@ def _quiet_accounting() -> None:
 
 class SlurmSweepLauncher(SlurmLauncher):
     poll_s = 2.0
+    # A continued sweep's jobs keep their directories' numbers (hydra.sweep.subdir): one batch, any numbers.
+    takes_job_numbers = True
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from hydra_plugins.framework_sweeper.study import job_number  # (not at the console's start: --help)
+
         _quiet_accounting()
         layouts: dict[tuple[int, int], list[int]] = {}
         for i, overrides in enumerate(job_overrides):
@@ -85,12 +89,13 @@ class SlurmSweepLauncher(SlurmLauncher):
         submitted = []
         for (nodes, devices), positions in layouts.items():
             executor = self._executor(nodes, devices)
+            numbers = {i: job_number(job_overrides[i], initial_job_idx + i) for i in positions}
             args = [
                 (
                     list(job_overrides[i]),
                     "hydra.sweep.dir",
-                    initial_job_idx + i,
-                    f"job_id_for_{initial_job_idx + i}",
+                    numbers[i],
+                    f"job_id_for_{numbers[i]}",
                     Singleton.get_state(),
                 )
                 for i in positions

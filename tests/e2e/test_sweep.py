@@ -119,11 +119,14 @@ def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_pat
     assert proc.returncode == 1 and "1 job(s) failed: 0" in proc.stderr
     report = (sweep / "report.md").read_text()
     assert "1 completed, 0 invalid, 1 failed" in report and "rank 0: ValueError" in report
-    # the same sweep again into the same directory: refused before any job, nothing replaced
+    # the same sweep again into the same directory continues it: the completed job is kept as it
+    # was, the failed one (no checkpoint) runs again afresh in its own directory, and fails again
     kept = (sweep / "1" / "results.json").read_text()
     again = subprocess.run(proc.args, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 2 and "already holds the results of jobs 0, 1" in again.stderr
+    assert again.returncode == 1 and "1 job(s) failed: 0" in again.stderr
     assert (sweep / "1" / "results.json").read_text() == kept
+    report = (sweep / "report.md").read_text()
+    assert "kept 1 (finished with the same config: not run again); ran 0 again afresh" in report
 
 
 def test_optuna_search_and_joblib_launcher(tmp_path):
@@ -295,6 +298,9 @@ def test_a_signal_stops_the_sweep_records_the_job_and_still_reports(tmp_path):
         report = (sweep / "report.md").read_text()
         assert "0 missing, 1 interrupted" in report, case
         assert "Stopped by signal 15 before its end: the jobs after these never started." in report, case
+        # and how to continue it: the same command into this directory
+        assert "python -m framework.train -m experiment=digits_mlp" in report, case
+        assert "seed=1,2,3 ++trainer.accelerator=cpu" in report and f"hydra.sweep.dir={sweep.resolve()}" in report, case
 
 
 def test_one_command_sweeps_every_communication_algorithm_and_compares_their_bytes(tmp_path):

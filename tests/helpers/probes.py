@@ -137,6 +137,29 @@ class SignalAt:
             os.kill(os.getpid(), getattr(signals, self.signal))
 
 
+class SignalInJob:
+    """A callback: sends SIGTERM to its own process after optimizer step ``step`` of the ``job``-th
+    training this process runs (the jobs of a sweep under the basic launcher share the process: a
+    sweep killed while that job trains), once: it creates the file ``once`` then, and never signals
+    while it exists (the same command again runs on)."""
+
+    fits = 0  # the trainings this process has started
+
+    def __init__(self, step: int, job: int, once: str):
+        self.step, self.job, self.once, self.nth = step, job, once, None
+
+    def on_fit_start(self, trainer) -> None:
+        SignalInJob.fits += 1
+        self.nth = SignalInJob.fits
+
+    def on_train_step_end(self, trainer, loss) -> None:
+        import signal
+
+        if self.nth == self.job and trainer.global_step == self.step and not os.path.exists(self.once):
+            open(self.once, "w").close()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class OutlastAtFirstStep:
     """A callback: optimizer step 1 lasts ``seconds`` at least (a sleep before the Timer's check,
     which runs in on_train_step_end), so a shorter ``trainer.max_time`` has passed when the Timer

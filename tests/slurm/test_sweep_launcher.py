@@ -4,6 +4,7 @@ hold is refused before anything is submitted, and a job SLURM will not run is re
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 import time
@@ -64,3 +65,21 @@ def test_a_job_slurm_will_not_schedule_is_reported_and_cancelled(slurm):
     assert watcher.verdict and "squeue reason: PartitionConfig" in watcher.verdict
     assert "hydra.launcher.cpus_per_task" in watcher.verdict and time.time() - started < 10
     slurm.wait(job, timeout=30)  # cancelled
+
+
+def test_a_sweep_continued_submits_only_its_new_job_numbered_after_the_other(slurm, tmp_path):
+    first = _sweep(tmp_path, "seed=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    kept = (sweep / "0" / "results.json").read_bytes()
+    grown = _sweep(tmp_path, "seed=1,2")
+    assert grown.returncode == 0, grown.stderr[-3000:]
+    assert (sweep / "0" / "results.json").read_bytes() == kept  # not submitted again
+    assert json.loads((sweep / "sweep.json").read_text())["study"] == {
+        "kept": ["0"],
+        "resumed": [],
+        "afresh": [],
+        "new": ["1"],
+    }
+    results = json.loads((sweep / "1" / "results.json").read_text())
+    assert results["status"] == "completed" and results["job"]["num"] == 1 and "seed=2" in results["job"]["overrides"]
