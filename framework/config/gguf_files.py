@@ -18,6 +18,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from framework.config.optional_modules import install_hint, is_missing
+
 log = logging.getLogger(__name__)
 
 RECORD = "gguf_source.json"  # written last: a directory without it is not a conversion
@@ -108,14 +110,14 @@ def _convert_into(path: Path, target: Path, digest: str, architecture: str) -> N
 def header_architecture(path: Path) -> str:
     """The model architecture the file's header names (``general.architecture``), checked against what
     ``transformers`` reads. GGUFError: not a GGUF file, damaged or cut short, or a foreign architecture."""
-    try:
-        from gguf import GGUFReader
-        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-    except ImportError as err:
+    missing = [m for m in ("gguf", "transformers", "accelerate") if is_missing(m)]  # (transformers reads it with all 3)
+    if missing:
         raise GGUFError(
-            f"'{path}': reading a GGUF file needs the gguf and transformers libraries, the optional extra: "
-            f"pip install 'framework[hf]' ({err})"
-        ) from None
+            f"'{path}': reading a GGUF file needs {', '.join(missing)}, not installed; {install_hint(*missing)}"
+        )
+    from gguf import GGUFReader
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":
             raise GGUFError(f"'{path}' is not a GGUF file (it does not begin with GGUF's magic bytes, 'GGUF')")

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from framework.config.experiment import Experiment, Spec
+from framework.config.optional_modules import install_hint, is_missing, not_installed
 from framework.config.param_groups import ParamGroups
 from framework.config.ranges import are_ints
 from framework.config.writable import unwritable
@@ -122,19 +123,19 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
 def check_adapter_packages(run: Experiment) -> list[str]:
     """What adapters need installed beyond the framework, named before start rather than by an import
     error after training: torchao for QLoRA's 4-bit base, peft for the adapters' own export."""
-    import importlib.util
-
     if run.adapter is None:
         return []
-    install = "pip install 'framework[adapters]'"
     problems = []
-    if run.adapter.quantize and importlib.util.find_spec("torchao") is None:
-        problems.append(f"adapter.quantize: {run.adapter.quantize} (QLoRA) needs torchao, not installed; {install}")
-    exports_adapters = run.export_weights and run.export_format == "hf" and not run.export_merge
-    if exports_adapters and importlib.util.find_spec("peft") is None:
+    if run.adapter.quantize and is_missing("torchao"):
         problems.append(
-            f"export_format: hf writes the adapters in peft's format, and peft is not installed; {install}, "
-            "or set export_merge=true (the merged model, for transformers alone)"
+            f"adapter.quantize: {run.adapter.quantize} (QLoRA) needs torchao, which is not installed; "
+            + install_hint("torchao")
+        )
+    exports_adapters = run.export_weights and run.export_format == "hf" and not run.export_merge
+    if exports_adapters and is_missing("peft"):
+        problems.append(
+            f"export_format: hf writes the adapters in peft's format, and peft is not installed; "
+            f"{install_hint('peft')}, or set export_merge=true (the merged model, for transformers alone)"
         )
     return problems
 
@@ -394,16 +395,11 @@ def check_masked_targets(run: ResolvedExperiment) -> list[str]:
 def check_harness(run: Experiment) -> list[str]:
     """``harness.tasks`` name tasks lm-eval finds (shipped, in ``harness.include_path``, or its own),
     for a language model (logits per token) and a datamodule that knows its tokenizer."""
-    import importlib.util
-
     names, include = run.harness.tasks, run.harness.include_path
     if not names or not isinstance(names, list):
         return []
-    if importlib.util.find_spec("lm_eval") is None:
-        return [
-            "harness.tasks: needs EleutherAI's lm-evaluation-harness, which is not installed; "
-            "pip install 'framework[harness]'"
-        ]
+    if is_missing("lm_eval"):
+        return [not_installed("harness.tasks", "lm_eval", "EleutherAI's lm-evaluation-harness")]
     problems = []
     if include and not Path(str(include)).is_dir():
         problems.append(f"harness.include_path: '{include}' is not a directory (of lm-eval task YAMLs)")
