@@ -103,6 +103,25 @@ class ConversationsDataModule(PromptsToContinue, BaseDataModule):
         return problems + found + (cls.split_problems(len(rows), *fractions) if rows and not found else [])
 
     @classmethod
+    def train_rows(
+        cls, path: Optional[str] = None, val_fraction: float = None, test_fraction: float = None, **_
+    ) -> Optional[int]:
+        """The rows of the training split (those ``val_fraction`` and ``test_fraction`` leave), counted before
+        start (the rows read once: ``RowFile.count``); None where they do not read (their own check says why)."""
+        rows = cls.ROWS.count(str(path or cls.SHIPPED))
+        fractions = (cls.FRACTIONS[0] if val_fraction is None else val_fraction,) + (
+            cls.FRACTIONS[1] if test_fraction is None else test_fraction,
+        )
+        if rows is None or not all(isinstance(f, (int, float)) for f in fractions):
+            return None
+        return rows - sum(int(round(rows * f)) for f in fractions)  # (as split_indices cuts them)
+
+    @classmethod
+    def train_samples(cls, **options) -> Optional[int]:
+        """The training samples: one a row (a conversation, a pair)."""
+        return cls.train_rows(**options)
+
+    @classmethod
     def _system_problems(cls, tokenizer: Optional[str], template: Optional[str], system: str, seq_len) -> list[str]:
         """A ``system`` prompt whose turn fills a window of ``seq_len`` tokens: every example would lose
         its start (fit_window drops the earliest tokens first)."""

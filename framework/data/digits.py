@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
 
+from framework.config.ranges import is_number
 from framework.data.base import BaseDataModule, split_dataset
 from framework.data.batched import GatheringTensorDataset
 
@@ -71,6 +73,18 @@ class DigitsDataModule(BaseDataModule):
                 "leave it at [1, 8, 8] (the models read it)"
             )
         return problems
+
+    @classmethod
+    def train_samples(cls, val_fraction: float = 0.1, test_fraction: float = 0.2, classes=None, **_) -> Optional[int]:
+        """The digits of the training split (what ``val_fraction`` and ``test_fraction`` leave of ``classes``'),
+        counted from ``CLASS_COUNTS`` without reading the file."""
+        chosen = classes if isinstance(classes, (list, tuple)) else range(10)
+        if not all(isinstance(c, int) and 0 <= c < 10 for c in chosen) or not (
+            is_number(val_fraction) and is_number(test_fraction)
+        ):
+            return None
+        samples = sum(cls.CLASS_COUNTS[c] for c in chosen)
+        return samples - int(round(samples * val_fraction)) - int(round(samples * test_fraction))
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:

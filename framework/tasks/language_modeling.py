@@ -56,13 +56,18 @@ def _aux_loss(model: torch.nn.Module) -> Optional[torch.Tensor]:
 
 def room_to_generate(run: Experiment) -> list[str]:
     """A prediction generates ``max_new_tokens`` after at least one prompt token, within the positions
-    the model holds (``model.max_seq_len``: generation cuts a longer prompt on the left, not the new tokens)."""
-    new, positions = run.task.get("max_new_tokens"), run.model.get("max_seq_len")
-    if not run.predict or not are_ints(new, positions) or new < positions:
+    the model holds (``model.max_seq_len``, or what the model declares: a Hugging Face model's config's
+    ``max_position_embeddings``; generation cuts a longer prompt on the left, not the new tokens)."""
+    new = run.task.get("max_new_tokens")
+    if not run.predict or not are_ints(new):
         return []
+    positions = run.model.sizes().get("max_seq_len")  # (the node's, else the class's declared_sizes)
+    if not are_ints(positions) or new < positions:
+        return []
+    key = "model.max_seq_len" if "max_seq_len" in run.model else "its config's max_position_embeddings"
     other = ", or predict=false" if run.train or run.test else ""
     return [
-        f"task.max_new_tokens: {new} new tokens, but the model holds {positions} positions (model.max_seq_len) "
+        f"task.max_new_tokens: {new} new tokens, but the model holds {positions} positions ({key}) "
         f"and a prompt needs one of them; set task.max_new_tokens={positions - 1} or less{other}"
     ]
 

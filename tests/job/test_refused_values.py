@@ -178,6 +178,10 @@ CASES = [
         ["export_weights=true", "export_merge=true"],
         "export_merge: true merges adapters into the base weights, but this run has none (adapter: null); select",
     ),
+    (
+        ["datamodule.batch_size=2000"],
+        "datamodule.batch_size: the global batch 2000 is larger than the training set (1258 samples after",
+    ),
 ]
 
 
