@@ -13,7 +13,7 @@ from typing import ClassVar, Optional, Sequence
 from torch.utils.data import DataLoader
 
 from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_indices
+from framework.data.base import BaseDataModule, split_indices, train_split_size
 from framework.data.chat import Renderer, encode_example
 from framework.data.prompts import PromptsToContinue, prompt_set, read_prompts
 from framework.data.row_files import RowFile
@@ -109,12 +109,9 @@ class ConversationsDataModule(PromptsToContinue, BaseDataModule):
         """The rows of the training split (those ``val_fraction`` and ``test_fraction`` leave), counted before
         start (the rows read once: ``RowFile.count``); None where they do not read (their own check says why)."""
         rows = cls.ROWS.count(str(path or cls.SHIPPED))
-        fractions = (cls.FRACTIONS[0] if val_fraction is None else val_fraction,) + (
-            cls.FRACTIONS[1] if test_fraction is None else test_fraction,
-        )
-        if rows is None or not all(isinstance(f, (int, float)) for f in fractions):
-            return None
-        return rows - sum(int(round(rows * f)) for f in fractions)  # (as split_indices cuts them)
+        fractions = [cls.FRACTIONS[0] if val_fraction is None else val_fraction]
+        fractions.append(cls.FRACTIONS[1] if test_fraction is None else test_fraction)
+        return train_split_size(rows, fractions) if rows is not None else None
 
     @classmethod
     def train_samples(cls, **options) -> Optional[int]:

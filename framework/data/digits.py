@@ -9,8 +9,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from framework.config.ranges import is_number
-from framework.data.base import BaseDataModule, split_dataset
+from framework.data.base import BaseDataModule, split_dataset, train_split_size
 from framework.data.batched import GatheringTensorDataset
 
 DIGITS_FILE = Path(__file__).parent / "assets" / "digits.csv.gz"  # source and licence: assets/README.md
@@ -79,12 +78,9 @@ class DigitsDataModule(BaseDataModule):
         """The digits of the training split (what ``val_fraction`` and ``test_fraction`` leave of ``classes``'),
         counted from ``CLASS_COUNTS`` without reading the file."""
         chosen = classes if isinstance(classes, (list, tuple)) else range(10)
-        if not all(isinstance(c, int) and 0 <= c < 10 for c in chosen) or not (
-            is_number(val_fraction) and is_number(test_fraction)
-        ):
+        if not all(isinstance(c, int) and 0 <= c < 10 for c in chosen):
             return None
-        samples = sum(cls.CLASS_COUNTS[c] for c in chosen)
-        return samples - int(round(samples * val_fraction)) - int(round(samples * test_fraction))
+        return train_split_size(sum(cls.CLASS_COUNTS[c] for c in chosen), [val_fraction, test_fraction])
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:

@@ -136,6 +136,14 @@ def message_problem(key: str, message: object) -> Optional[str]:
     return None
 
 
+def keys_of(row: dict) -> str:
+    """A row's keys as a message names them: those with a value, then those null (a null counts as absent,
+    and a message that hid it would send the reader to the wrong key)."""
+    given = ", ".join(sorted(str(k) for k, v in row.items() if v is not None)) or "none"
+    nulls = sorted(str(k) for k, v in row.items() if v is None)
+    return given + (f"; {', '.join(nulls)}: null" if nulls else "")
+
+
 def kind(value: object) -> str:
     """A value as a message shows it: its type and (the start of) its repr."""
     if value is None:

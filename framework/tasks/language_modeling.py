@@ -72,6 +72,24 @@ def room_to_generate(run: Experiment) -> list[str]:
     ]
 
 
+def token_id_problems(run: Experiment) -> list[str]:
+    """``task.eos_token_id`` and ``task.pad_token``: ids of the vocabulary (``datamodule.vocab_size``, else the
+    model's), as generation compares and writes them (an id outside it never ends a row, or is no token)."""
+    vocabulary = run.datamodule.get("vocab_size")
+    vocabulary = vocabulary if are_ints(vocabulary) else run.model.sizes().get("vocab_size")
+    problems = []
+    for key in ("eos_token_id", "pad_token"):
+        value = run.task.get(key)
+        ids = value if isinstance(value, list) else [value]
+        wrong = [i for i in ids if are_ints(i) and (i < 0 or (are_ints(vocabulary) and i >= vocabulary))]
+        if wrong:
+            within = f" (0 to {vocabulary - 1})" if are_ints(vocabulary) else " (a token id is >= 0)"
+            problems.append(
+                f"task.{key}: {', '.join(map(str, wrong))} is no token of the vocabulary{within}; null: the tokenizer's"
+            )
+    return problems
+
+
 class LanguageModelingTask:
     """``step(model, (tokens, targets[, positions]), stage)``: the mean cross-entropy of every target token
     (``ignore_index`` ones left out) and ``acc``, the share of tokens predicted exactly. Perplexity
@@ -111,7 +129,7 @@ class LanguageModelingTask:
                 f"{key} needs logits per token, but model {model.name} has no vocabulary (no vocab_size); "
                 "choose model=gpt (or a language model of your own)"
             )
-        return problems + room_to_generate(run)
+        return problems + room_to_generate(run) + token_id_problems(run)
 
     def __init__(
         self,
