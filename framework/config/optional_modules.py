@@ -2,9 +2,9 @@
 package's own metadata says (pyproject.toml's ``[project.optional-dependencies]``, as installed), so a
 message never names an extra that does not bring the library.
 
-Each check that knows a run needs a library says so naming its key (``not_installed``); the checks
-before start also run under ``unchecked_problem``'s net: a library a check imports and does not find
-becomes one line naming it and its extra (exit 2), never a traceback. No torch on import."""
+Each check that knows a run needs a library says so naming its key (``not_installed``); every check
+before start also runs under a net (config/validate.py's ``_answers``): a library a check imports and does
+not find becomes one line naming it and its extra (exit 2), never a traceback. No torch on import."""
 
 from __future__ import annotations
 

@@ -129,12 +129,13 @@ _INSTALL = re.compile(r"pip install '[^']*'(?: \(or pip install [^)]*\))?|pip in
 
 def said_once(problems: list[str]) -> list[str]:
     """``problems`` with each said once: a library not installed by the first line that names its install
-    command (several checks stop on it; one install ends them all), a line that another holds whole (a
-    file's failure that a check names with its key) by that other."""
+    command (several checks stop on it; one install ends them all), a file's failure that ``_answers`` caught
+    (it begins with the file's quoted path) by the line of a check that names it with its key."""
     out, commands = [], set()
     for problem in dict.fromkeys(problems):
         command = _INSTALL.search(problem)
-        if (command and command.group() in commands) or any(problem in p and problem != p for p in problems):
+        keyed = problem.startswith("'") and any(problem in p and problem != p for p in problems)
+        if (command and command.group() in commands) or keyed:
             continue
         commands.add(command.group() if command else None)
         out.append(problem)
