@@ -22,6 +22,12 @@ import tempfile
 from pathlib import Path
 
 GREEDY = ["task.temperature=0", "task.top_k=0", "task.top_p=1.0"]
+# The API's hints (fit's, predict's) in this command's words: a run directory it would write over.
+_CLI_SPELLING = {
+    "resume it with ckpt_path=last, ": "",
+    "(fit(cfg, output_dir=...))": "(--output <another directory>)",
+    "pass overwrite=True": "add overwrite=true",
+}
 
 
 def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -91,6 +97,12 @@ _ADAPTERS_ALONE = (
 )
 
 
+def _in_cli_words(message: str) -> str:
+    for api, cli in _CLI_SPELLING.items():
+        message = message.replace(api, cli)
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     from hydra.errors import HydraException
 
@@ -126,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 run = compose(_model_run(model, prompts_file, args.chat, overrides))
                 results = fit(run, output_dir=output, verbose=False)
         except (ConfigError, HydraException) as err:  # (an override Hydra cannot parse: as framework-train says it)
-            print(err, file=sys.stderr)
+            print(_in_cli_words(str(err)), file=sys.stderr)
             return 2
         except (InputError, JobFailed):  # a damaged checkpoint, a rank that died: the run's log said why, once
             return 1

@@ -14,6 +14,7 @@ from typing import Callable
 from framework.cli import hydra_fast_paths
 from framework.config.environment import detect_environment
 from framework.config.group_choices import null_selections, unknown_options
+from framework.config.optional_modules import not_installed
 from framework.config.overrides import lenient
 from framework.config.writable import unwritable
 from framework.launch.process_exit import exit_now, finish_program
@@ -68,17 +69,14 @@ _PLUGINS = {
 def missing_plugins(args: list[str]) -> list[str]:
     """The options on the command line whose Hydra plugin is not installed, with what to install
     (Hydra itself only says it "could not find" the option)."""
+    modules = {arg: _PLUGINS.get(arg.lstrip("+~")) for arg in args}
+    return [not_installed(arg, module) for arg, module in modules.items() if module and _missing_plugin(module)]
+
+
+def _missing_plugin(module: str) -> bool:
     import importlib.util
 
-    missing = []
-    for arg in args:
-        module = _PLUGINS.get(arg.lstrip("+~"))
-        if module and importlib.util.find_spec(module) is None:
-            missing.append(
-                f"{arg}: needs {module.split('.')[1].replace('_', '-')}, which is not installed; "
-                "pip install 'framework[sweep]' (or the package itself)"
-            )
-    return missing
+    return importlib.util.find_spec(module) is None
 
 
 def unwritable_run_dirs(args: list[str]) -> list[str]:

@@ -43,6 +43,9 @@ def parse(args: list[str]):
         raise ConfigError(["val_fraction + test_fraction: must stay below 1 (training needs documents)"])
     problems = [f"workers: must be >= 0 (0: one per core), got {settings.workers}"] if settings.workers < 0 else []
     problems += [f"piece_mb: must be > 0, got {settings.piece_mb}"] if settings.piece_mb <= 0 else []
+    field, equals, _ = (settings.where or "").partition("=")
+    if settings.where is not None and not (field and equals):
+        problems.append(f"where: {settings.where!r} is not field=value (where=lang=en keeps the rows whose lang is en)")
     if problems:
         raise ConfigError(problems)
     return settings

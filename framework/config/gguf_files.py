@@ -4,26 +4,32 @@ into a directory as ``save_pretrained`` writes it (config.json, model.safetensor
 parameter names, the tokenizer's files with its chat template, generation_config.json), in a cache
 keyed by the file's content: ``$XDG_CACHE_HOME/framework/gguf/<sha256, 16 hex digits>/`` (default
 ``~/.cache``). Written in a folder beside it and renamed, under a file lock: ranks or runs that start
-at once convert it once, the others wait and use the result. Needs ``transformers`` and ``gguf``
-(the ``hf`` extra); imported when a GGUF file is first used (no torch on import)."""
+at once convert it once, the others wait and use the result. Its record (``RECORD``, written last) lists
+what it wrote, and each use verifies the entry against it (cache_entry.py); a damaged entry is converted
+again, with a warning naming it, or where the cache cannot be written the run is refused, naming it.
+Needs ``transformers``, ``gguf`` and ``accelerate`` (the ``hf`` extra); imported when a GGUF file is first
+used (no torch on import)."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
+
+from framework.config.cache_entry import damage, describe, file_sha256, stamp
+from framework.config.optional_modules import install_hint, is_missing
 
 log = logging.getLogger(__name__)
 
 RECORD = "gguf_source.json"  # written last: a directory without it is not a conversion
 KEY_DIGITS = 16
-_digests: dict[tuple, str] = {}
 _failures: dict[str, str] = {}  # digest -> why it did not convert (this process asks once)
+_architectures: dict[str, str] = {}  # digest -> its header's architecture (the reader takes seconds)
 
 
 class GGUFError(ValueError):
@@ -36,43 +42,59 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "framework" / "gguf"
 
 
-def file_sha256(path: Path) -> str:
-    """The file's SHA-256 (hex), read once per process while its size and modification time stay."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-    if key not in _digests:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-        _digests[key] = digest.hexdigest()
-    return _digests[key]
+def entry_damage(target: Path) -> Optional[str]:
+    """Why the cache entry ``target`` is not what its conversion wrote (None: it is; see cache_entry.py)."""
+    try:
+        record = json.loads((target / RECORD).read_text())
+    except (OSError, ValueError) as err:
+        return f"its record {RECORD} does not read ({err})"
+    return damage(target, record.get("files") if isinstance(record, dict) else None, (RECORD,))
 
 
 def converted(path: Path) -> Path:
-    """The model directory of the GGUF file ``path``: its conversion in the cache, made now if there
-    is none (about 25 s for a 135M-parameter model on 2 cores). GGUFError when it does not convert."""
+    """The model directory of the GGUF file ``path``: its conversion in the cache, verified, made now if there
+    is none or it is damaged (about 25 s for a 135M-parameter model on 2 cores). GGUFError when it does not
+    convert, or a damaged entry cannot be converted again."""
     digest = file_sha256(path)
     target = cache_root() / digest[:KEY_DIGITS]
-    if (target / RECORD).is_file():
+    damaged = entry_damage(target) if (target / RECORD).is_file() else None
+    if (target / RECORD).is_file() and damaged is None:
         return target
     if digest in _failures:
         raise GGUFError(_failures[digest])
     try:
-        architecture = header_architecture(path)  # (first: a file that is no model leaves nothing in the cache)
+        if digest not in _architectures:  # (first: a file that is no model leaves nothing in the cache)
+            _architectures[digest] = header_architecture(path)
+        architecture = _architectures[digest]
         target.parent.mkdir(parents=True, exist_ok=True)
         with _locked(target.parent / f"{target.name}.lock"):
-            if not (target / RECORD).is_file():  # (another process may have converted it while this one waited)
+            # (another process may have converted it, or converted it again, while this one waited)
+            if not (target / RECORD).is_file() or entry_damage(target) is not None:
+                if damaged:  # (said once the lock is held: a cache that cannot be written refuses instead)
+                    log.warning(
+                        "The GGUF cache entry %s (of %s) is damaged: %s; converting it again", target, path, damaged
+                    )
                 _convert_into(path, target, digest, architecture)
     except GGUFError as err:
         _failures[digest] = str(err)
         raise
     except OSError as err:  # (a cache that cannot be written: named, not a traceback)
-        raise GGUFError(
-            f"'{path}': its conversion cannot be written to {target.parent} ({err.strerror or err}); "
-            "set XDG_CACHE_HOME to a writable directory"
-        ) from None
+        raise GGUFError(_unwritable(path, target, damaged, err)) from None
     return target
+
+
+def _unwritable(path: Path, target: Path, damaged: Optional[str], err: OSError) -> str:
+    why = err.strerror or str(err)
+    if damaged is None:
+        return (
+            f"'{path}': its conversion cannot be written to {target.parent} ({why}); "
+            "set XDG_CACHE_HOME to a writable directory"
+        )
+    return (
+        f"'{path}': its cache entry {target} is damaged: {damaged}; it cannot be converted again here ({why}): "
+        f"remove the entry (rm -r '{target}') where the cache can be written, or set XDG_CACHE_HOME to a "
+        "writable directory"
+    )
 
 
 @contextlib.contextmanager
@@ -94,28 +116,31 @@ def _convert_into(path: Path, target: Path, digest: str, architecture: str) -> N
         shutil.rmtree(stale, ignore_errors=True)
     log.warning("Converting the GGUF file %s (%s) once, into %s", path, architecture, target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    old = tmp.with_name(f"{tmp.name}.old")
     try:
         _write_directory(path, tmp)
-        record = {"file": str(path), "sha256": digest, "size": path.stat().st_size, "architecture": architecture}
-        (tmp / RECORD).write_text(json.dumps(record, indent=2))
-        if target.exists():  # a directory without its record: not a conversion (emptied by hand?)
-            shutil.rmtree(target)
+        source = {"file": str(path), "sha256": digest, "size": path.stat().st_size, "architecture": architecture}
+        (tmp / RECORD).write_text(json.dumps({**source, "files": describe(tmp)}, indent=2))
+        stamp(tmp)  # (hashed just now: a rename keeps the files' mtime and inode)
+        if target.exists():  # a damaged entry, or a directory without its record: moved aside whole, then removed
+            os.replace(target, old)
         os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def header_architecture(path: Path) -> str:
     """The model architecture the file's header names (``general.architecture``), checked against what
     ``transformers`` reads. GGUFError: not a GGUF file, damaged or cut short, or a foreign architecture."""
-    try:
-        from gguf import GGUFReader
-        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-    except ImportError as err:
+    missing = [m for m in ("gguf", "transformers", "accelerate") if is_missing(m)]  # (transformers reads it with all 3)
+    if missing:
         raise GGUFError(
-            f"'{path}': reading a GGUF file needs the gguf and transformers libraries, the optional extra: "
-            f"pip install 'framework[hf]' ({err})"
-        ) from None
+            f"'{path}': reading a GGUF file needs {', '.join(missing)}, not installed; {install_hint(*missing)}"
+        )
+    from gguf import GGUFReader
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":
             raise GGUFError(f"'{path}' is not a GGUF file (it does not begin with GGUF's magic bytes, 'GGUF')")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from framework.config.optional_modules import distribution, install_hint
+
 
 def resolve_path(path: str) -> Path:
     """``path`` on disk: ``pkg://package/folder`` inside the installed package, else as given.
@@ -19,7 +21,8 @@ def resolve_path(path: str) -> Path:
     package, _, inner = text[len("pkg://") :].partition("/")
     spec = importlib.util.find_spec(package) if package and "." not in package else None
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"'{text}': no installed Python package '{package}'")
+        extra = f"; {install_hint(package)}" if distribution(package) else ""  # (a package of an extra: which)
+        raise FileNotFoundError(f"'{text}': no installed Python package '{package}'{extra}")
     if ".." in Path(inner).parts or Path(inner).is_absolute():
         raise FileNotFoundError(f"'{text}': a folder inside the package is named without '..' or a leading '/'")
     return Path(list(spec.submodule_search_locations)[0]) / inner

@@ -31,10 +31,12 @@ from omegaconf.errors import InterpolationToMissingValueError
 
 from framework.config.durations import Duration
 from framework.config.errors import ConfigError
+from framework.config.gguf_files import GGUFError
 from framework.config.group_keys import KEYED_GROUPS, group_keys, misplaced_key_message
 from framework.config.intervals import validation_interval_problem
 from framework.config.leftover_keys import SCHEDULER_KEYS, drop_auto_keys, settled_scheduler
 from framework.config.location import group_options
+from framework.config.optional_modules import install_hint, missing_problem
 from framework.config.param_groups import ParamGroups
 from framework.config.ranges import COMPONENT_RANGES, ArgumentRanges, is_number, range_of
 from framework.config.schemas import (
@@ -102,10 +104,42 @@ def validate(
         problems += _named_nodes_problems(group, container.get(group))
     checked = subject(container) if subject else container
     for check in checks:
-        problems.extend(check(checked))
+        problems.extend(_answers(check, checked))
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(said_once(problems))
     return checked
+
+
+def _answers(check: Callable[[Any], list[str]], subject: Any) -> list[str]:
+    """``check``'s problems; where it stops on a library it imports and does not find (an optional extra
+    not installed) or on a GGUF file that does not convert, that one, rather than a traceback."""
+    try:
+        return list(check(subject))
+    except ModuleNotFoundError as err:
+        problem = missing_problem(err)
+        if problem is None:
+            raise  # (a module of no extra: a bug, with its traceback)
+        return [problem]
+    except GGUFError as err:
+        return [str(err)]
+
+
+_INSTALL = re.compile(r"pip install '[^']*'(?: \(or pip install [^)]*\))?|pip install [\w.-]+(?: [\w.-]+)*")
+
+
+def said_once(problems: list[str]) -> list[str]:
+    """``problems`` with each said once: a library not installed by the first line that names its install
+    command (several checks stop on it; one install ends them all), a file's failure that ``_answers`` caught
+    (it begins with the file's quoted path) by the line of a check that names it with its key."""
+    out, commands = [], set()
+    for problem in dict.fromkeys(problems):
+        command = _INSTALL.search(problem)
+        keyed = problem.startswith("'") and any(problem in p and problem != p for p in problems)
+        if (command and command.group() in commands) or keyed:
+            continue
+        commands.add(command.group() if command else None)
+        out.append(problem)
+    return out
 
 
 def _unselected_adapter(node) -> list[str]:
@@ -426,7 +460,9 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
     try:
         obj = import_target(target)
     except Exception as err:
-        problems.append(f"{path}._target_: cannot import '{target}': {type(err).__name__}: {err}")
+        missing = missing_problem(err) if isinstance(err, ModuleNotFoundError) else None
+        hint = f"; {install_hint(err.name)}" if missing else ""
+        problems.append(f"{path}._target_: cannot import '{target}': {type(err).__name__}: {err}{hint}")
         return
     try:
         signature = inspect.signature(obj)
@@ -458,8 +494,13 @@ def check_target(node: dict, path: str, problems: list[str], group: str) -> None
     # (its messages name their key: in full, or relative to this node's, which is then prefixed)
     check_config = getattr(obj, "check_config", None)
     if callable(check_config):
-        found = check_config(**{k: v for k, v in node.items() if k not in HYDRA_KEYS})
-        problems.extend(m if m.startswith(f"{path}.") or m.startswith(f"{path}:") else f"{path}.{m}" for m in found)
+        try:
+            found = check_config(**{k: v for k, v in node.items() if k not in HYDRA_KEYS})
+        except ModuleNotFoundError as err:  # (a library its check imports: named with its extra, keyed here)
+            if missing_problem(err) is None:
+                raise
+            found = [missing_problem(err, path)]
+        problems.extend(m if m.startswith((f"{path}.", f"{path}:", f"{path}=")) else f"{path}.{m}" for m in found)
 
 
 def optimizer_settings(node: dict) -> list[str] | None:

@@ -105,6 +105,16 @@ class BaseDataModule:
             )
 
 
+def train_split_size(samples: int, fractions: list) -> Optional[int]:
+    """The samples ``split_indices`` leaves to training of ``samples`` after ``fractions`` (None: a value that
+    is not a number; its own check names it)."""
+    if not isinstance(samples, int) or not all(
+        isinstance(f, (int, float)) and not isinstance(f, bool) for f in fractions
+    ):
+        return None
+    return samples - sum(int(round(samples * f)) for f in fractions)
+
+
 def split_indices(n: int, fractions: list[float], seed: int) -> list[list[int]]:
     """Split range(n) by a seeded permutation into len(fractions)+1 parts (the rest last)."""
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()

@@ -18,7 +18,7 @@ import string
 from typing import Optional
 
 from framework.config.errors import ConfigError
-from framework.data.row_files import RowFile, kind, message_problem
+from framework.data.row_files import RowFile, keys_of, kind, message_problem
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,7 @@ def row_problem(row: object) -> Optional[str]:
     if {"prompt", "response"} <= given:
         wrong = [key for key in ("prompt", "response") if not isinstance(row[key], str)]
         return f"{wrong[0]}: expected a string, got {kind(row[wrong[0]])}" if wrong else None
-    keys = ", ".join(sorted(given)) or "none"
-    return f"neither 'messages' nor 'prompt' and 'response' (its keys: {keys}); a row is {SHAPE}"
+    return f"neither 'messages' nor 'prompt' and 'response' (its keys: {keys_of(row)}); a row is {SHAPE}"
 
 
 def _messages_problem(messages: object) -> Optional[str]:
@@ -91,8 +90,16 @@ class Renderer:
 
             self.chat = AutoTokenizer.from_pretrained(str(model_directory(tokenizer)), local_files_only=True)
         self.template = template or DEFAULT_TEMPLATE
-        # which one renders is said once: a template the tokenizer lacks changes every loss
-        if say:
+        # which one renders is said once: a template the tokenizer lacks changes every loss (a warning: on the
+        # console whatever the run's verbosity, framework-generate --chat's too)
+        if say and tokenizer and template is None and self.chat is None:
+            log.warning(
+                "The tokenizer %s has no chat template: conversations are rendered by %r instead "
+                "(datamodule.template sets another)",
+                tokenizer,
+                self.template,
+            )
+        elif say:
             log.info(
                 "Conversations rendered by %s", f"{tokenizer}'s chat template" if self.chat else repr(self.template)
             )

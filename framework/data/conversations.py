@@ -13,7 +13,7 @@ from typing import ClassVar, Optional, Sequence
 from torch.utils.data import DataLoader
 
 from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_indices
+from framework.data.base import BaseDataModule, split_indices, train_split_size
 from framework.data.chat import Renderer, encode_example
 from framework.data.prompts import PromptsToContinue, prompt_set, read_prompts
 from framework.data.row_files import RowFile
@@ -101,6 +101,22 @@ class ConversationsDataModule(PromptsToContinue, BaseDataModule):
             problems += cls._system_problems(tokenizer, template, system, seq_len)
         fractions = rest.get("val_fraction", cls.FRACTIONS[0]), rest.get("test_fraction", cls.FRACTIONS[1])
         return problems + found + (cls.split_problems(len(rows), *fractions) if rows and not found else [])
+
+    @classmethod
+    def train_rows(
+        cls, path: Optional[str] = None, val_fraction: float = None, test_fraction: float = None, **_
+    ) -> Optional[int]:
+        """The rows of the training split (those ``val_fraction`` and ``test_fraction`` leave), counted before
+        start (the rows read once: ``RowFile.count``); None where they do not read (their own check says why)."""
+        rows = cls.ROWS.count(str(path or cls.SHIPPED))
+        fractions = [cls.FRACTIONS[0] if val_fraction is None else val_fraction]
+        fractions.append(cls.FRACTIONS[1] if test_fraction is None else test_fraction)
+        return train_split_size(rows, fractions) if rows is not None else None
+
+    @classmethod
+    def train_samples(cls, **options) -> Optional[int]:
+        """The training samples: one a row (a conversation, a pair)."""
+        return cls.train_rows(**options)
 
     @classmethod
     def _system_problems(cls, tokenizer: Optional[str], template: Optional[str], system: str, seq_len) -> list[str]:

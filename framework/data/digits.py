@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
 
-from framework.data.base import BaseDataModule, split_dataset
+from framework.data.base import BaseDataModule, split_dataset, train_split_size
 from framework.data.batched import GatheringTensorDataset
 
 DIGITS_FILE = Path(__file__).parent / "assets" / "digits.csv.gz"  # source and licence: assets/README.md
@@ -71,6 +72,15 @@ class DigitsDataModule(BaseDataModule):
                 "leave it at [1, 8, 8] (the models read it)"
             )
         return problems
+
+    @classmethod
+    def train_samples(cls, val_fraction: float = 0.1, test_fraction: float = 0.2, classes=None, **_) -> Optional[int]:
+        """The digits of the training split (what ``val_fraction`` and ``test_fraction`` leave of ``classes``'),
+        counted from ``CLASS_COUNTS`` without reading the file."""
+        chosen = classes if isinstance(classes, (list, tuple)) else range(10)
+        if not all(isinstance(c, int) and 0 <= c < 10 for c in chosen):
+            return None
+        return train_split_size(sum(cls.CLASS_COUNTS[c] for c in chosen), [val_fraction, test_fraction])
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:

@@ -105,6 +105,12 @@ class InstructionsDataModule(ConversationsDataModule):
                          split_seed, num_workers, vocab_size, predict_prompts, predict_file)  # fmt: skip
         self.packed = pack
 
+    @classmethod
+    def train_samples(cls, pack: bool = True, **options) -> Optional[int]:
+        """The training samples: one a row; packed, windows, known once the rows are encoded (None here;
+        ``train_rows`` bounds them: a window holds one example at least)."""
+        return None if pack else cls.train_rows(**options)
+
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return

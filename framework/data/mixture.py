@@ -13,6 +13,7 @@ The engine's sampler shuffles whole blocks on top (``shuffle_order``).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -66,8 +67,20 @@ class MixedWindows(Dataset):
         """Corpora mixed (``paths``, their indexes, None where unread): ``weights`` (null: by the corpora's
         sizes) one finite number > 0 per corpus (an infinite one made every quota NaN: ``quotas``), and the
         corpora of one tokenizer; keyed relative to the datamodule."""
-        problems = cls._weight_problems(weights, len(paths))
+        problems = cls._weight_problems(weights, len(paths)) + cls._repeated_problems(paths)
         return problems + (cls._tokenizer_problems(paths, indexes) if None not in indexes else [])
+
+    @staticmethod
+    def _repeated_problems(paths: list[str]) -> list[str]:
+        """A corpus named twice (or by two paths to one directory): its windows would come twice in an epoch."""
+        where = [Path(str(p)).resolve() for p in paths]
+        twice = [str(p) for i, p in enumerate(paths) if where[i] in where[:i]]
+        if not twice:
+            return []
+        return [
+            f"path: {', '.join(twice)} named more than once; mix each corpus once (datamodule.weights gives one a "
+            "larger share)"
+        ]
 
     @staticmethod
     def _tokenizer_problems(paths: list[str], indexes: list[dict]) -> list[str]:

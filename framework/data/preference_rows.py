@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from framework.data.row_files import RowFile, kind, message_problem
+from framework.data.row_files import RowFile, keys_of, kind, message_problem
 
 SHAPE = (
     '{"prompt": str, "chosen": str, "rejected": str}, or conversations: {"prompt": [{"role", "content"}, ...], '
@@ -23,8 +23,7 @@ def pair_problem(row: object) -> Optional[str]:
         return f"expected an object ({SHAPE}), got {kind(row)}"
     missing = [key for key in KEYS if row.get(key) is None]
     if missing:
-        keys = ", ".join(sorted(k for k, v in row.items() if v is not None)) or "none"
-        return f"no {' and no '.join(repr(k) for k in missing)} (its keys: {keys}); a row is {SHAPE}"
+        return f"no {' and no '.join(repr(k) for k in missing)} (its keys: {keys_of(row)}); a row is {SHAPE}"
     conversational = isinstance(row["prompt"], list)
     for key in KEYS:
         problem = _messages_problem(key, row[key]) if conversational else _text_problem(key, row[key])
@@ -39,7 +38,7 @@ def pair_problem(row: object) -> Optional[str]:
 
 def _text_problem(key: str, value: object) -> Optional[str]:
     if isinstance(value, str):
-        return None
+        return _empty_answer(key) if key != "prompt" and not value.strip() else None
     if isinstance(value, list) and key != "prompt":
         return f"{key}: a list of messages, but prompt is a string; give all three as text, or all three as messages"
     return f"{key}: expected a string, got {kind(value)}"
@@ -55,9 +54,15 @@ def _messages_problem(key: str, messages: object) -> Optional[str]:
             return problem
     if key != "prompt" and not any(m["role"] == "assistant" for m in messages):
         return f"{key}: no assistant turn: nothing to prefer (the loss counts the answer's assistant turns)"
+    if key != "prompt" and not any(m["content"].strip() for m in messages if m["role"] == "assistant"):
+        return _empty_answer(key)
     if key == "prompt" and not messages:
         return "prompt: an empty list; a prompt holds at least the user's message"
     return None
+
+
+def _empty_answer(key: str) -> str:
+    return f"{key}: an empty answer (no text, or white space only): nothing to prefer or reject"
 
 
 def pair_messages(row: dict, system: Optional[str] = None) -> tuple[list[dict], list[dict], list[dict]]:

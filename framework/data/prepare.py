@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
+from framework.config.optional_modules import is_missing, not_installed
 from framework.data.prepare_pieces import init_worker, prepare_piece
 from framework.data.token_shards import (
     FORMAT,
@@ -30,7 +31,7 @@ from framework.data.token_shards import (
     tokenizer_fingerprint,
     write_index,
 )
-from framework.data.token_sources import input_files, plan_pieces
+from framework.data.token_sources import PYARROW_KINDS, input_files, kind, plan_pieces
 
 # Tried in order when eos_token is "auto": the end-of-text tokens of GPT-2, Llama and Mistral, Qwen.
 _EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|im_end|>", "<eos>")
@@ -193,6 +194,7 @@ def _run(jobs: list, workers: int, total_bytes: int) -> list[dict]:
 
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not jobs)
     done, before = [], signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    resume = "run the same command again to resume"
     try:
         markers = (prepare_piece(job) for job in jobs) if workers <= 1 or len(jobs) <= 1 else _in_workers(jobs, workers)
         for marker in markers:
@@ -201,11 +203,14 @@ def _run(jobs: list, workers: int, total_bytes: int) -> list[dict]:
         return done
     except KeyboardInterrupt as err:
         raise Stopped("interrupted", 130) from err
+    except ValueError:  # (an input that does not read: the same command would stop on it again)
+        resume = "the same command resumes from them once the input named below is replaced or left out"
+        raise
     finally:
         signal.signal(signal.SIGTERM, before)
         bar.close()
         if len(done) < len(jobs):
-            print(f"{len(done)} of {len(jobs)} pieces done this time, kept; run the same command again to resume")
+            print(f"{len(done)} of {len(jobs)} pieces done this time, kept; {resume}")
 
 
 def _index(
@@ -240,6 +245,9 @@ def prepare(settings: PrepareSettings) -> dict:
     writes an output (a lock on ``<output>/.lock``; another is refused, naming the one at work)."""
     output = Path(settings.output)
     files = input_files([str(i) for i in settings.input])
+    rows = sorted({kind(f) for f in files if kind(f) in PYARROW_KINDS})
+    if rows and is_missing("pyarrow"):  # (before a piece starts: each would stop on it)
+        raise ValueError(not_installed("input", "pyarrow", f"reading {', '.join(rows)} files"))
     tokenizer = _tokenizer_facts(settings)
     output.mkdir(parents=True, exist_ok=True)
     with _locked(output):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from framework.config.errors import ConfigError
+from framework.data.base import train_split_size
 from framework.data.rl_prompts import PromptsDataModule
 
 COLUMNS = {"answer", "question", "metadata"}
@@ -59,6 +60,16 @@ class ReasoningGymDataModule(PromptsDataModule):
     @classmethod
     def row_columns(cls, **_) -> set[str]:
         return set(COLUMNS)
+
+    @classmethod
+    def train_rows(cls, dataset="basic_arithmetic", size=1000, seed=0, config=None, val_fraction=0.1,
+                   test_fraction=0.0, **_) -> Optional[int]:  # fmt: skip
+        """The rows of the training split, drawn before start as setup draws them (each question once)."""
+        try:
+            rows = len(generated_rows(dataset, size, seed, config))
+        except Exception:  # noqa: BLE001 - reasoning-gym missing or refusing: check_config says why
+            return None
+        return train_split_size(rows, [val_fraction, test_fraction])
 
     @classmethod
     def check_config(cls, dataset: str = "basic_arithmetic", config: Optional[dict] = None, **rest) -> list[str]:

@@ -31,6 +31,13 @@ class RowFile:
             raise ConfigError([f"{key}{p[len('path') :]}" for p in problems])
         return rows
 
+    def count(self, path: str) -> Optional[int]:
+        """How many rows ``path`` holds, every one good (None: a bad row, or a file that does not read); read
+        once while the file's size and modification time stay (``checked`` counts them as it reads)."""
+        if _signature(path) not in _counts:
+            self.checked(path)
+        return _counts.get(_signature(path))
+
     def checked(self, path: str) -> tuple[list[dict], list[str]]:
         """(the good rows of ``path``, the problems keyed relative to the datamodule: ``path: <file> line 3:
         ...``, or why the file does not read)."""
@@ -47,7 +54,20 @@ class RowFile:
             bad = [*bad[:SHOWN], more]
         if not bad and not rows:
             bad = [f"path: '{path}' holds no row; each is {self.shape}"]
+        _counts[_signature(path)] = None if bad else len(rows)
         return rows, bad
+
+
+_counts: dict[tuple, Optional[int]] = {}  # (path, size, mtime_ns) -> its good rows' count (None: bad ones)
+
+
+def _signature(path: str) -> tuple:
+    """A file's path with its size and modification time (a directory's: its own), or the path alone."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return (str(path),)
+    return (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 def located_rows(source: Path) -> Iterator[tuple[str, object, Optional[str]]]:
@@ -114,6 +134,14 @@ def message_problem(key: str, message: object) -> Optional[str]:
     if not isinstance(content, str):
         return f"{key}.content: expected a string, got {kind(content)}"
     return None
+
+
+def keys_of(row: dict) -> str:
+    """A row's keys as a message names them: those with a value, then those null (a null counts as absent,
+    and a message that hid it would send the reader to the wrong key)."""
+    given = ", ".join(sorted(str(k) for k, v in row.items() if v is not None)) or "none"
+    nulls = sorted(str(k) for k, v in row.items() if v is None)
+    return given + (f"; {', '.join(nulls)}: null" if nulls else "")
 
 
 def kind(value: object) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
 from framework.config.ranges import Range
-from framework.data.base import BaseDataModule, split_dataset
+from framework.data.base import BaseDataModule, split_dataset, train_split_size
 from framework.data.batched import GatheringTensorDataset
 
 
@@ -46,6 +47,13 @@ class SyntheticDataModule(BaseDataModule):
             if isinstance(num_samples, int) and num_samples >= 1
             else []
         )
+
+    @classmethod
+    def train_samples(
+        cls, num_samples: int = 2048, val_fraction: float = 0.1, test_fraction: float = 0.1, **_
+    ) -> Optional[int]:
+        """The samples of the training split (what ``val_fraction`` and ``test_fraction`` leave)."""
+        return train_split_size(num_samples, [val_fraction, test_fraction])
 
     def setup(self, stage: str) -> None:
         if self.train_set is not None:

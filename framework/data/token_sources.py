@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".txt.gz", ".txt.zst", ".jsonl.gz", ".jsonl.zst")
+PYARROW_KINDS = tuple(k for k in SUFFIXES if k != ".txt")  # read, or decompressed, by pyarrow
 _CODECS = {".gz": "gzip", ".zst": "zstd"}
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from framework.config.gguf_files import GGUFError
+from framework.config.optional_modules import is_missing, not_installed
 from framework.config.package_paths import model_directory
 
 
@@ -51,6 +52,8 @@ class TokenizerFile:
     def problems(self) -> list[str]:
         """``tokenizer`` names a tokenizers JSON file, or a directory that holds one (null: bytes); keyed
         relative to the datamodule."""
+        if self.name and is_missing("tokenizers"):
+            return [not_installed("tokenizer", "tokenizers", "reading a tokenizer file")]
         try:
             found = self.path.is_file() if self.name else True
         except (FileNotFoundError, GGUFError) as err:

@@ -240,6 +240,12 @@ class TokensDataModule(PromptsToContinue, BaseDataModule):
         ]
 
     @classmethod
+    def text_tokenizer(cls, path: Union[str, list, None] = None, tokenizer: Optional[str] = None, **_) -> Optional[str]:
+        """The tokenizer text is encoded with (the harness's questions): ``tokenizer``, or the one the corpus
+        was prepared with (None: bytes). OSError, ValueError or KeyError: a corpus that does not read."""
+        return tokenizer or read_index(str(path))["tokenizer"]["file"]
+
+    @classmethod
     def train_samples(cls, path: Union[str, list, None] = None, seq_len: int = 128, **_) -> Optional[int]:
         """The training windows of the corpus (of corpora mixed: together), known before start from the
         index (None when unknown)."""

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Optional
 
 from framework.config.experiment import Experiment, Spec
+from framework.config.optional_modules import install_hint, is_missing, not_installed
 from framework.config.param_groups import ParamGroups
 from framework.config.ranges import are_ints
 from framework.config.writable import unwritable
@@ -122,19 +124,19 @@ def check_adapter(run: ResolvedExperiment) -> list[str]:
 def check_adapter_packages(run: Experiment) -> list[str]:
     """What adapters need installed beyond the framework, named before start rather than by an import
     error after training: torchao for QLoRA's 4-bit base, peft for the adapters' own export."""
-    import importlib.util
-
     if run.adapter is None:
         return []
-    install = "pip install 'framework[adapters]'"
     problems = []
-    if run.adapter.quantize and importlib.util.find_spec("torchao") is None:
-        problems.append(f"adapter.quantize: {run.adapter.quantize} (QLoRA) needs torchao, not installed; {install}")
-    exports_adapters = run.export_weights and run.export_format == "hf" and not run.export_merge
-    if exports_adapters and importlib.util.find_spec("peft") is None:
+    if run.adapter.quantize and is_missing("torchao"):
         problems.append(
-            f"export_format: hf writes the adapters in peft's format, and peft is not installed; {install}, "
-            "or set export_merge=true (the merged model, for transformers alone)"
+            f"adapter.quantize: {run.adapter.quantize} (QLoRA) needs torchao, which is not installed; "
+            + install_hint("torchao")
+        )
+    exports_adapters = run.export_weights and run.export_format == "hf" and not run.export_merge
+    if exports_adapters and is_missing("peft"):
+        problems.append(
+            f"export_format: hf writes the adapters in peft's format, and peft is not installed; "
+            f"{install_hint('peft')}, or set export_merge=true (the merged model, for transformers alone)"
         )
     return problems
 
@@ -264,11 +266,7 @@ def check_validation_interval(run: Experiment) -> list[str]:
         return []
     if are_ints(limit) and validation_interval_problem(interval, limit):
         return []  # named against trainer.limit_train_batches by the trainer's own check
-    try:
-        counter = data.declared("train_samples")
-        samples = counter(**data.options) if callable(counter) else None
-    except (OSError, ValueError, TypeError, KeyError):  # data that does not read: its own check names it
-        return []
+    samples = _counted(data, "train_samples")
     if not are_ints(samples):
         return []
     batches = limit_batches(samples // batch, limit)
@@ -276,6 +274,38 @@ def check_validation_interval(run: Experiment) -> list[str]:
         interval, batches, f" ({samples:,} training samples in global batches of {batch})"
     )
     return [problem] if problem else []
+
+
+def check_global_batch(run: Experiment) -> list[str]:
+    """The global batch (``datamodule.batch_size``) within the training set, for a datamodule that counts it
+    before start (``train_samples``; else ``train_rows``, which bound the windows rows are packed into): the
+    ranks refuse a larger one too (engine/data_loaders.py), but only once the model is built."""
+    data, batch = run.datamodule, run.datamodule.get("batch_size")
+    if not run.train or not are_ints(batch) or batch < 1:
+        return []
+    samples = _counted(data, "train_samples")
+    rows = _counted(data, "train_rows") if samples is None else None
+    count = samples if are_ints(samples) else rows
+    if not are_ints(count) or batch <= count:
+        return []
+    held = [f"datamodule.{k}={data[k]}" for k in ("val_fraction", "test_fraction") if k in data]
+    after = f" after {' and '.join(held)}" if held else ""
+    unit = ("sample" if count is samples else "row") + ("s" if count != 1 else "")
+    packed = "" if count is samples else ", packed into at most as many windows"
+    what = f"{count} {unit}{after}{packed}"
+    return [
+        f"datamodule.batch_size: the global batch {batch} is larger than the training set ({what}); "
+        f"set datamodule.batch_size={count} or less"
+    ]
+
+
+def _counted(data: Spec, counter: str) -> Optional[int]:
+    """What the datamodule's class counts of its data before start (``train_samples``, ``train_rows``), or None."""
+    count = data.declared(counter)
+    try:
+        return count(**data.options) if callable(count) else None
+    except (OSError, ValueError, TypeError, KeyError):  # data that does not read: its own check names it
+        return None
 
 
 def check_export_format(run: Experiment) -> list[str]:
@@ -394,16 +424,11 @@ def check_masked_targets(run: ResolvedExperiment) -> list[str]:
 def check_harness(run: Experiment) -> list[str]:
     """``harness.tasks`` name tasks lm-eval finds (shipped, in ``harness.include_path``, or its own),
     for a language model (logits per token) and a datamodule that knows its tokenizer."""
-    import importlib.util
-
     names, include = run.harness.tasks, run.harness.include_path
     if not names or not isinstance(names, list):
         return []
-    if importlib.util.find_spec("lm_eval") is None:
-        return [
-            "harness.tasks: needs EleutherAI's lm-evaluation-harness, which is not installed; "
-            "pip install 'framework[harness]'"
-        ]
+    if is_missing("lm_eval"):
+        return [not_installed("harness.tasks", "lm_eval", "EleutherAI's lm-evaluation-harness")]
     problems = []
     if include and not Path(str(include)).is_dir():
         problems.append(f"harness.include_path: '{include}' is not a directory (of lm-eval task YAMLs)")
@@ -437,14 +462,12 @@ def _harness_codec(data: Spec):
     """The tokenizer the datamodule will encode the harness's questions with (framework/data/text.py's
     Codec: its ``tokenizer``, a prepared corpus's own, or bytes)."""
     from framework.data.text import Codec
-    from framework.data.token_shards import read_index
 
-    tokenizer = data.get("tokenizer")
-    if not tokenizer and data.get("path") and "seq_len" in data and data.declared("train_samples") is not None:
-        try:  # datamodule=tokens: the tokenizer its corpus was prepared with
-            tokenizer = read_index(str(data["path"]))["tokenizer"]["file"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+    declared = data.declared("text_tokenizer")  # (datamodule=tokens: the tokenizer its corpus was prepared with)
+    try:
+        tokenizer = declared(**data.options) if callable(declared) else data.get("tokenizer")
+    except (OSError, ValueError, KeyError, TypeError):  # (a corpus that does not read: its own check names it)
+        return None
     return Codec(str(tokenizer) if tokenizer else None)
 
 

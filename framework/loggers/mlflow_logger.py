@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from framework.config.optional_modules import install_hint
+
 
 class MLFlowLogger:
     def __init__(self, experiment_name: str = "framework", tracking_uri: str = "mlruns", run_name: str | None = None):
@@ -18,7 +20,7 @@ class MLFlowLogger:
             import mlflow  # noqa: F401
         except ImportError:
             return [
-                "logger.mlflow: mlflow is not installed; pip install mlflow (or -e '.[mlflow]'), "
+                f"logger.mlflow: mlflow is not installed; {install_hint('mlflow')}, "
                 "or choose logger=tensorboard / logger=csv"
             ]
         return []

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from framework.config.optional_modules import install_hint
+
 MODES = ("online", "offline", "disabled")
 
 
@@ -45,7 +47,7 @@ class WandbLogger:
             import wandb  # noqa: F401
         except ImportError:
             problems.append(
-                "logger.wandb: wandb is not installed; pip install wandb (or -e '.[wandb]'), "
+                f"logger.wandb: wandb is not installed; {install_hint('wandb')}, "
                 "or choose logger=tensorboard / logger=csv"
             )
         if mode not in MODES:

@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from framework.config.gguf_files import GGUFError
+from framework.config.optional_modules import install_hint
 from framework.config.package_paths import model_directory
 
-MISSING_LIBRARY = (
-    "model={group}: needs the transformers library, an optional extra: "
-    "pip install 'framework[hf]' (or pip install transformers)"
-)
+MISSING_LIBRARY = "model={group}: needs the transformers library, an optional extra: " + install_hint("transformers")
 WEIGHTS_INDEX = "model.safetensors.index.json"
 
 

@@ -20,7 +20,7 @@ from framework.config.experiment import Experiment
 from framework.config.ranges import Range
 from framework.models.lora import adapters_off
 from framework.tasks.generation import plain_module
-from framework.tasks.language_modeling import LanguageModelingTask, room_to_generate
+from framework.tasks.language_modeling import LanguageModelingTask, room_to_generate, token_id_problems
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")  # TRL's names (DPOConfig.loss_type)
 
@@ -118,7 +118,7 @@ class DPOTask:
                 f"strategy.cp: {cp} splits each sequence across ranks, and task=dpo sums each answer's "
                 "log-probability whole; use strategy.cp=1 (ddp, fsdp, tp, fsdp_tp)"
             )
-        return problems + room_to_generate(run)
+        return problems + room_to_generate(run) + token_id_problems(run)
 
     def connect(self, datamodule) -> None:
         """The datamodule's tokenizer's end of sequence and pad ids, for generation."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from framework.config.experiment import Experiment
 from framework.config.ranges import are_ints
-from framework.tasks.language_modeling import room_to_generate
+from framework.tasks.language_modeling import room_to_generate, token_id_problems
 from framework.tasks.reward_calls import PASSED, Rewards
 
 
@@ -17,7 +17,15 @@ class GRPORunChecks:
         self.run, self.key = run, f"task._target_: {run.task.target}"
 
     def problems(self) -> list[str]:
-        return self.data() + self.layout() + self.batches() + self.room() + self.columns() + room_to_generate(self.run)
+        return (
+            self.data()
+            + self.layout()
+            + self.batches()
+            + self.room()
+            + self.columns()
+            + room_to_generate(self.run)
+            + token_id_problems(self.run)
+        )
 
     def data(self) -> list[str]:
         run, problems = self.run, []

@@ -56,15 +56,38 @@ def _aux_loss(model: torch.nn.Module) -> Optional[torch.Tensor]:
 
 def room_to_generate(run: Experiment) -> list[str]:
     """A prediction generates ``max_new_tokens`` after at least one prompt token, within the positions
-    the model holds (``model.max_seq_len``: generation cuts a longer prompt on the left, not the new tokens)."""
-    new, positions = run.task.get("max_new_tokens"), run.model.get("max_seq_len")
-    if not run.predict or not are_ints(new, positions) or new < positions:
+    the model holds (``model.max_seq_len``, or what the model declares: a Hugging Face model's config's
+    ``max_position_embeddings``; generation cuts a longer prompt on the left, not the new tokens)."""
+    new = run.task.get("max_new_tokens")
+    if not run.predict or not are_ints(new):
         return []
+    positions = run.model.sizes().get("max_seq_len")  # (the node's, else the class's declared_sizes)
+    if not are_ints(positions) or new < positions:
+        return []
+    key = "model.max_seq_len" if "max_seq_len" in run.model else "its config's max_position_embeddings"
     other = ", or predict=false" if run.train or run.test else ""
     return [
-        f"task.max_new_tokens: {new} new tokens, but the model holds {positions} positions (model.max_seq_len) "
+        f"task.max_new_tokens: {new} new tokens, but the model holds {positions} positions ({key}) "
         f"and a prompt needs one of them; set task.max_new_tokens={positions - 1} or less{other}"
     ]
+
+
+def token_id_problems(run: Experiment) -> list[str]:
+    """``task.eos_token_id`` and ``task.pad_token``: ids of the vocabulary (``datamodule.vocab_size``, else the
+    model's), as generation compares and writes them (an id outside it never ends a row, or is no token)."""
+    vocabulary = run.datamodule.get("vocab_size")
+    vocabulary = vocabulary if are_ints(vocabulary) else run.model.sizes().get("vocab_size")
+    problems = []
+    for key in ("eos_token_id", "pad_token"):
+        value = run.task.get(key)
+        ids = value if isinstance(value, list) else [value]
+        wrong = [i for i in ids if are_ints(i) and (i < 0 or (are_ints(vocabulary) and i >= vocabulary))]
+        if wrong:
+            within = f" (0 to {vocabulary - 1})" if are_ints(vocabulary) else " (a token id is >= 0)"
+            problems.append(
+                f"task.{key}: {', '.join(map(str, wrong))} is no token of the vocabulary{within}; null: the tokenizer's"
+            )
+    return problems
 
 
 class LanguageModelingTask:
@@ -106,7 +129,7 @@ class LanguageModelingTask:
                 f"{key} needs logits per token, but model {model.name} has no vocabulary (no vocab_size); "
                 "choose model=gpt (or a language model of your own)"
             )
-        return problems + room_to_generate(run)
+        return problems + room_to_generate(run) + token_id_problems(run)
 
     def __init__(
         self,

@@ -167,3 +167,15 @@ def test_framework_generate_chat_renders_each_prompt_as_the_templates_user_turn(
     expected = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1] :]
     assert row["prompt"] == question
     assert row["tokens"] == expected.tolist()[: len(row["tokens"])] and row["tokens"]
+
+
+def test_a_tokenizer_without_a_chat_template_is_said_in_a_warning(tmp_path, caplog):
+    """framework-generate --chat on such a model had rendered '### user:' with nothing on the terminal."""
+    from framework.data.chat import Renderer
+
+    tokenizer = bpe_tokenizer(tmp_path)
+    Renderer(str(tokenizer))
+    [warning] = [r for r in caplog.records if "chat template" in r.getMessage()]
+    assert warning.levelname == "WARNING" and warning.getMessage().startswith(
+        f"The tokenizer {tokenizer} has no chat template: conversations are rendered by '### {{role}}"
+    )

@@ -95,6 +95,22 @@ BAD = [
 ]
 
 
+def test_a_null_key_is_named_as_null_and_an_empty_answer_is_refused():
+    """A null prompt had been refused as "(its keys: chosen, rejected)", and an empty answer trained in silence."""
+    from framework.data.chat import row_problem
+    from framework.data.preference_rows import pair_problem
+
+    assert pair_problem({**TEXT, "prompt": None}).startswith("no 'prompt' (its keys: chosen, rejected; prompt: null)")
+    assert row_problem({"prompt": None, "response": "json"}).startswith(
+        "neither 'messages' nor 'prompt' and 'response' (its keys: response; prompt: null)"
+    )
+    empty = [{"role": "assistant", "content": " "}]
+    for row, key in (({**TEXT, "chosen": ""}, "chosen"), ({**CONVERSATION, "rejected": empty}, "rejected")):
+        assert (
+            pair_problem(row) == f"{key}: an empty answer (no text, or white space only): nothing to prefer or reject"
+        )
+
+
 def test_every_bad_row_is_named_by_its_file_and_line_before_start_and_where_the_rank_reads_it(tmp_path):
     path = _jsonl(tmp_path / "bad.jsonl", [row for row, _ in BAD] + [TEXT])
     problems = PreferencesDataModule.check_config(path=str(path))

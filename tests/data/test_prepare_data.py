@@ -180,6 +180,8 @@ def test_the_command_line_names_a_bad_key_and_its_valid_ones(tmp_path):
         parse(["input=x", "output=y", "val_fraction=2"])
     with pytest.raises(ConfigError, match="workers: Value 'abc' of type 'str' could not be converted to Integer"):
         parse(["input=x", "output=y", "workers=abc"])
+    with pytest.raises(ConfigError, match="where: 'lang' is not field=value"):  # (it said: text_key names no field)
+        parse(["input=x", "output=y", "where=lang"])
     done = subprocess.run(
         [sys.executable, "-m", "framework.cli.prepare_data", f"input={tmp_path}/none/*.txt", f"output={tmp_path}/out"],
         capture_output=True,
@@ -352,6 +354,7 @@ def test_a_truncated_gzip_on_the_command_line_exits_2_and_keeps_the_corpus_prepa
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     said = done.stderr.strip().splitlines()[-1]
     assert said.startswith(f"framework-prepare-data: input: '{damaged['gz'][0]}' is cut short or damaged: gzip fails")
+    assert "run the same command again" not in done.stdout and "once the input named below is replaced" in done.stdout
     assert {**files_of(out), "index.json": (out / "index.json").read_bytes()} == before  # (it resumes from here)
     again = subprocess.run([*command, f"input=[{source}]"], capture_output=True, text=True)
     assert again.returncode == 0 and "up to date" in again.stdout

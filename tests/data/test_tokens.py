@@ -4,6 +4,7 @@ tokenizer is refused before start, naming the file."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -126,10 +127,19 @@ def test_another_tokenizer_and_a_vocabulary_beyond_the_embedding_are_refused(cor
         ("[1]", "[1]; one positive number per corpus of datamodule.path (2), each finite and > 0"),
     ],
 )
-def test_a_mixtures_weights_are_finite_and_positive_one_per_corpus(corpus, weights, shown):
+def test_a_mixtures_weights_are_finite_and_positive_one_per_corpus(corpus, weights, shown, tmp_path):
     """An infinite weight made every quota NaN ("cannot convert float NaN to integer" in the rank)."""
-    found = problems(f"datamodule.path=[{corpus},{corpus}]", f"datamodule.weights={weights}")
+    other = shutil.copytree(corpus, tmp_path / "copy")  # (one corpus named twice is refused: below)
+    found = problems(f"datamodule.path=[{corpus},{other}]", f"datamodule.weights={weights}")
     assert found == [f"datamodule.weights: {shown}, e.g. [0.5, 0.5] (null: by their sizes)"]
+
+
+def test_one_corpus_named_twice_in_a_mixture_is_refused(corpus):
+    """It had been mixed with itself in silence: each of its windows twice an epoch."""
+    assert problems(f"datamodule.path=[{corpus},{corpus}/.]") == [
+        f"datamodule.path: {corpus}/. named more than once; mix each corpus once (datamodule.weights gives one a "
+        "larger share)"
+    ]
 
 
 @pytest.mark.multiprocess

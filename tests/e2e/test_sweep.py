@@ -99,7 +99,7 @@ def test_report_rebuilds_an_interrupted_sweep(tmp_path):
 
 def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_path):
     sweep = tmp_path / "sweep"
-    # a global batch larger than the training set fails at run time, inside the rank
+    # a callback of the user's fails at run time, inside the rank, in the first job
     proc = subprocess.run(
         [
             sys.executable,
@@ -107,8 +107,9 @@ def test_a_failing_job_does_not_stop_the_sweep_but_fails_its_exit_status(tmp_pat
             "framework.train",
             "-m",
             *TINY,
-            "datamodule.batch_size=4096,32",
             "callbacks=none",
+            "+callbacks.fails._target_=tests.helpers.probes.FailsAtFitStart",
+            "+callbacks.fails.fail=true,false",
             "logger=csv",
             f"hydra.sweep.dir={sweep}",
         ],

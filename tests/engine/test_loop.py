@@ -165,10 +165,11 @@ def test_results_json_has_every_field(tiny_cfg, tmp_path):
 
 
 def test_failure_is_recorded_and_raised(tiny_cfg, tmp_path):
-    with pytest.raises(ValueError, match="larger than the training set"):
-        fit(tiny_cfg("datamodule.batch_size=4096"), output_dir=str(tmp_path))
+    # (it had been a global batch larger than the data: now refused before start)
+    with pytest.raises(ValueError, match="the user's callback failed at fit start"):
+        fit(tiny_cfg("+callbacks.fails._target_=tests.helpers.probes.FailsAtFitStart"), output_dir=str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["status"] == "failed" and "larger than the training set" in results["error"]
+    assert results["status"] == "failed" and "the user's callback failed at fit start" in results["error"]
     assert results["failed_rank"] == 0
 
 

@@ -93,6 +93,18 @@ class TypoCallback:
         pass
 
 
+class FailsAtFitStart:
+    """A user callback that fails inside the rank once fit starts (no check before start can know), where
+    ``fail`` says so."""
+
+    def __init__(self, fail: bool = True):
+        self.fail = fail
+
+    def on_fit_start(self, trainer) -> None:
+        if self.fail:
+            raise ValueError("the user's callback failed at fit start")
+
+
 class NoFinalizeLogger:
     """A user logger missing finalize()."""
 

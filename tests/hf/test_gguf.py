@@ -2,13 +2,15 @@
 directory in the cache, whose model gives the logits of transformers' own GGUF load; two
 framework-generate at once on a new cache convert it once (one directory, nothing half-written), a
 later one starts from the cache, and its greedy tokens are transformers' generate's with the chat
-template; a datamodule's tokenizer follows the model; a damaged or foreign file is refused before start,
-naming it and the key, as is a cache that cannot be written; an adapter's base is the file's hash."""
+template; a damaged entry in a cache that cannot be written is refused, naming it; a datamodule's tokenizer
+follows the model; a damaged or foreign file is refused before start, naming it and the key, as is a
+cache that cannot be written; an adapter's base is the file's hash."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,6 +103,24 @@ def test_two_generates_at_once_convert_once_and_a_later_one_starts_from_the_cach
     assert "predict_time_s" in results and "test_time_s" not in results and "fit_time_s" not in results
     saved = (tmp_path / "c" / "config.yaml").read_text()
     assert "\noptimizer: {}\n" in saved and "\nscheduler: null\n" in saved  # nothing to train: none built
+    # the entry damaged as a user's edit and a disk's flipped bit would, in a cache that cannot be written
+    # (its lock a directory: root writes through permissions): refused naming the entry, never used
+    # (tests/config/test_gguf_cache.py: each damage found, and converted again where the cache can be written)
+    entry = tmp_path / "cache" / "framework" / "gguf" / key
+    config = entry / "config.json"
+    config.write_text(re.sub(r'"rms_norm_eps": [^,]+', '"rms_norm_eps": 0.5', config.read_text()))
+    with open(entry / "model.safetensors", "r+b") as f:
+        f.seek(-4096, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-4096, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 1]))
+    (entry.parent / f"{key}.lock").unlink()
+    (entry.parent / f"{key}.lock").mkdir()
+    refused = _generate(tmp_path / "cache", tmp_path / "d")
+    said = refused.communicate(timeout=600)[1].decode()
+    assert refused.returncode == 2 and "Traceback" not in said, said[-3000:]
+    assert f"its cache entry {entry} is damaged: config.json " in said and f"rm -r '{entry}'" in said
+    assert not (tmp_path / "d" / "predictions.jsonl").exists()
 
 
 def test_a_datamodules_tokenizer_and_vocabulary_follow_the_model_unless_set(tmp_path):

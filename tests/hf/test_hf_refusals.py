@@ -264,3 +264,19 @@ def test_an_export_never_touches_a_linked_directory_nor_a_file_of_the_users(llam
     assert fit(compose(run), output_dir=str(run_dir))["status"] == "completed"
     assert (run_dir / "model_hf" / "notes.json").read_text() == '{"mine": true}'
     assert (run_dir / "model_hf" / "config.json").is_file() and not (run_dir / ".model_hf.tmp").exists()
+
+
+def test_what_fails_after_training_is_refused_before_it_in_the_hugging_face_experiments(tmp_path):
+    """The room to generate (the GPT's check, which read model.max_seq_len only) and the global batch against
+    the training split: each had failed after the model was built or trained."""
+    [problem] = refused(["experiment=hf_lora_instructions", "datamodule.seq_len=16"])
+    assert problem.startswith("task.max_new_tokens: 24 new tokens, but the model holds 16 positions (its config's")
+    [problem] = refused(["experiment=hf_dpo_preferences", "datamodule.batch_size=1000"])
+    assert problem.startswith("datamodule.batch_size: the global batch 1000 is larger than the training set (76 ")
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"prompt": "q", "chosen": "yes", "rejected": "no"}\n')
+    held_out = [f"datamodule.{split}_fraction=0" for split in ("val", "test")]
+    [problem] = refused(["experiment=hf_dpo_preferences", f"datamodule.path={one}", *held_out])
+    assert problem.startswith(
+        "datamodule.batch_size: the global batch 8 is larger than the training set (1 sample after"
+    )

@@ -51,13 +51,15 @@ def test_a_component_answers_for_the_run_it_is_in_before_start():
 
 
 def test_an_error_in_teardown_does_not_hide_the_error_that_ended_the_run(tiny_cfg, tmp_path):
-    with pytest.raises(ValueError, match="larger than the training set"):
+    # (the run's error had been a global batch larger than the data, now refused before start)
+    failing = ["+callbacks.fails._target_=tests.helpers.probes.FailsAtFitStart"]
+    with pytest.raises(ValueError, match="the user's callback failed at fit start"):
         fit(
-            tiny_cfg("datamodule.batch_size=4096", "+logger.mine._target_=tests.helpers.probes.FailingFinalizeLogger"),
+            tiny_cfg(*failing, "+logger.mine._target_=tests.helpers.probes.FailingFinalizeLogger"),
             output_dir=str(tmp_path),
         )
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["status"] == "failed" and "larger than the training set" in results["error"]
+    assert results["status"] == "failed" and "the user's callback failed at fit start" in results["error"]
     assert "finalize failed" in (tmp_path / "train.log").read_text()
 
 

@@ -178,6 +178,12 @@ CASES = [
         ["export_weights=true", "export_merge=true"],
         "export_merge: true merges adapters into the base weights, but this run has none (adapter: null); select",
     ),
+    ([*TEXT, "task.eos_token_id=99999"], "task.eos_token_id: 99999 is no token of the vocabulary (0 to 255)"),
+    ([*TEXT, "task.eos_token_id=-1"], "task.eos_token_id: -1 is no token of the vocabulary (0 to 255)"),
+    (
+        ["datamodule.batch_size=2000"],
+        "datamodule.batch_size: the global batch 2000 is larger than the training set (1258 samples after",
+    ),
 ]
 
 

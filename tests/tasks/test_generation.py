@@ -247,6 +247,16 @@ def test_framework_generate_names_a_source_that_is_not_there(tmp_path, capsys):
     assert said == "pkg://no_such_package/model.gguf: nothing there (a run directory, a checkpoint, a model, .gguf)\n"
 
 
+def test_framework_generate_into_another_run_names_its_own_option(gpt_run, tmp_path, capsys):
+    from framework.generate import main
+
+    (tmp_path / "results.json").write_text("{}")  # another run's
+    assert main([str(gpt_run), "--prompt", "hi", "--output", str(tmp_path)]) == 2
+    said = capsys.readouterr().err
+    assert "choose another directory (--output <another directory>), or add overwrite=true" in said, said
+    assert "fit(" not in said and "ckpt_path=last" not in said  # (the Python API's words, a resume's)
+
+
 @pytest.mark.multiprocess
 def test_framework_generate_reads_piped_prompts_once_and_names_a_bad_line(gpt_run, tmp_path):
     command = [sys.executable, "-m", "framework.generate", str(gpt_run), "--prompts", "/dev/stdin"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import warnings
 
-INSTALL = "pip install 'framework[deepspeed]' (or pip install deepspeed)"
+from framework.config.optional_modules import install_hint
+
+INSTALL = install_hint("deepspeed")
 
 
 def deepspeed_missing() -> str | None:
