@@ -20,6 +20,8 @@ _MODULES = {
     "TokensDataModule": "tokens",
     "InstructionsDataModule": "instructions",
     "PreferencesDataModule": "preferences",
+    "PromptsDataModule": "rl_prompts",
+    "ReasoningGymDataModule": "reasoning_gym_prompts",
 }
 
 __all__ = list(_MODULES)

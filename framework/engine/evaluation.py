@@ -38,7 +38,8 @@ class EvaluationPasses:
         model.eval()
         if not sanity:
             trainer.callbacks.call("on_validation_start" if stage == "val" else "on_test_start", trainer)
-        with trainer.callbacks.weights_for(trainer, stage):
+        # (a task that generates in its step, task=grpo's held-out answers, runs as predict's generation does)
+        with trainer.callbacks.weights_for(trainer, stage), decoding_layout(self.decoding):
             totals, count = self._evaluate_batches(model, loader, stage, limit)
         results = self._reduce(totals, count, stage, sanity)
         model.train(was_training)
@@ -93,14 +94,18 @@ class EvaluationPasses:
         model, strategy = trainer.model, self.strategy
         was_training = model.training
         model.eval()
-        layout = DecodingLayout(
-            synced=strategy.lockstep_forward and strategy.world_size > 1, multiple=strategy.sequence_multiple
-        )
         try:
-            with trainer.callbacks.weights_for(trainer, "predict"), decoding_layout(layout), torch.no_grad():
+            with trainer.callbacks.weights_for(trainer, "predict"), decoding_layout(self.decoding), torch.no_grad():
                 yield model if strategy.lockstep_forward else strategy.unwrap(model)
         finally:
             model.train(was_training)
+
+    @property
+    def decoding(self) -> DecodingLayout:
+        """How generation runs its forwards on this strategy: every rank together where forward gathers
+        sharded weights, each a multiple of the sequence-parallel degree."""
+        strategy = self.strategy
+        return DecodingLayout(strategy.lockstep_forward and strategy.world_size > 1, strategy.sequence_multiple)
 
     def _predict_step(self, model, batch):
         with self.precision.autocast():

@@ -182,7 +182,15 @@ class Task(Protocol):
     samples at the end of each pass.
 
     Optional: ``predict_step(model, batch) -> tensor`` (one row per sample, or a mapping of such
-    tensors) for ``predict=true``; without it the predict loop returns ``model(inputs)``."""
+    tensors) for ``predict=true``; without it the predict loop returns ``model(inputs)``.
+
+    Optional, a task that samples its training micro-batches from the policy (task=grpo; the engine's
+    part: engine/rollout_steps.py): ``rollout(model, prompts, context)`` samples a window from the
+    loader's micro-batches ``prompts`` (every ``steps_per_generation`` of them, null: one optimizer
+    step's), ``rollouts_left`` counts the window's micro-batches not trained on, ``next_rollout(rank,
+    ranks)`` gives the next one's part for a data-parallel rank, ``rollout_rows(rank, ranks)`` the rows
+    the loader gives again after a resume; ``state_dict()`` / ``load_state_dict(state)`` keep the window
+    in the checkpoint."""
 
     def step(self, model: torch.nn.Module, batch, stage: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``stage``: "train", "val" or "test". Returns the batch's mean loss (0-d, with grad in

@@ -28,6 +28,7 @@ from framework.engine.data_loaders import RankLoaders, limit_batches
 from framework.engine.evaluation import EvaluationPasses
 from framework.engine.precision import Precision
 from framework.engine.prepare_model import prepare_model
+from framework.engine.rollout_steps import RolloutSteps
 from framework.engine.scheduler import SchedulerSpec
 from framework.engine.stopping import Stopping, unlimited
 from framework.engine.training_step import TrainingStep
@@ -214,6 +215,7 @@ class Trainer:
         scaler, epoch, step, position in the epoch, RNG states, callbacks)."""
         datamodule.setup("fit")
         self.datamodule = datamodule
+        self._sample_rollouts()
         self._count_targets(datamodule)
         if self.config.reload_dataloaders_every_n_epochs:
             datamodule.trainer = self  # Lightning's idiom: its *_dataloader() may read trainer.current_epoch
@@ -243,10 +245,29 @@ class Trainer:
         self._run_guarded(lambda: self._fit_loop(train_loader, val_loader))
 
     def _count_targets(self, datamodule) -> None:
-        """A datamodule that masks a varying number of targets: losses and metrics are means over the
-        counted targets of the global batch (the task's ``counted``), the same on every strategy."""
-        counts = bool(getattr(datamodule, "masks_targets", False)) and callable(getattr(self.task, "counted", None))
-        self.training_step.counts_targets = self.evaluation.counts_targets = counts
+        """A datamodule that masks a varying number of targets, or a task that samples its training batches
+        (task=grpo's answers): losses and metrics are means over the counted targets of the global batch (the
+        task's ``counted``), the same on every strategy."""
+        counts = callable(getattr(self.task, "counted", None))
+        masks = bool(getattr(datamodule, "masks_targets", False))
+        self.training_step.counts_targets = counts and (masks or self.training_step.rollouts is not None)
+        self.evaluation.counts_targets = counts and masks
+
+    def _sample_rollouts(self) -> None:
+        """A task that samples its training micro-batches from the policy (``rollout``: task=grpo): the
+        engine's part of it (engine/rollout_steps.py)."""
+        if not callable(getattr(self.task, "rollout", None)):
+            return
+        st = self.state
+        self.training_step.rollouts = RolloutSteps(
+            self.task,
+            self.strategy,
+            self.precision,
+            self.loaders.on_device,
+            self.config.accumulate_grad_batches,
+            lambda: (st.global_step, st.current_epoch, self.num_training_batches - st.batch_in_epoch),
+            self.evaluation.decoding,
+        )
 
     def _restore_datamodule(self, ckpt_path) -> None:
         """The datamodule's own state in the checkpoint (Lightning's ``load_state_dict``), if both have one."""
@@ -369,7 +390,15 @@ class Trainer:
             "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
             "callbacks": self.callbacks.state_dict(),
             "datamodule": self.datamodule_state(),
+            "task": self.task_state(),
         }
+
+    def task_state(self) -> Optional[dict]:
+        """The task's ``state_dict()`` where it keeps one across steps (task=grpo's sampled answers)."""
+        saves = callable(getattr(self.task, "state_dict", None)) and callable(
+            getattr(self.task, "load_state_dict", None)
+        )
+        return self.task.state_dict() if saves else None
 
     def datamodule_state(self) -> Optional[dict]:
         """The datamodule's ``state_dict()`` (Lightning's DataModule hook: a corpus's identity), when it
@@ -395,6 +424,10 @@ class Trainer:
                 )
         if self.precision.scaler is not None and state.get("scaler") is not None:
             self.precision.scaler.load_state_dict(state["scaler"])
+        if state.get("task") is not None and callable(getattr(self.task, "load_state_dict", None)):
+            self.task.load_state_dict(state["task"])
+            if self.training_step.rollouts is not None:
+                self.training_step.rollouts.resumed()
         saved = self.callbacks.load_states(state.get("callbacks", {}))
         if saved and self.is_global_zero:
             log.warning(

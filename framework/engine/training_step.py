@@ -23,6 +23,7 @@ class TrainingStep:
         self.model_state_bytes: Optional[dict] = None  # params + grads + optimizer state on this rank
         # The loss is the mean over the global batch's counted targets (a datamodule that masks them)
         self.counts_targets = False
+        self.rollouts = None  # a task that samples its micro-batches from the policy (engine/rollout_steps.py)
         self._null = contextlib.nullcontext()
 
     def run(self, model, optimizer, batches: Iterator, size: int, micro_batch_done: Callable):
@@ -33,7 +34,10 @@ class TrainingStep:
             if self.counts_targets:  # (named before start: cross_checks.check_masked_targets)
                 raise ValueError("a pipeline's schedule averages micro-batch means, not masked targets")
             return self._run_by_strategy(model, optimizer, batches, size, micro_batch_done)
-        window = [self.on_device(next(batches)) for _ in range(size)] if self.counts_targets else None
+        if self.rollouts is not None:
+            window = self.rollouts.window(model, batches, size)
+        else:
+            window = [self.on_device(next(batches)) for _ in range(size)] if self.counts_targets else None
         per_target = self._global_targets(window) if window else None
         accum, step_loss = self.config.accumulate_grad_batches, None
         for i in range(size):
@@ -64,7 +68,8 @@ class TrainingStep:
         degree.) With equal counts it is the window's length times ``n``, the plain ``1 / accum``."""
         counted = torch.stack([self.task.counted(batch[1]) for batch in window]).sum().double()
         cp = getattr(getattr(self.strategy, "topology", None), "cp", 1)
-        return all_reduce(counted, "sum") / (self.strategy.world_size * cp)
+        # (none counted anywhere, every answer of a window masked: each share is 0, not 0 / 0)
+        return (all_reduce(counted, "sum") / (self.strategy.world_size * cp)).clamp(min=1e-12)
 
     def _run_by_strategy(self, model, optimizer, batches: Iterator, size: int, micro_batch_done: Callable):
         """The same step where the strategy runs forward and backward (a pipeline's schedule): it

@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from framework.config.experiment import Experiment
 from framework.config.ranges import Range
 from framework.models.lora import adapters_off
+from framework.tasks.generation import plain_module
 from framework.tasks.language_modeling import LanguageModelingTask, room_to_generate, token_id_problems
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")  # TRL's names (DPOConfig.loss_type)
@@ -49,15 +50,6 @@ def preference_losses(
     if loss_type == "hinge":
         return torch.relu(1 - beta * margin)
     return -F.logsigmoid(beta * margin)
-
-
-def _plain(model: torch.nn.Module) -> torch.nn.Module:
-    """The module inside DDP's wrapper, which prepares a backward in its forward: the reference's forward
-    runs without gradients and needs none of it (FSDP2 and tensor parallelism wrap in place: their
-    model is the module itself)."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 class DPOTask:
@@ -139,7 +131,7 @@ class DPOTask:
     def step(self, model: torch.nn.Module, batch, stage: str):
         inputs, targets = batch[0], batch[1]
         with torch.no_grad(), adapters_off(model):
-            reference, _ = sequence_logps(_plain(model)(inputs), targets, self.ignore_index)
+            reference, _ = sequence_logps(plain_module(model)(inputs), targets, self.ignore_index)
         policy, lengths = sequence_logps(model(inputs), targets, self.ignore_index)
         loss = preference_losses(policy, reference, self.beta, self.loss_type, lengths).mean()
         if stage == "train":

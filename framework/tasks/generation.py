@@ -71,6 +71,15 @@ def takes_cache(model: torch.nn.Module) -> bool:
     return "cache" in inspect.signature(inner.forward).parameters
 
 
+def plain_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside DDP's wrapper, for forwards without gradients: DDP prepares a backward and syncs
+    buffers in its forward, a collective the other ranks may not run then (FSDP2 and tensor parallelism
+    wrap in place: their model is the module itself, whose forwards gather what they need)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
 def max_positions(model: torch.nn.Module) -> Optional[int]:
     """The positions the model holds (its ``config['max_seq_len']``), or None when it does not say."""
     inner = model

@@ -8,67 +8,20 @@ import math
 import pytest
 import torch
 
-from framework.config.schemas import AdapterConfig
 from framework.data import PreferencesDataModule
 from framework.tasks.dpo import DPOTask, preference_losses
+from tests.helpers.hf_twins import adapted_tiny_llama, bytes_tokenizer, copy_adapters, peft_config
 
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
-
-
-def _bytes_tokenizer():
-    """A Hugging Face tokenizer of one token per byte (ids 0-255, the framework's byte tokens), with an
-    end-of-sequence token 256: what DPOTrainer needs to build; the batches it scores are ours."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    others = [b for b in range(256) if b not in printable]
-    chars = {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(others)}}  # GPT-2's map
-    vocab = {chars[b]: b for b in range(256)} | {"<eos>": 256}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<eos>")
-
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """(our adapted model, its base's directory): adapters of r=4 on the attention, B drawn non-zero."""
-    from framework.models import HFCausalLM
-    from framework.models.lora import inject_adapters
-
-    base = tmp_path_factory.mktemp("llama")
-    config = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(base)
-    ours = HFCausalLM(path=str(base))
-    inject_adapters(ours, AdapterConfig(r=4, alpha=8.0, target_modules=TARGETS), seed=0)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, param in ours.named_parameters():
-            if name.endswith("lora_b"):
-                param.copy_(torch.randn(param.shape, generator=generator))
-    return ours.eval(), base
-
-
-def _copy_adapters(ours, theirs) -> None:
-    """Our adapters into a peft model's (base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight)."""
-    adapters = {n: p for n, p in ours.named_parameters() if "lora_" in n}
-    copied = 0
-    with torch.no_grad():
-        for name, param in theirs.named_parameters():
-            if ".lora_" in name:
-                module = name.split("base_model.model.model.")[1].split(".lora_")[0]
-                param.copy_(adapters[f"{module}.lora_{'a' if '.lora_A.' in name else 'b'}"])
-                copied += 1
-    assert copied == len(adapters)
+    return adapted_tiny_llama(tmp_path_factory.mktemp("llama"))
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +56,10 @@ def _trl_loss(ours, base, trl_batch, loss_type: str, tmp_path) -> tuple[float, d
         model=transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
         args=args,
         train_dataset=datasets.Dataset.from_list(rows),
-        processing_class=_bytes_tokenizer(),
-        peft_config=peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS),
+        processing_class=bytes_tokenizer(),
+        peft_config=peft_config(),
     )
-    _copy_adapters(ours, trainer.model)
+    copy_adapters(ours, trainer.model)
     assert next(trainer.model.parameters()).dtype == torch.float32
     trainer.model.eval()
     with torch.no_grad():
@@ -136,9 +89,9 @@ def test_with_the_adapters_off_the_model_is_its_base(models, pairs):
     (inputs, _), _ = pairs
     theirs = peft.get_peft_model(
         transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
-        peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS),
+        peft_config(),
     ).eval()
-    _copy_adapters(ours, theirs)
+    copy_adapters(ours, theirs)
     with torch.no_grad():
         adapted = ours(inputs)
         assert (theirs(input_ids=inputs).logits - adapted).abs().max() <= 1e-5
