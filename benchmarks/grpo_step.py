@@ -88,7 +88,7 @@ def engine_step_s(args, out: str) -> float:
         "experiment=smollm2_grpo", f"datamodule.batch_size={args.prompts}", f"task.num_generations={args.generations}",
         f"task.max_new_tokens={args.new}", f"trainer.max_steps={args.steps}", "trainer.val_on_start=false",
         "trainer.limit_val_batches=0", "predict=false", "predict_on_start=false", "logger=none",
-        "callbacks=none", "trainer.enable_progress_bar=false",
+        "callbacks=none", "~callbacks.model_checkpoint", "trainer.enable_progress_bar=false",
     ]  # fmt: skip
     results = fit(compose(run), output_dir=out, verbose=False)
     return results["throughput"]["step_time_ms_median"] / 1e3

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PATH = re.compile(
     r"(?<![\w/.<-])((?:framework|cli|job|launch|rank|callbacks|loggers|report|engine|strategies|data|"
     r"models|tasks|config|conf|tests|scripts|benchmarks|experiments|examples|docs)/[\w./-]*\w"
-    r"\.(?:py|yaml|md|sh|json|toml))"
+    r"\.(?:py|yaml|md|sh|jsonl|json|toml))"
 )
 NAMED_IN = ("framework", "conf", "experiments", "docs", "scripts", "benchmarks", "tests")
 
