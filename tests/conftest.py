@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from framework import compose
-from framework.config.environment import available_cores
+from framework.config.environment import PARALLEL_JOBS, available_cores
 from tests.helpers.configs import TINY
 
 # What starts other processes: ranks, a CLI, a venv, a cluster (the quick subset leaves these out:
@@ -69,6 +69,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def workers_share_the_cores():
+    """The xdist workers are jobs beside one another, as a sweep's are: each fit takes its share of the
+    cores (framework/rank/run.py: cpu_threads), not every core. Two workers of two threads each on two
+    cores would wait for one another's threads (a real model's step several times slower)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    before = os.environ.get(PARALLEL_JOBS)
+    if workers and before is None:
+        os.environ[PARALLEL_JOBS] = workers
+    yield
+    if before is None:
+        os.environ.pop(PARALLEL_JOBS, None)
 
 
 @pytest.fixture

@@ -117,6 +117,13 @@ class HFCausalLM(HFSource, nn.Module):
             cos_sin = self._rotary_for(tokens.device)(h, positions)
             for layer in self.layers.values():
                 h = layer(h, position_embeddings=cos_sin, position_ids=positions, **extra)
+        if (
+            cache is not None
+            and cache.logits_at is not None
+            and self.lm_head is not None
+            and not self._sequence_parallel
+        ):
+            h = h[:, cache.logits_at].unsqueeze(1)  # the prompt's other positions' logits are never read
         h = self.norm(h) if self.norm is not None else h
         return self.lm_head(h) if self.lm_head is not None else h
 

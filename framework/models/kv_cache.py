@@ -25,6 +25,9 @@ class DecodingCache:
         self.mask: Optional[torch.Tensor] = None  # [batch, 1, new, seen] bool, or None: plain causal attention
         self.layers: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.library = None  # a Hugging Face model's cache object (transformers' DynamicCache)
+        # the one position whose logits the loop reads (None: every position's): a model may compute
+        # only that one's, as transformers' generate asks for the prompt's last (logits_to_keep=1)
+        self.logits_at: Optional[int] = None
 
     @property
     def seen(self) -> int:

